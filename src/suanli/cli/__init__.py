@@ -1,0 +1,18 @@
+"""The ``suanli`` command line: one Typer app, one sub-module per command group.
+
+Each group lives in its own module and is attached here, so a newcomer finds the
+``suanli X`` command in ``suanli/cli/X.py``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from suanli.cli import sim
+
+app = typer.Typer(no_args_is_help=True, help="Suanli (算力): rent, schedule and bill GPU compute.")
+app.add_typer(sim.app, name="sim")
+
+
+def main() -> None:
+    app()
