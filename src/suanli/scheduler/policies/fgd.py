@@ -1,0 +1,69 @@
+"""FGD: Fragmentation Gradient Descent (Weng et al., USENIX ATC'23).
+
+Place a request where it increases the expected fragmentation of the target
+workload least. The score is FGD's integer ``floor(100 * sigmoid(dF / 1000))``: the
+quantisation is part of the algorithm (ties then fall to the seeded node order,
+which packs), and scoring on the exact change instead loses about three points of
+allocation on the Alibaba default trace (FGD_PROTOCOL.md).
+
+Without a target workload, the target is learned online from the requests seen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from suanli.scheduler.model import Request
+from suanli.scheduler.policies.fragmentation import TargetArrays, hypothetical_states, node_fragmentation
+from suanli.scheduler.policies.target import OnlineTarget, TargetWorkload
+from suanli.scheduler.policy import NodeLocalPolicy, pick_lowest_free
+from suanli.scheduler.state import ClusterState
+
+
+def sigmoid_score(delta_milli: np.ndarray) -> np.ndarray:
+    """FGD's integer score of a fragmentation decrease (F0 - F1), 0..100."""
+    return np.floor(100.0 / (1.0 + np.exp(-delta_milli / 1000.0))).astype(np.int64)
+
+
+class FGD(NodeLocalPolicy):
+    name = "fgd"
+
+    def __init__(self, target: TargetWorkload | None) -> None:
+        super().__init__()
+        self.target = target
+        self.online = OnlineTarget() if target is None else None
+        self._arrays: TargetArrays | None = None
+        self._models: list[str] | None = None
+
+    def observe(self, req: Request) -> None:
+        if self.online is not None and self.online.observe(req):
+            self.target = self.online.current
+            self._arrays = None
+            self.cache.clear()
+
+    def arrays(self, state: ClusterState) -> TargetArrays:
+        if self._arrays is None or self._models != state.models:
+            self._arrays = TargetArrays.build(self.target, state.models)
+            self._models = state.models
+        return self._arrays
+
+    def fragmentation_change(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """F0 - F1 per hypothetical placement: (K, G) for a shared request (-inf where
+        the GPU does not fit), (K, 1) otherwise."""
+        t = self.arrays(state)
+        f0 = node_fragmentation(state.gpu_free[idx], state.cpu_free[idx], state.model_id[idx], t)
+        free, cpu, model, fit = hypothetical_states(
+            state, idx, req.milli_per_gpu, req.gpus_used, req.cpu_milli, req.is_sharing
+        )
+        f1 = node_fragmentation(free, cpu, model, t).reshape(fit.shape)
+        return f0[:, None] - f1, fit
+
+    def node_scores(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        delta, fit = self.fragmentation_change(state, req, idx)
+        scores = np.where(fit, sigmoid_score(delta), -1)
+        return scores.max(axis=1), scores.argmax(axis=1)
+
+    def pick_gpus(self, state: ClusterState, req: Request, node: int) -> tuple[int, ...]:
+        if req.is_sharing:
+            return (self.cached_extra(state, req, node),)
+        return pick_lowest_free(state, req, node)

@@ -1,0 +1,107 @@
+"""Expected GPU fragmentation of a node with respect to a target workload.
+
+FGD's measure (Weng et al., ATC'23, section 4): for a typical task m, the idle GPU
+milli of node n that m could never use, f(n, m):
+
+* m needs no GPU, or n's GPU model is not allowed for m: all idle milli, I(n);
+* n can host m (enough GPUs with idle >= m's share, and enough CPU): the idle milli
+  on GPUs too small for m;
+* otherwise: I(n).
+
+F(n) = sum_m p_m f(n, m). Everything here is vectorised over a batch of K node
+states (K x G free-milli rows), so a policy can evaluate every hypothetical
+placement of a request in one pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from suanli.scheduler.policies.target import TargetWorkload
+from suanli.scheduler.state import ClusterState
+
+
+@dataclass(frozen=True)
+class TargetArrays:
+    """The target workload as arrays, resolved against one cluster's GPU models."""
+
+    milli: np.ndarray  # (M,)
+    gpus: np.ndarray  # (M,)
+    cpu: np.ndarray  # (M,)
+    model_ok: np.ndarray  # (M, num_models) bool
+    weights: np.ndarray  # (M,)
+
+    @classmethod
+    def build(cls, target: TargetWorkload, models: list[str]) -> TargetArrays:
+        lower = [m.lower() for m in models]
+        ok = np.ones((len(target), len(models)), dtype=bool)
+        for k, shape in enumerate(target.shapes):
+            if shape.gpu_models:
+                allowed = {m.lower() for m in shape.gpu_models}
+                ok[k] = [m in allowed for m in lower]
+        return cls(
+            milli=np.array([s.milli_per_gpu for s in target.shapes], dtype=np.int64),
+            gpus=np.array([s.gpus for s in target.shapes], dtype=np.int64),
+            cpu=np.array([s.cpu_milli for s in target.shapes], dtype=np.int64),
+            model_ok=ok,
+            weights=np.asarray(target.weights, dtype=np.float64),
+        )
+
+
+def per_task_fragmentation(
+    gpu_free: np.ndarray, cpu_free: np.ndarray, model_id: np.ndarray, t: TargetArrays
+) -> np.ndarray:
+    """f(n, m) for K node states: (K, G), (K,), (K,) -> (K, M) in milli."""
+    free = gpu_free.astype(np.int64)
+    idle = free.sum(axis=1)
+    fits = free[:, None, :] >= t.milli[None, :, None]  # (K, M, G)
+    small = np.where(fits, 0, free[:, None, :]).sum(axis=2)  # idle on GPUs too small for m
+    can_host = (
+        (fits.sum(axis=2) >= t.gpus[None, :])
+        & (cpu_free[:, None] >= t.cpu[None, :])
+        & t.model_ok[:, model_id].T
+        & (t.milli[None, :] > 0)
+    )
+    return np.where(can_host, small, idle[:, None])
+
+
+def node_fragmentation(gpu_free: np.ndarray, cpu_free: np.ndarray, model_id: np.ndarray, t: TargetArrays) -> np.ndarray:
+    """F(n) = sum_m p_m f(n, m) for K node states."""
+    if t.weights.size == 0:
+        return np.zeros(gpu_free.shape[0])
+    return per_task_fragmentation(gpu_free, cpu_free, model_id, t) @ t.weights
+
+
+def cluster_fragmentation(state: ClusterState, t: TargetArrays) -> float:
+    """Sum of F(n) over all nodes, in milli (the paper's cluster fragmentation)."""
+    return float(node_fragmentation(state.gpu_free, state.cpu_free, state.model_id, t).sum())
+
+
+def hypothetical_states(
+    state: ClusterState, idx: np.ndarray, milli: int, gpus: int, cpu: int, sharing: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Node states after placing a request on nodes ``idx``.
+
+    A shared request is tried on every GPU: returns (K*G, G) rows, row k*G+i being
+    node k with GPU i charged, plus a (K, G) mask of GPUs that fit. Other requests
+    take ``gpus`` GPUs in ascending idle order among those that fit (the lowest
+    indices first for whole GPUs): (K, G) rows and an all-true (K, 1) mask.
+    Returns (gpu_free rows, cpu rows, model rows, fit mask).
+    """
+    free = state.gpu_free[idx].astype(np.int64)
+    cpu_after = state.cpu_free[idx] - cpu
+    k, g = free.shape
+    if sharing:
+        hyp = np.repeat(free[:, None, :], g, axis=1)  # (K, G, G)
+        diag = np.arange(g)
+        hyp[:, diag, diag] -= milli
+        fit = free >= milli
+        return hyp.reshape(k * g, g), np.repeat(cpu_after, g), np.repeat(state.model_id[idx], g), fit
+    hyp = free.copy()
+    if gpus:
+        key = np.where(free >= milli, free, np.iinfo(np.int64).max)
+        order = np.argsort(key, axis=1, kind="stable")[:, :gpus]
+        np.put_along_axis(hyp, order, np.take_along_axis(hyp, order, axis=1) - milli, axis=1)
+    return hyp, cpu_after, state.model_id[idx], np.ones((k, 1), dtype=bool)

@@ -1,0 +1,86 @@
+"""The target workload: the request mix a fragmentation-aware policy plans for.
+
+FGD (Weng et al., ATC'23) measures fragmentation against "typical" tasks: the pod
+shapes of the trace, most frequent first, cut at 95 % of all pods. ``from_requests``
+builds exactly that. ``OnlineTarget`` learns the same mix from the requests seen so
+far, for a live platform that does not know its future workload.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from suanli.scheduler.model import Request
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    cpu_milli: int
+    milli_per_gpu: int
+    gpus: int
+    gpu_models: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, req: Request) -> TaskShape:
+        return cls(req.cpu_milli, req.milli_per_gpu, req.gpus_used, tuple(sorted(req.gpu_models)))
+
+
+@dataclass(frozen=True)
+class TargetWorkload:
+    shapes: tuple[TaskShape, ...]
+    weights: np.ndarray  # probabilities, same order as shapes
+
+    @classmethod
+    def from_counts(cls, counts: Counter[TaskShape], coverage: float = 0.95) -> TargetWorkload:
+        """Keep the most frequent shapes until they cover ``coverage`` of all requests
+        (ties: larger cpu, milli, count, then models first), then renormalise."""
+        total = sum(counts.values())
+        if total == 0:
+            return cls((), np.zeros(0))
+        ordered = sorted(
+            counts.items(),
+            key=lambda kv: (kv[1], kv[0].cpu_milli, kv[0].milli_per_gpu, kv[0].gpus, "|".join(kv[0].gpu_models)),
+            reverse=True,
+        )
+        kept, covered = [], 0
+        for shape, count in ordered:
+            kept.append((shape, count))
+            covered += count
+            if covered >= coverage * total:
+                break
+        weights = np.array([c for _, c in kept], dtype=np.float64)
+        return cls(tuple(s for s, _ in kept), weights / weights.sum())
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[Request], coverage: float = 0.95) -> TargetWorkload:
+        return cls.from_counts(Counter(TaskShape.of(r) for r in requests), coverage)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+class OnlineTarget:
+    """Learns the target from arriving requests; re-derives it at growing intervals
+    (every 2^k requests, then every ``every``) so early decisions adapt quickly and
+    late ones stay cheap."""
+
+    def __init__(self, every: int = 256, coverage: float = 0.95) -> None:
+        self.counts: Counter[TaskShape] = Counter()
+        self.every = every
+        self.coverage = coverage
+        self.seen = 0
+        self.current = TargetWorkload((), np.zeros(0))
+
+    def observe(self, req: Request) -> bool:
+        """Count ``req``; return True when the target changed."""
+        self.counts[TaskShape.of(req)] += 1
+        self.seen += 1
+        n = self.seen
+        if (n & (n - 1)) == 0 and n < self.every or n % self.every == 0:
+            self.current = TargetWorkload.from_counts(self.counts, self.coverage)
+            return True
+        return False

@@ -1,0 +1,1 @@
+"""The simulator: replays real cluster traces through the unchanged scheduler."""
