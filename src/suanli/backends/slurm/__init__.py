@@ -1,0 +1,28 @@
+"""Slurm backend groundwork: a typed client for a real Slurm 22.05 cluster.
+
+- ``client.SlurmClient``: runs sinfo/squeue/sacct/sbatch/scancel/scontrol, raises ``SlurmError``.
+- ``sbatch.SbatchSpec``: an allocation pinned to a node and its GPUs (or shards), as sbatch.
+- ``parse``: pure parsers of Slurm's ``--json`` output and GRES strings.
+- ``model``: the dataclasses they produce (``SlurmNode``, ``SlurmJob``, ``Gres``).
+
+The test cluster is ``scripts/slurm-cluster`` (see ``docs/slurm.md``).
+"""
+
+from suanli.backends.slurm.client import SlurmClient, SlurmError
+from suanli.backends.slurm.model import ExitStatus, Gres, NodeHealth, SlurmJob, SlurmNode
+from suanli.backends.slurm.parse import SlurmParseError
+from suanli.backends.slurm.sbatch import SbatchSpec, SbatchSpecError, shards_for_milli
+
+__all__ = [
+    "ExitStatus",
+    "Gres",
+    "NodeHealth",
+    "SbatchSpec",
+    "SbatchSpecError",
+    "SlurmClient",
+    "SlurmError",
+    "SlurmJob",
+    "SlurmNode",
+    "SlurmParseError",
+    "shards_for_milli",
+]
