@@ -1,0 +1,29 @@
+"""Build the FastAPI app for a server context."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from sqlalchemy import text
+
+from suanli import __version__
+from suanli.api import errors, metrics
+from suanli.api.context import ServerContext
+from suanli.api.routes import instances, jobs, nodes, users
+
+
+def create_app(ctx: ServerContext) -> FastAPI:
+    app = FastAPI(title="Suanli", version=__version__, description="Rent GPUs as instances or jobs.")
+    app.state.ctx = ctx
+    errors.install(app)
+    metrics.install(app, ctx.db)
+
+    @app.get("/healthz", tags=["system"])
+    def healthz() -> dict:
+        with ctx.db.sessions() as s:
+            s.execute(text("SELECT 1"))
+        loop = ctx.loop
+        return {"ok": True, "loop_ticks": loop.stats.ticks if loop else None}
+
+    for module in (users, nodes, instances, jobs):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,23 @@
+"""What every request handler needs, built once per server (or per test)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from suanli.backends.base import Backend
+from suanli.control.loop import ControlLoop
+from suanli.db.session import Database
+
+
+@dataclass
+class ServerContext:
+    db: Database
+    backends: dict[str, Backend]
+    data_dir: Path
+    loop: ControlLoop | None = None
+
+    def wake(self) -> None:
+        """New or changed work: let the control loop act now rather than next tick."""
+        if self.loop is not None:
+            self.loop.wake()

@@ -1,0 +1,74 @@
+"""Explicit converters from database rows and domain values to response schemas."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from suanli.api import schemas
+from suanli.control.nodes import GpuModelSummary
+from suanli.db.models import Allocation, Event, Gpu, Instance, Job, Node
+from suanli.db.session import Database
+
+
+def allocations_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, list[schemas.AllocationOut]]:
+    """Active allocations of many rows in one query, keyed by row id."""
+    if not rows:
+        return {}
+    is_job = isinstance(rows[0], Job)
+    col = Allocation.job_id if is_job else Allocation.instance_id
+    out: dict[int, list[schemas.AllocationOut]] = {}
+    with db.sessions() as s:
+        names = dict(s.execute(select(Node.id, Node.name)).all())
+        q = select(Allocation).where(Allocation.ended_at.is_(None), col.in_([r.id for r in rows])).order_by(Allocation.node_rank)
+        for a in s.scalars(q):
+            owner = a.job_id if is_job else a.instance_id
+            out.setdefault(owner, []).append(  # type: ignore[arg-type]
+                schemas.AllocationOut(
+                    node=names.get(a.node_id, "?"), node_rank=a.node_rank, gpu_model=a.gpu_model,
+                    gpu_indices=[int(i) for i in a.gpu_indices], milli_per_gpu=a.milli_per_gpu,
+                )
+            )
+    return out
+
+
+def instance_out(row: Instance, allocs: list[schemas.AllocationOut]) -> schemas.InstanceOut:
+    return schemas.InstanceOut(
+        id=row.id, name=row.name, state=row.state, desired=row.desired,
+        gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
+        cpu_milli=row.cpu_milli, memory_mib=row.memory_mib, image=row.image, disk_gib=row.disk_gib,
+        priority=row.priority, reason=row.reason, allocations=allocs, created_at=row.created_at, updated_at=row.updated_at,
+    )
+
+
+def job_out(row: Job, allocs: list[schemas.AllocationOut]) -> schemas.JobOut:
+    return schemas.JobOut(
+        id=row.id, name=row.name, state=row.state, exit_code=row.exit_code,
+        gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
+        num_nodes=row.num_nodes, priority=row.priority, cancel_requested=row.cancel_requested, reason=row.reason,
+        allocations=allocs, created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
+        spec=row.spec,
+    )
+
+
+def node_out(node: Node, gpus: list[Gpu]) -> schemas.NodeOut:
+    return schemas.NodeOut(
+        id=node.id, name=node.name, zone=node.zone, backend=node.backend, state=node.state,
+        gpu_model=node.gpu_model, gpu_count=node.gpu_count, gpus_free=sum(g.used_milli == 0 for g in gpus),
+        virtual=any(g.virtual for g in gpus), cpu_milli=node.cpu_milli, cpu_used=node.cpu_used,
+        memory_mib=node.memory_mib, mem_used=node.mem_used,
+        gpus=[
+            schemas.GpuOut(index=g.index, model=g.model, uuid=g.uuid, memory_mib=g.memory_mib, virtual=g.virtual, used_milli=g.used_milli)
+            for g in gpus
+        ],
+    )
+
+
+def gpu_model_out(s: GpuModelSummary) -> schemas.GpuModelOut:
+    return schemas.GpuModelOut(
+        model=s.model, total=s.total, free=s.free, free_milli=s.free_milli, virtual=s.virtual,
+        memory_gib=s.memory_gib, nodes=s.nodes,
+    )
+
+
+def event_out(e: Event) -> schemas.EventOut:
+    return schemas.EventOut(id=e.id, ts=e.ts, kind=e.kind, object_id=e.object_id, from_state=e.from_state, to_state=e.to_state, message=e.message)

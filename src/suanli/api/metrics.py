@@ -1,0 +1,68 @@
+"""Prometheus metrics: request counts and latencies, plus cluster gauges read
+from the database at scrape time (so they are right on every server replica).
+
+Each app gets its own registry, so several apps in one test process do not clash.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy import func, select
+
+from suanli.db.models import Gpu, Instance, Job, Node
+from suanli.db.session import Database
+
+
+class ClusterCollector:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        total = GaugeMetricFamily("suanli_gpu_milli_total", "GPU capacity in milli-GPU", labels=["model", "virtual"])
+        used = GaugeMetricFamily("suanli_gpu_milli_used", "Allocated milli-GPU", labels=["model", "virtual"])
+        inst = GaugeMetricFamily("suanli_instances", "Instances by state", labels=["state"])
+        jobs = GaugeMetricFamily("suanli_jobs", "Jobs by state", labels=["state"])
+        try:
+            with self.db.sessions() as s:
+                q = (
+                    select(Node.gpu_model, Gpu.virtual, func.count(), func.sum(Gpu.used_milli))
+                    .join(Node, Node.id == Gpu.node_id)
+                    .group_by(Node.gpu_model, Gpu.virtual)
+                )
+                for model, virtual, n, u in s.execute(q):
+                    total.add_metric([model, str(bool(virtual)).lower()], n * 1000)
+                    used.add_metric([model, str(bool(virtual)).lower()], int(u or 0))
+                for state, n in s.execute(select(Instance.state, func.count()).group_by(Instance.state)):
+                    inst.add_metric([state], n)
+                for state, n in s.execute(select(Job.state, func.count()).group_by(Job.state)):
+                    jobs.add_metric([state], n)
+        except Exception:  # a scrape must not fail because the database hiccups
+            pass
+        yield from (total, used, inst, jobs)
+
+
+def install(app: FastAPI, db: Database) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    requests = Counter("suanli_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry)
+    latency = Histogram("suanli_http_request_seconds", "HTTP request latency", ["method", "route"], registry=registry)
+    registry.register(ClusterCollector(db))
+
+    @app.middleware("http")
+    async def _measure(request: Request, call_next):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        requests.labels(request.method, path, str(response.status_code)).inc()
+        latency.labels(request.method, path).observe(time.perf_counter() - t0)
+        return response
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return registry

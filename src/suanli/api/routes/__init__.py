@@ -1,0 +1,1 @@
+"""One router per resource; each handler is a call into ``suanli.control``."""

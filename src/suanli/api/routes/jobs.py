@@ -1,0 +1,64 @@
+"""Jobs (submit a task, list, cancel, logs) and the event log."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+from sqlalchemy import select
+
+from suanli.api.context import ServerContext
+from suanli.api.convert import allocations_for, event_out, job_out
+from suanli.api.deps import context, principal
+from suanli.api.schemas import EventOut, JobOut, LogsOut
+from suanli.control import jobs
+from suanli.control.auth import Principal
+from suanli.control.task import Task
+from suanli.db.models import Event
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+
+@router.post("/jobs", response_model=JobOut, status_code=201)
+def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
+    row = jobs.submit(ctx.db, who, task)
+    ctx.wake()
+    return job_out(row, [])
+
+
+@router.get("/jobs", response_model=list[JobOut])
+def list_(state: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[JobOut]:
+    rows = jobs.list_(ctx.db, who, state)
+    allocs = allocations_for(ctx.db, rows)
+    return [job_out(r, allocs.get(r.id, [])) for r in rows]
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut)
+def get(job_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
+    row = jobs.get(ctx.db, who, job_id)
+    return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut)
+def cancel(job_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
+    row = jobs.cancel(ctx.db, who, job_id)
+    ctx.wake()
+    return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []))
+
+
+@router.get("/jobs/{job_id}/logs", response_model=LogsOut)
+def logs(job_id: int, tail_bytes: int | None = Query(None, ge=1), ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> LogsOut:
+    return LogsOut(text=jobs.logs(ctx.db, ctx.backends, who, job_id, tail_bytes))
+
+
+@router.get("/events", response_model=list[EventOut])
+def events(
+    kind: str | None = None, object_id: int | None = None, limit: int = Query(200, ge=1, le=5000),
+    ctx: ServerContext = Depends(context), who: Principal = Depends(principal),
+) -> list[EventOut]:
+    who.require("admin", "operator")
+    with ctx.db.sessions() as s:
+        q = select(Event).order_by(Event.id.desc()).limit(limit)
+        if kind:
+            q = q.where(Event.kind == kind)
+        if object_id is not None:
+            q = q.where(Event.object_id == object_id)
+        return [event_out(e) for e in reversed(list(s.scalars(q)))]

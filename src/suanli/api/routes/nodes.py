@@ -1,0 +1,33 @@
+"""Inventory: nodes (operator registers) and the GPU catalog with free capacity."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from suanli.api.context import ServerContext
+from suanli.api.convert import gpu_model_out, node_out
+from suanli.api.deps import context, principal
+from suanli.api.schemas import GpuModelOut, NodeOut
+from suanli.backends.local import discover_gpus
+from suanli.control import nodes
+from suanli.control.auth import Principal
+from suanli.inventory import Inventory
+
+router = APIRouter(prefix="/v1", tags=["inventory"])
+
+
+@router.get("/gpus", response_model=list[GpuModelOut])
+def gpus(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[GpuModelOut]:
+    return [gpu_model_out(s) for s in nodes.gpu_summary(ctx.db)]
+
+
+@router.get("/nodes", response_model=list[NodeOut])
+def list_nodes(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[NodeOut]:
+    return [node_out(n, g) for n, g in nodes.list_nodes(ctx.db)]
+
+
+@router.post("/nodes", response_model=list[NodeOut], status_code=201)
+def add_nodes(body: Inventory, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[NodeOut]:
+    added = {n.name for n in nodes.register(ctx.db, who, body, discover_gpus)}
+    ctx.wake()
+    return [node_out(n, g) for n, g in nodes.list_nodes(ctx.db) if n.name in added]

@@ -1,0 +1,168 @@
+"""Request and response bodies of the HTTP API (apart from DB rows and domain
+objects; ``convert`` joins them). The job request body is ``control.task.Task``,
+the same model the task YAML is validated with."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests --------------------------------------------------------------------------
+class InstanceCreate(Strict):
+    name: str = Field(default="", max_length=100)
+    gpu_model: str | None = Field(default=None, max_length=50)
+    gpu_count: int = Field(default=0, ge=0, le=64)
+    gpu_milli: int = Field(default=0, ge=0, le=999)
+    cpus: float | None = Field(default=None, gt=0)
+    memory_gib: float | None = Field(default=None, gt=0)
+    image: str = Field(default="ubuntu:22.04", max_length=200)
+    disk_gib: int = Field(default=50, ge=1, le=65536)
+    priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
+
+
+class ExecRequest(Strict):
+    command: str = Field(min_length=1)
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+
+
+class TenantCreate(Strict):
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class UserCreate(Strict):
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
+    role: Literal["admin", "operator", "member"] = "member"
+    tenant: str | None = None
+
+
+# -- responses -------------------------------------------------------------------------
+class Me(BaseModel):
+    id: int
+    name: str
+    role: str
+    tenant_id: int
+
+
+class TenantOut(BaseModel):
+    id: int
+    name: str
+
+
+class UserOut(BaseModel):
+    id: int
+    name: str
+    role: str
+    tenant_id: int
+    token: str | None = Field(default=None, description="shown once, at creation")
+
+
+class TokenOut(BaseModel):
+    token: str
+
+
+class GpuOut(BaseModel):
+    index: int
+    model: str
+    uuid: str
+    memory_mib: int
+    virtual: bool
+    used_milli: int
+
+
+class NodeOut(BaseModel):
+    id: int
+    name: str
+    zone: str
+    backend: str
+    state: str
+    gpu_model: str
+    gpu_count: int
+    gpus_free: int
+    virtual: bool
+    cpu_milli: int
+    cpu_used: int
+    memory_mib: int
+    mem_used: int
+    gpus: list[GpuOut]
+
+
+class GpuModelOut(BaseModel):
+    model: str
+    total: int
+    free: int
+    free_milli: int
+    virtual: bool
+    memory_gib: float
+    nodes: int
+
+
+class AllocationOut(BaseModel):
+    node: str
+    node_rank: int
+    gpu_model: str
+    gpu_indices: list[int]
+    milli_per_gpu: int
+
+
+class InstanceOut(BaseModel):
+    id: int
+    name: str
+    state: str
+    desired: str
+    gpu_model: str | None
+    gpu_count: int
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+    image: str
+    disk_gib: int
+    priority: str
+    reason: str
+    allocations: list[AllocationOut]
+    created_at: datetime
+    updated_at: datetime
+
+
+class JobOut(BaseModel):
+    id: int
+    name: str
+    state: str
+    exit_code: int | None
+    gpu_model: str | None
+    gpu_count: int
+    gpu_milli: int
+    num_nodes: int
+    priority: str
+    cancel_requested: bool
+    reason: str
+    allocations: list[AllocationOut]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    spec: dict
+
+
+class ExecOut(BaseModel):
+    exit_code: int
+    output: str
+
+
+class LogsOut(BaseModel):
+    text: str
+
+
+class EventOut(BaseModel):
+    id: int
+    ts: datetime
+    kind: str
+    object_id: int
+    from_state: str | None
+    to_state: str
+    message: str

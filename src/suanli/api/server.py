@@ -1,0 +1,98 @@
+"""Wire a server together: data dir, database (migrated), bootstrap, backends,
+control loop, app — and run it under uvicorn.
+
+``build`` is separate from ``serve`` so tests get the same wiring in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from suanli.api.app import create_app
+from suanli.api.context import ServerContext
+from suanli.backends.base import Backend
+from suanli.backends.local import LocalBackend, discover_gpus
+from suanli.control import auth, nodes
+from suanli.control.loop import ControlLoop
+from suanli.db.session import Database, default_sqlite_url
+from suanli.inventory import Inventory, demo_inventory
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8470
+
+
+@dataclass
+class Bootstrap:
+    admin_token: str | None
+    nodes_added: list[str]
+    virtual: bool
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("SUANLI_DATA_DIR", ".suanli"))
+
+
+def bootstrap(db: Database, data_dir: Path, inventory: Inventory | None = None) -> Bootstrap:
+    """First start on an empty database: an admin and an inventory (this host's
+    NVML GPUs if there are any, else the demo inventory of virtual GPUs)."""
+    token = auth.bootstrap_admin(db, data_dir)
+    added: list[str] = []
+    virtual = True
+    if not nodes.list_nodes(db):
+        found = discover_gpus() if inventory is None else []
+        inv = inventory or (nodes.host_inventory(found) if found else demo_inventory())
+        virtual = not found
+        added = [n.name for n in nodes.register(db, None, inv, discover_gpus)]
+    return Bootstrap(token, added, virtual)
+
+
+def build(
+    data_dir: Path,
+    db_url: str | None = None,
+    *,
+    start_loop: bool = True,
+    inventory: Inventory | None = None,
+    interval_s: float = 0.5,
+    stop_grace_s: float = 10.0,
+    policy: str = "suanli",
+) -> tuple[ServerContext, Bootstrap]:
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(db_url or default_sqlite_url(data_dir))
+    db.migrate()
+    boot = bootstrap(db, data_dir, inventory)
+    backends: dict[str, Backend] = {"local": LocalBackend(data_dir / "workloads")}
+    ctx = ServerContext(db=db, backends=backends, data_dir=data_dir)
+    ctx.loop = ControlLoop(db, backends, data_dir, policy=policy, interval_s=interval_s, stop_grace_s=stop_grace_s)
+    if start_loop:
+        ctx.loop.start()
+    return ctx, boot
+
+
+def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print) -> None:  # type: ignore[no-untyped-def]
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx, boot = build(data_dir, db_url)
+    url = f"http://{host}:{port}"
+    echo(f"suanli server: {url}  (API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})")
+    if boot.nodes_added:
+        kind = "virtual GPUs from the demo inventory" if boot.virtual else "GPUs found by NVML"
+        echo(f"registered nodes: {', '.join(boot.nodes_added)} ({kind})")
+    if boot.admin_token:
+        echo(f"admin token: {boot.admin_token}")
+        echo(f"(also written to {(data_dir / 'admin-token').resolve()}; it is not shown again)")
+    else:
+        echo(f"admin token: see {(data_dir / 'admin-token').resolve()} (created on first start)")
+    echo(f"next: suanli login --url {url} --token $(cat {data_dir / 'admin-token'})")
+    app = create_app(ctx)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        if ctx.loop is not None:
+            ctx.loop.stop()
+        ctx.db.dispose()

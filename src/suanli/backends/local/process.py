@@ -1,0 +1,57 @@
+"""Linux process-group helpers: liveness that survives PID reuse, and group kill.
+
+A task's identity is (pid, start time in clock ticks from ``/proc/<pid>/stat``):
+after a server restart a bare PID could belong to an unrelated process, so the
+start time must match too. Zombies count as exited.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (start time), or None if the process is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()  # the name may hold spaces and ')'
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def alive(pid: int, ticks: int) -> bool:
+    return start_ticks(pid) == ticks
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to the group; False if nothing of it is left."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_group(pgid: int, leader_alive, grace_s: float) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM the whole group, wait up to ``grace_s`` for the leader, then SIGKILL
+    what is left of the group."""
+    if not signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and leader_alive():
+        time.sleep(0.05)
+    signal_group(pgid, signal.SIGKILL)

@@ -1,0 +1,150 @@
+"""Instance service: what the API may do to instances, database only.
+
+Requests change ``desired`` (and the state when no process is involved); the
+control loop performs stops on the backend. Every change is a guarded update in
+one transaction, so a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
+from suanli.control.auth import Principal
+from suanli.control.errors import Conflict, Invalid, NotFound
+from suanli.control.launcher import remove_disk
+from suanli.control.lifecycle import record_event, transition
+from suanli.control.sizing import size
+from suanli.db.models import Instance
+from suanli.db.session import Database
+
+
+@dataclass(frozen=True)
+class InstanceRequest:
+    name: str
+    gpu_model: str | None
+    gpu_count: int
+    gpu_milli: int
+    cpus: float | None
+    memory_gib: float | None
+    image: str
+    disk_gib: int
+    priority: str
+
+
+def _get(s, who: Principal, instance_id: int) -> Instance:  # type: ignore[no-untyped-def]
+    row = s.get(Instance, instance_id)
+    if row is None or row.state == "deleted" or (not who.sees_all and row.tenant_id != who.tenant_id):
+        raise NotFound(f"no instance {instance_id}")
+    return row
+
+
+def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
+    if not req.gpu_model and not req.gpu_count and not req.gpu_milli:
+        raise Invalid("gpu_count: ask for gpu_count whole GPUs or gpu_milli of one GPU")
+    sized = size(db, req.gpu_model, req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0), req.gpu_milli, req.cpus, req.memory_gib, "gpu_model")
+    with db.transaction() as s:
+        row = Instance(
+            tenant_id=who.tenant_id, user_id=who.user_id, name=req.name, state="pending", desired="running",
+            gpu_models=sized.gpu_models, gpu_count=sized.gpu_count, gpu_milli=sized.gpu_milli,
+            cpu_milli=sized.cpu_milli, memory_mib=sized.memory_mib, image=req.image, disk_gib=req.disk_gib,
+            priority=req.priority,
+        )
+        s.add(row)
+        s.flush()
+        record_event(s, "instance", row.id, None, "pending", "created")
+        return row
+
+
+def list_(db: Database, who: Principal, include_deleted: bool = False) -> list[Instance]:
+    with db.sessions() as s:
+        q = select(Instance).order_by(Instance.id)
+        if not who.sees_all:
+            q = q.where(Instance.tenant_id == who.tenant_id)
+        if not include_deleted:
+            q = q.where(Instance.state != "deleted")
+        return list(s.scalars(q))
+
+
+def get(db: Database, who: Principal, instance_id: int) -> Instance:
+    with db.sessions() as s:
+        return _get(s, who, instance_id)
+
+
+def stop(db: Database, who: Principal, instance_id: int) -> Instance:
+    with db.transaction() as s:
+        row = _get(s, who, instance_id)
+        if row.state in ("stopped", "stopping") or (row.state == "pending" and row.desired == "stopped"):
+            return row
+        if row.state == "running":
+            row.desired = "stopped"
+            transition(s, row, "stopping", "stop requested")
+        elif row.state == "pending" and row.launch_owner is None:
+            row.desired = "stopped"
+            transition(s, row, "stopped", "stopped before it was placed")
+        elif row.state == "pending":
+            row.desired = "stopped"  # launching now: the loop stops it once it runs
+        else:
+            raise Conflict(f"instance {instance_id} is {row.state}; it cannot be stopped", code="invalid_state")
+        return row
+
+
+def start(db: Database, who: Principal, instance_id: int) -> Instance:
+    with db.transaction() as s:
+        row = _get(s, who, instance_id)
+        if row.state in ("pending", "running") and row.desired == "running":
+            return row
+        if row.state not in ("stopped", "failed", "preempted"):
+            raise Conflict(f"instance {instance_id} is {row.state}; start it once it has stopped", code="invalid_state")
+        row.desired = "running"
+        row.reason = ""
+        transition(s, row, "pending", "start requested")
+        return row
+
+
+def delete(db: Database, who: Principal, instance_id: int, data_dir: Path) -> Instance:
+    with db.transaction() as s:
+        row = _get(s, who, instance_id)
+        row.desired = "deleted"
+        if row.state == "running":
+            transition(s, row, "stopping", "delete requested")
+            return row
+        if row.state in ("stopping",) or (row.state == "pending" and row.launch_owner is not None):
+            return row  # the loop finishes the stop, then deletes
+        transition(s, row, "deleted", "deleted by request")
+    remove_disk(data_dir, instance_id)
+    return row
+
+
+def handle(db: Database, who: Principal, instance_id: int) -> Handle | None:
+    with db.sessions() as s:
+        row = _get(s, who, instance_id)
+        return Handle.from_json(row.handles[0]) if row.handles else None
+
+
+def exec_(db: Database, backends: dict[str, Backend], who: Principal, instance_id: int, command: str, timeout_s: float) -> ExecResult:
+    """Run ``command`` in the running instance's environment (outside any transaction)."""
+    with db.sessions() as s:
+        row = _get(s, who, instance_id)
+        if row.state != "running" or not row.handles:
+            raise Conflict(f"instance {instance_id} is {row.state}; exec needs a running instance", code="invalid_state")
+        h = Handle.from_json(row.handles[0])
+    backend = backends.get(h.backend)
+    if not isinstance(backend, SupportsExec):
+        raise Conflict(f"the {h.backend} backend cannot exec into instances", code="unsupported")
+    return backend.exec(h, command, timeout_s)
+
+
+def logs(db: Database, backends: dict[str, Backend], who: Principal, instance_id: int, tail_bytes: int | None) -> str:
+    with db.sessions() as s:
+        row = _get(s, who, instance_id)
+        key = f"instance-{row.id}"
+        raw = row.handles[0] if row.handles else None
+    for b in backends.values():  # a stopped instance keeps its log on the backend
+        h = Handle.from_json(raw) if raw else Handle(b.name, key, {})
+        if h.backend == b.name:
+            return b.logs(h, tail_bytes)
+    return ""

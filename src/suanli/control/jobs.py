@@ -1,0 +1,84 @@
+"""Job service: submit, list, cancel, logs — database only (logs read files)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from suanli.backends.base import Backend, Handle
+from suanli.control.auth import Principal
+from suanli.control.errors import NotFound
+from suanli.control.lifecycle import JOB_FINAL, record_event, transition
+from suanli.control.sizing import size
+from suanli.control.task import Task
+from suanli.db.clock import utcnow
+from suanli.db.models import Job
+from suanli.db.session import Database
+
+
+def _get(s, who: Principal, job_id: int) -> Job:  # type: ignore[no-untyped-def]
+    row = s.get(Job, job_id)
+    if row is None or (not who.sees_all and row.tenant_id != who.tenant_id):
+        raise NotFound(f"no job {job_id}")
+    return row
+
+
+def submit(db: Database, who: Principal, task: Task) -> Job:
+    r = task.resources
+    accel = r.accel
+    sized = size(
+        db, accel.model if accel else None, accel.count if accel and not r.gpu_milli else 0,
+        r.gpu_milli or 0, r.cpus, r.memory, "resources.accelerators",
+    )
+    with db.transaction() as s:
+        row = Job(
+            tenant_id=who.tenant_id, user_id=who.user_id, name=task.name, state="queued",
+            spec=task.model_dump(mode="json"), gpu_models=sized.gpu_models, gpu_count=sized.gpu_count,
+            gpu_milli=sized.gpu_milli, cpu_milli=sized.cpu_milli, memory_mib=sized.memory_mib,
+            num_nodes=task.num_nodes, priority=r.priority,
+        )
+        s.add(row)
+        s.flush()
+        record_event(s, "job", row.id, None, "queued", "submitted")
+        return row
+
+
+def list_(db: Database, who: Principal, state: str | None = None) -> list[Job]:
+    with db.sessions() as s:
+        q = select(Job).order_by(Job.id)
+        if not who.sees_all:
+            q = q.where(Job.tenant_id == who.tenant_id)
+        if state:
+            q = q.where(Job.state == state)
+        return list(s.scalars(q))
+
+
+def get(db: Database, who: Principal, job_id: int) -> Job:
+    with db.sessions() as s:
+        return _get(s, who, job_id)
+
+
+def cancel(db: Database, who: Principal, job_id: int) -> Job:
+    """Queued and not being launched: cancelled now. Otherwise the loop stops the
+    processes and records ``cancelled``. Finished jobs are left as they are."""
+    with db.transaction() as s:
+        row = _get(s, who, job_id)
+        if row.state in JOB_FINAL:
+            return row
+        if row.state == "queued" and row.launch_owner is None:
+            transition(s, row, "cancelled", "cancelled before it started")
+            row.finished_at = utcnow()
+        else:
+            row.cancel_requested = True
+        return row
+
+
+def logs(db: Database, backends: dict[str, Backend], who: Principal, job_id: int, tail_bytes: int | None) -> str:
+    with db.sessions() as s:
+        row = _get(s, who, job_id)
+        handles = [Handle.from_json(h) for h in row.handles or []]
+    parts = []
+    for h in handles:
+        b = backends.get(h.backend)
+        text = b.logs(h, tail_bytes) if b is not None else ""
+        parts.append(text if len(handles) == 1 else f"==> node rank {h.key.rsplit('-', 1)[-1]} <==\n{text}")
+    return "".join(parts)

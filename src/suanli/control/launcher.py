@@ -1,0 +1,136 @@
+"""Start claimed work on its backends: read (transaction), submit (no
+transaction), record the outcome (transaction).
+
+A row reaches here with allocations and ``launch_owner`` set by the scheduling
+pass. If any node's submit fails, the tasks already started are stopped, the
+allocations are given back and the row fails: a launch is all or nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from sqlalchemy import select
+
+from suanli.backends.base import Backend, Handle, TaskSpec
+from suanli.control.capacity import active_allocations, give_back
+from suanli.control.environment import distributed_env, free_port, gpu_env
+from suanli.control.lifecycle import transition
+from suanli.db.clock import utcnow
+from suanli.db.models import Allocation, Gpu, Instance, Job, Node
+from suanli.db.session import Database
+
+log = logging.getLogger(__name__)
+
+INSTANCE_KEEPER = 'echo "[suanli] instance {id} ready on {node} (GPUs: {gpus})"; exec sleep infinity'
+
+
+def task_key(kind: str, workload_id: int, rank: int = 0) -> str:
+    return f"instance-{workload_id}" if kind == "instance" else f"job-{workload_id}-{rank}"
+
+
+def disk_dir(data_dir: Path, instance_id: int) -> Path:
+    """An instance's persistent disk: survives stop/start, removed on delete."""
+    return data_dir / "disks" / f"instance-{instance_id}"
+
+
+def remove_disk(data_dir: Path, instance_id: int) -> None:
+    shutil.rmtree(disk_dir(data_dir, instance_id), ignore_errors=True)
+
+
+def checkpoint_dir(data_dir: Path, job_id: int, requested: str) -> Path:
+    path = Path(requested).expanduser()
+    return path if path.is_absolute() else data_dir / "checkpoints" / f"job-{job_id}" / path
+
+
+def _virtual(session, node_id: int) -> bool:  # type: ignore[no-untyped-def]
+    return any(session.scalars(select(Gpu.virtual).where(Gpu.node_id == node_id)))
+
+
+def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir: Path) -> list[TaskSpec]:  # type: ignore[no-untyped-def]
+    nodes = {n.id: n for n in session.scalars(select(Node).where(Node.id.in_({a.node_id for a in allocs})))}
+    port = free_port()
+    specs = []
+    for a in allocs:
+        node = nodes[a.node_id]
+        env: dict[str, str] = {}
+        if isinstance(row, Job):
+            spec = row.spec
+            env.update({str(k): str(v) for k, v in (spec.get("envs") or {}).items()})
+            env.update(gpu_env(a, node, _virtual(session, node.id)))
+            env.update(distributed_env(a, allocs, nodes, port))
+            env.update({"SUANLI_JOB_ID": str(row.id), "SUANLI_TASK_NAME": row.name})
+            if spec.get("checkpoint_dir"):
+                env["SUANLI_CHECKPOINT_DIR"] = str(checkpoint_dir(data_dir, row.id, spec["checkpoint_dir"]))
+            workdir = spec.get("workdir")
+            specs.append(
+                TaskSpec(
+                    key=task_key("job", row.id, a.node_rank), kind="job", workload_id=row.id, node=node.name,
+                    node_rank=a.node_rank, run=spec.get("run") or "", setup=spec.get("setup") or "", env=env,
+                    workdir=workdir if workdir and Path(workdir).is_dir() else None,
+                    gpu_indices=tuple(a.gpu_indices), milli_per_gpu=a.milli_per_gpu,
+                    cpu_milli=a.cpu_milli, memory_mib=a.memory_mib,
+                )
+            )
+        else:
+            env.update(gpu_env(a, node, _virtual(session, node.id)))
+            env.update({"SUANLI_INSTANCE_ID": str(row.id), "SUANLI_IMAGE": row.image, "SUANLI_DISK_GIB": str(row.disk_gib)})
+            gpus = ",".join(str(i) for i in a.gpu_indices) or "none"
+            specs.append(
+                TaskSpec(
+                    key=task_key("instance", row.id), kind="instance", workload_id=row.id, node=node.name,
+                    node_rank=0, run=INSTANCE_KEEPER.format(id=row.id, node=node.name, gpus=gpus), env=env,
+                    workdir=str(disk_dir(data_dir, row.id)), gpu_indices=tuple(a.gpu_indices),
+                    milli_per_gpu=a.milli_per_gpu, cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=row.image,
+                )
+            )
+    return specs
+
+
+def _model(kind: str) -> type[Instance] | type[Job]:
+    return Instance if kind == "instance" else Job
+
+
+def launch(db: Database, backends: dict[str, Backend], kind: str, workload_id: int, owner: str, data_dir: Path) -> None:
+    model = _model(kind)
+    with db.transaction() as s:
+        row = s.get(model, workload_id)
+        if row is None or row.launch_owner != owner or row.handles is not None:
+            return
+        allocs = active_allocations(s, row)
+        node_backend = {n.id: n.backend for n in s.scalars(select(Node))}
+        specs = build_specs(s, row, allocs, data_dir)
+        backend_of = [node_backend[a.node_id] for a in allocs]
+    started: list[tuple[Backend, Handle]] = []
+    error = None
+    for spec, bname in zip(specs, backend_of):
+        if spec.workdir:
+            Path(spec.workdir).mkdir(parents=True, exist_ok=True)
+        if "SUANLI_CHECKPOINT_DIR" in spec.env:
+            Path(spec.env["SUANLI_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
+        try:
+            backend = backends[bname]
+            started.append((backend, backend.submit(spec)))
+        except Exception as exc:  # any backend failure fails this launch, not the loop
+            error = f"launch failed on {spec.node}: {exc}"
+            break
+    if error:
+        for backend, handle in started:
+            backend.stop(handle, grace_s=2)
+    with db.transaction() as s:
+        row = s.get(model, workload_id)
+        assert row is not None
+        row.launch_owner = None
+        if error:
+            log.warning("%s %s: %s", kind, workload_id, error)
+            give_back(s, row)
+            transition(s, row, "failed", error)
+            if isinstance(row, Job):
+                row.finished_at = utcnow()
+            return
+        row.handles = [h.to_json() for _, h in started]
+        transition(s, row, "running", f"started on {', '.join(sp.node for sp in specs)}")
+        if isinstance(row, Job):
+            row.started_at = utcnow()

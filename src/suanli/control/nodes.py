@@ -1,0 +1,133 @@
+"""Inventory: register nodes and their GPUs, list them, summarise free capacity.
+
+Registering an inventory is all or nothing: one transaction for every node, so
+a duplicate name or a bad entry leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from suanli.backends.local.nvml import DiscoveredGpu, short_model_name
+from suanli.control.auth import Principal
+from suanli.control.errors import Conflict, Invalid
+from suanli.db.models import Gpu, Node
+from suanli.db.session import Database
+from suanli.inventory import Inventory, NodeDecl
+
+
+@dataclass(frozen=True)
+class GpuModelSummary:
+    model: str
+    virtual: bool
+    total: int
+    free: int
+    free_milli: int
+    memory_gib: float
+    nodes: int
+
+
+def _node_row(decl: NodeDecl, gpus: list[DiscoveredGpu]) -> Node:
+    count = len(gpus) if decl.discover else decl.gpu_count
+    mem_mib = gpus[0].memory_mib if (decl.discover and gpus) else int(decl.gpu_memory_gib * 1024)
+    node = Node(
+        name=decl.name, zone=decl.zone, backend=decl.backend, state="ready",
+        gpu_model=short_model_name(gpus[0].name) if (decl.discover and gpus) else decl.gpu_model,
+        gpu_count=count, gpu_memory_mib=mem_mib, cpu_milli=int(decl.cpu_cores * 1000),
+        memory_mib=int(decl.memory_gib * 1024), cpu_used=0, mem_used=0,
+        nvlink_islands=decl.nvlink_islands, ib_leaf=decl.ib_leaf, labels=decl.labels,
+    )
+    return node
+
+
+def register(db: Database, who: Principal | None, inventory: Inventory, discover: Callable[[], list[DiscoveredGpu]]) -> list[Node]:
+    """Add every node of ``inventory``; ``who`` None is the server bootstrapping itself."""
+    if who is not None:
+        who.require("admin", "operator")
+    found = discover() if any(d.discover for d in inventory.nodes) else []
+    for i, d in enumerate(inventory.nodes):
+        if d.discover and d.backend != "local":
+            raise Invalid(f"nodes.{i}.discover: only local nodes discover GPUs")
+        if d.discover and not found:
+            raise Invalid(f"nodes.{i}.discover: NVML found no GPU on this host")
+    try:
+        with db.transaction() as s:
+            existing = set(s.scalars(select(Node.name).where(Node.name.in_([d.name for d in inventory.nodes]))))
+            if existing:
+                raise Conflict(f"nodes already registered: {', '.join(sorted(existing))}", code="exists")
+            rows = []
+            for d in inventory.nodes:
+                node = _node_row(d, found)
+                s.add(node)
+                s.flush()
+                if d.discover:
+                    s.add_all(Gpu(node_id=node.id, index=g.index, model=node.gpu_model, uuid=g.uuid, memory_mib=g.memory_mib, virtual=False) for g in found)
+                else:
+                    # Declared GPUs: real on cluster backends, virtual on the local one.
+                    s.add_all(
+                        Gpu(node_id=node.id, index=k, model=node.gpu_model, uuid="", memory_mib=node.gpu_memory_mib, virtual=d.backend == "local")
+                        for k in range(node.gpu_count)
+                    )
+                rows.append(node)
+            return rows
+    except IntegrityError as exc:
+        raise Conflict(f"could not register nodes: {exc.orig}", code="exists") from None
+
+
+def host_inventory(gpus: list[DiscoveredGpu]) -> Inventory:
+    """This host as one local node with its NVML GPUs (used when real GPUs exist)."""
+    import os
+
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return Inventory(
+        nodes=[
+            NodeDecl(
+                name=socket.gethostname().split(".")[0] or "localhost", gpu_model=short_model_name(gpus[0].name),
+                gpu_count=len(gpus), cpu_cores=os.cpu_count() or 1, memory_gib=max(1.0, round(mem_gib, 1)), zone="local",
+                discover=True,
+            )
+        ]
+    )
+
+
+def list_nodes(db: Database) -> list[tuple[Node, list[Gpu]]]:
+    with db.sessions() as s:
+        nodes = list(s.scalars(select(Node).order_by(Node.name)))
+        gpus: dict[int, list[Gpu]] = {}
+        for g in s.scalars(select(Gpu).order_by(Gpu.node_id, Gpu.index)):
+            gpus.setdefault(g.node_id, []).append(g)
+        return [(n, gpus.get(n.id, [])) for n in nodes]
+
+
+def gpu_summary(db: Database) -> list[GpuModelSummary]:
+    """Catalog x free capacity: per GPU model (and virtual or not), whole GPUs in
+    total and free on ready nodes, plus free milli for fractional requests."""
+    acc: dict[tuple[str, bool], dict] = {}
+    for node, gpus in list_nodes(db):
+        for g in gpus:
+            key = (node.gpu_model, g.virtual)
+            e = acc.setdefault(key, {"total": 0, "free": 0, "free_milli": 0, "mem": node.gpu_memory_mib, "nodes": set()})
+            e["total"] += 1
+            e["nodes"].add(node.id)
+            if node.state == "ready":
+                e["free"] += g.used_milli == 0
+                e["free_milli"] += 1000 - g.used_milli
+    return [
+        GpuModelSummary(m, v, e["total"], e["free"], e["free_milli"], round(e["mem"] / 1024, 1), len(e["nodes"]))
+        for (m, v), e in sorted(acc.items())
+    ]
+
+
+def canonical_models(db: Database) -> dict[str, tuple[str, int]]:
+    """lower-case model -> (model as registered, most GPUs on one node)."""
+    out: dict[str, tuple[str, int]] = {}
+    with db.sessions() as s:
+        for n in s.scalars(select(Node)):
+            name, most = out.get(n.gpu_model.lower(), (n.gpu_model, 0))
+            out[n.gpu_model.lower()] = (name, max(most, n.gpu_count))
+    return out

@@ -1,0 +1,218 @@
+"""Make the database and the backends agree, like a Kubernetes controller.
+
+Each pass reads what the database believes (transaction), asks the backends
+(no transaction), then applies the difference with guarded updates
+(transaction):
+
+- running work that exited: jobs become succeeded/failed with the exit code;
+  instances whose process died become failed; their allocations are released;
+- requested changes: cancelled jobs and stopping/deleted instances are stopped on
+  the backend (whole process group), then released;
+- launches left in flight by a dead server (``launch_owner`` set, no handles):
+  adopted if the backend runs every task, otherwise stopped and failed — never
+  started a second time;
+- tasks a backend runs that no active row owns are stopped (``sweep_orphans``);
+- usage counters are recomputed from active allocations (``repair_counters``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select, update
+
+from suanli.backends.base import Backend, Handle, TaskState
+from suanli.control.capacity import give_back
+from suanli.control.launcher import remove_disk, task_key
+from suanli.control.lifecycle import transition
+from suanli.db.clock import utcnow
+from suanli.db.models import Allocation, Gpu, Instance, Job, Node
+from suanli.db.session import Database
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Observed:
+    kind: str
+    id: int
+    state: str
+    handles: list[Handle]
+    stop_wanted: bool  #: cancel (job) or stop/delete (instance) requested
+
+
+def _observe(db: Database) -> list[Observed]:
+    with db.transaction() as s:
+        out = [
+            Observed("job", j.id, j.state, [Handle.from_json(h) for h in j.handles or []], j.cancel_requested)
+            for j in s.scalars(select(Job).where(Job.state == "running", Job.handles.is_not(None)))
+        ]
+        out += [
+            Observed("instance", i.id, i.state, [Handle.from_json(h) for h in i.handles or []], i.state == "stopping" or i.desired != "running")
+            for i in s.scalars(select(Instance).where(Instance.state.in_(("running", "stopping")), Instance.handles.is_not(None)))
+        ]
+    return out
+
+
+def _backend(backends: dict[str, Backend], h: Handle) -> Backend | None:
+    return backends.get(h.backend)
+
+
+def reconcile_running(db: Database, backends: dict[str, Backend], data_dir: Path, grace_s: float = 10.0) -> int:
+    """Settle finished, failed and to-be-stopped work; returns how many rows changed."""
+    changed = 0
+    for ob in _observe(db):
+        if ob.stop_wanted:
+            for h in ob.handles:
+                b = _backend(backends, h)
+                if b is not None:
+                    b.stop(h, grace_s=grace_s)
+            changed += _finish(db, ob, stopped=True, exit_code=None, message="", data_dir=data_dir)
+            continue
+        statuses = []
+        for h in ob.handles:
+            b = _backend(backends, h)
+            statuses.append(b.status(h) if b is not None else None)
+        if all(st is not None and st.state == TaskState.RUNNING for st in statuses):
+            continue
+        if ob.kind == "job" and all(st is not None and st.state == TaskState.EXITED for st in statuses):
+            codes = [st.exit_code for st in statuses]  # type: ignore[union-attr]
+            bad = [c for c in codes if c != 0]
+            code = bad[0] if bad else 0
+            msg = "" if code == 0 else f"exited with code {code}"
+            changed += _finish(db, ob, stopped=False, exit_code=code, message=msg, data_dir=data_dir)
+            continue
+        # Some task ended (or vanished) while others run: the workload as a whole failed.
+        dead = [h.key for h, st in zip(ob.handles, statuses) if st is None or st.state != TaskState.RUNNING]
+        failed_code = next((st.exit_code for st in statuses if st is not None and st.state == TaskState.EXITED and st.exit_code), None)
+        if ob.kind == "job" and any(st is not None and st.state == TaskState.EXITED for st in statuses) and failed_code is None:
+            # a rank finished cleanly while others still run: wait for the rest
+            if all(st is not None and st.state != TaskState.LOST for st in statuses):
+                continue
+        for h, st in zip(ob.handles, statuses):
+            b = _backend(backends, h)
+            if b is not None and st is not None and st.state == TaskState.RUNNING:
+                b.stop(h, grace_s=grace_s)
+        what = "exited" if ob.kind == "instance" else "failed"
+        changed += _finish(db, ob, stopped=False, exit_code=failed_code, message=f"task {', '.join(dead)} {what} or was lost", data_dir=data_dir, failed=True)
+    return changed
+
+
+def _finish(db: Database, ob: Observed, *, stopped: bool, exit_code: int | None, message: str, data_dir: Path, failed: bool = False) -> int:
+    delete_disk = False
+    with db.transaction() as s:
+        if ob.kind == "job":
+            job = s.get(Job, ob.id)
+            if job is None or job.state != "running":
+                return 0
+            give_back(s, job)
+            job.exit_code = exit_code
+            job.finished_at = utcnow()
+            if stopped:
+                transition(s, job, "cancelled", "cancelled by request")
+            else:
+                transition(s, job, "failed" if failed or exit_code != 0 else "succeeded", message)
+            return 1
+        inst = s.get(Instance, ob.id)
+        if inst is None or inst.state not in ("running", "stopping"):
+            return 0
+        give_back(s, inst)
+        inst.handles = None
+        if stopped:
+            if inst.state == "running":
+                transition(s, inst, "stopping", "stop requested")
+            if inst.desired == "deleted":
+                transition(s, inst, "deleted", "deleted by request")
+                delete_disk = True
+            else:
+                transition(s, inst, "stopped", "stopped by request")
+        else:
+            if inst.state == "stopping":
+                transition(s, inst, "stopped", message)
+            else:
+                transition(s, inst, "failed", message)
+    if delete_disk:
+        remove_disk(data_dir, ob.id)
+    return 1
+
+
+def adopt_or_fail_launches(db: Database, backends: dict[str, Backend], owner: str) -> int:
+    """Rows whose launch was started by another (dead) server process."""
+    with db.transaction() as s:
+        stale = [("job", j.id, j.num_nodes) for j in s.scalars(select(Job).where(Job.launch_owner.is_not(None), Job.launch_owner != owner))]
+        stale += [("instance", i.id, 1) for i in s.scalars(select(Instance).where(Instance.launch_owner.is_not(None), Instance.launch_owner != owner))]
+    if not stale:
+        return 0
+    running = {h.key: h for b in backends.values() for h in b.list_running()}
+    for kind, wid, n in stale:
+        keys = [task_key(kind, wid, r) for r in range(n)]
+        found = [running[k] for k in keys if k in running]
+        adopt = len(found) == len(keys)
+        if not adopt:
+            for h in found:
+                backends[h.backend].stop(h, grace_s=2)
+        with db.transaction() as s:
+            row = s.get(Instance if kind == "instance" else Job, wid)
+            if row is None or row.launch_owner is None or row.launch_owner == owner:
+                continue
+            row.launch_owner = None
+            if adopt:
+                row.handles = [h.to_json() for h in found]
+                transition(s, row, "running", "adopted after a server restart")
+                if isinstance(row, Job):
+                    row.started_at = row.started_at or utcnow()
+            else:
+                give_back(s, row)
+                transition(s, row, "failed", "the server stopped while launching; not started again")
+                if isinstance(row, Job):
+                    row.finished_at = utcnow()
+    return len(stale)
+
+
+def sweep_orphans(db: Database, backends: dict[str, Backend]) -> list[str]:
+    """Stop backend tasks that no running row (or launch in flight) owns."""
+    with db.transaction() as s:
+        owned = set()
+        for handles in s.scalars(select(Job.handles).where(Job.state == "running")):
+            owned |= {h["key"] for h in handles or []}
+        for handles in s.scalars(select(Instance.handles).where(Instance.state.in_(("running", "stopping")))):
+            owned |= {h["key"] for h in handles or []}
+        for j in s.scalars(select(Job).where(Job.launch_owner.is_not(None))):
+            owned |= {task_key("job", j.id, r) for r in range(j.num_nodes)}
+        for i in s.scalars(select(Instance.id).where(Instance.launch_owner.is_not(None))):
+            owned.add(task_key("instance", i))
+    stopped = []
+    for b in backends.values():
+        for h in b.list_running():
+            if h.key not in owned:
+                log.warning("stopping orphan task %s on %s", h.key, b.name)
+                b.stop(h, grace_s=2)
+                stopped.append(h.key)
+    return stopped
+
+
+def repair_counters(db: Database) -> int:
+    """Recompute node and GPU usage from active allocations; returns fixes made."""
+    fixes = 0
+    with db.transaction() as s:
+        cpu = dict(s.execute(select(Allocation.node_id, func.sum(Allocation.cpu_milli)).where(Allocation.ended_at.is_(None)).group_by(Allocation.node_id)).all())
+        mem = dict(s.execute(select(Allocation.node_id, func.sum(Allocation.memory_mib)).where(Allocation.ended_at.is_(None)).group_by(Allocation.node_id)).all())
+        gpu: dict[tuple[int, int], int] = {}
+        for a in s.scalars(select(Allocation).where(Allocation.ended_at.is_(None))):
+            for g in a.gpu_indices:
+                gpu[(a.node_id, int(g))] = gpu.get((a.node_id, int(g)), 0) + a.milli_per_gpu
+        for n in s.scalars(select(Node)):
+            want_cpu, want_mem = int(cpu.get(n.id) or 0), int(mem.get(n.id) or 0)
+            if (n.cpu_used, n.mem_used) != (want_cpu, want_mem):
+                s.execute(update(Node).where(Node.id == n.id).values(cpu_used=want_cpu, mem_used=want_mem))
+                fixes += 1
+        for g in s.scalars(select(Gpu)):
+            want = gpu.get((g.node_id, g.index), 0)
+            if g.used_milli != want:
+                s.execute(update(Gpu).where(Gpu.id == g.id).values(used_milli=want))
+                fixes += 1
+    if fixes:
+        log.warning("repaired %d usage counters", fixes)
+    return fixes

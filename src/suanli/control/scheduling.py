@@ -1,0 +1,145 @@
+"""One scheduling pass: plan placements for queued work, then claim each one in
+its own short transaction.
+
+The API never places work. It writes rows in ``pending``/``queued``; this pass
+(run by the control loop only) reads a snapshot, asks ``suanli.scheduler`` where
+each request goes, and writes the allocation with ``capacity.take``. The claim
+``UPDATE ... WHERE launch_owner IS NULL AND state = <waiting state>`` makes sure a
+row is allocated once even if two servers run passes at the same time, and the
+capacity counters' CHECK constraints make sure a slot is. A conflict means our
+snapshot is stale: the pass stops and the next one starts from fresh rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from suanli.control.capacity import Snapshot, snapshot, take
+from suanli.control.lifecycle import record_event
+from suanli.db.models import Instance, Job
+from suanli.db.session import Database
+from suanli.scheduler import Allocation, PriorityClass, Request, Scheduler
+from suanli.scheduler.policy import Policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    kind: str
+    id: int
+    request: Request
+    num_nodes: int
+    created_at: datetime
+
+
+@dataclass
+class PassResult:
+    claimed: list[tuple[str, int]]
+    conflicts: int = 0
+    unplaced: dict[tuple[str, int], str] | None = None
+
+
+def to_request(row: Instance | Job) -> Request:
+    return Request(
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        gpu_count=row.gpu_count,
+        gpu_milli=row.gpu_milli,
+        gpu_models=frozenset(row.gpu_models or ()),
+        priority=PriorityClass(row.priority),
+        name=f"{'instance' if isinstance(row, Instance) else 'job'}-{row.id}",
+    )
+
+
+def waiting_work(session) -> list[Waiting]:  # type: ignore[no-untyped-def]
+    insts = session.scalars(
+        select(Instance).where(Instance.state == "pending", Instance.desired == "running", Instance.launch_owner.is_(None))
+    )
+    jobs = session.scalars(
+        select(Job).where(Job.state == "queued", Job.cancel_requested.is_(False), Job.launch_owner.is_(None))
+    )
+    work = [Waiting("instance", r.id, to_request(r), 1, r.created_at) for r in insts]
+    work += [Waiting("job", r.id, to_request(r), r.num_nodes, r.created_at) for r in jobs]
+    work.sort(key=lambda w: (-w.request.priority.rank, w.created_at, w.kind, w.id))
+    return work
+
+
+def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allocation] | None, str | None]:
+    """Place ``num_nodes`` copies of ``req`` on distinct nodes, all or nothing.
+    Binds into ``sched.state`` on success; leaves it unchanged on failure."""
+    state = sched.state
+    taken: list[Allocation] = []
+    hidden: list[tuple[str, bool]] = []
+    reason = None
+    for _ in range(num_nodes):
+        placement = sched.place(req)
+        if placement.allocation is None:
+            reason = placement.reason
+            break
+        state.bind(placement.allocation)
+        taken.append(placement.allocation)
+        if num_nodes > 1:  # one share per node: hide this node from the next rank
+            i = state.index[placement.allocation.node]
+            hidden.append((placement.allocation.node, bool(state.schedulable[i])))
+            state.set_schedulable(placement.allocation.node, False)
+    for name, was in reversed(hidden):
+        state.set_schedulable(name, was)
+    if reason is not None:
+        for a in reversed(taken):
+            state.unbind(a)
+        return None, reason
+    return taken, None
+
+
+def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, owner: str) -> bool:
+    """Allocate ``allocs`` to the waiting row in one transaction; False if the row
+    was taken or changed meanwhile. Raises IntegrityError on a capacity conflict."""
+    model = Instance if w.kind == "instance" else Job
+    with db.transaction() as s:
+        guard = [model.id == w.id, model.launch_owner.is_(None)]
+        if model is Instance:
+            guard += [Instance.state == "pending", Instance.desired == "running"]
+        else:
+            guard += [Job.state == "queued", Job.cancel_requested.is_(False)]
+        res = s.execute(update(model).where(*guard).values(launch_owner=owner).execution_options(synchronize_session=False))
+        if res.rowcount != 1:
+            return False
+        row = s.get(model, w.id)
+        assert row is not None
+        rows = take(s, row, allocs, snap)
+        for a in rows:
+            record_event(s, "allocation", a.id, None, "bound", f"{w.kind} {w.id} rank {a.node_rank} on {a.gpu_model} gpus {a.gpu_indices}")
+    return True
+
+
+def schedule_pass(db: Database, policy: Policy, backends: list[str], owner: str, seed: int = 0) -> PassResult:
+    with db.transaction() as s:
+        snap = snapshot(s, backends)
+        work = waiting_work(s)
+    result = PassResult([], unplaced={})
+    if not work:
+        return result
+    sched = Scheduler(policy, snap.state, seed=seed)
+    for w in work:
+        allocs, reason = plan_gang(sched, w.request, w.num_nodes)
+        if allocs is None:
+            result.unplaced[(w.kind, w.id)] = reason or "unschedulable"  # type: ignore[index]
+            continue
+        try:
+            if claim(db, w, allocs, snap, owner):
+                result.claimed.append((w.kind, w.id))
+            else:
+                for a in allocs:
+                    snap.state.unbind(a)
+        except (IntegrityError, OperationalError) as exc:
+            # Someone else took these slots since our snapshot: start over next pass.
+            log.info("allocation conflict for %s %s: %s", w.kind, w.id, type(exc).__name__)
+            result.conflicts += 1
+            break
+    return result

@@ -1,0 +1,96 @@
+"""The task YAML format of ``suanli launch`` (in the spirit of SkyPilot's).
+
+    name: train-gpt
+    resources:
+      accelerators: H100:8      # MODEL[:COUNT], model case-insensitive
+      # gpu_milli: 500          # or a fraction of one GPU instead
+      cpus: 16                  # cores per node (default: 2 per GPU)
+      memory: 64                # GiB per node (default: 8 per GPU)
+      priority: on-demand       # on-demand | spot | reserved
+    num_nodes: 1
+    workdir: .                  # local backend: run from here (relative to the YAML)
+    setup: pip install -r requirements.txt
+    run: torchrun --nproc_per_node=$NPROC_PER_NODE train.py
+    envs: {EPOCHS: 3}
+    checkpoint_dir: ckpt        # relative: kept per job in the server's data dir
+
+Validation errors name the field path (``resources.accelerators``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ACCEL = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?::\s*(\d+)\s*)?$")
+
+
+@dataclass(frozen=True)
+class Accelerators:
+    model: str
+    count: int
+
+
+def parse_accelerators(value: str) -> Accelerators:
+    m = ACCEL.match(value)
+    if not m:
+        raise ValueError(f"expected MODEL or MODEL:COUNT (e.g. H100:8), got {value!r}")
+    count = int(m.group(2)) if m.group(2) is not None else 1
+    if count < 1:
+        raise ValueError("the GPU count must be at least 1")
+    return Accelerators(m.group(1), count)
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    accelerators: str | None = None
+    gpu_milli: int | None = Field(default=None, ge=1, le=999)
+    cpus: float | None = Field(default=None, gt=0)
+    memory: float | None = Field(default=None, gt=0)
+    priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
+
+    @field_validator("accelerators", mode="before")
+    @classmethod
+    def _accel(cls, v: object) -> object:
+        if isinstance(v, dict) and len(v) == 1:  # {H100: 8}
+            (k, n), = v.items()
+            v = f"{k}:{n}"
+        if v is not None:
+            parse_accelerators(str(v))
+            return str(v)
+        return v
+
+    @model_validator(mode="after")
+    def _milli_needs_one(self) -> Resources:
+        if self.gpu_milli and self.accelerators and parse_accelerators(self.accelerators).count != 1:
+            raise ValueError("gpu_milli is a share of one GPU: use accelerators MODEL (count 1) with it")
+        return self
+
+    @property
+    def accel(self) -> Accelerators | None:
+        return parse_accelerators(self.accelerators) if self.accelerators else None
+
+
+class Task(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="", max_length=100)
+    resources: Resources = Field(default_factory=Resources)
+    num_nodes: int = Field(default=1, ge=1, le=64)
+    workdir: str | None = None
+    setup: str | None = None
+    run: str = Field(min_length=1)
+    envs: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    checkpoint_dir: str | None = None
+
+    @field_validator("envs")
+    @classmethod
+    def _env_names(cls, v: dict) -> dict:
+        for k in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise ValueError(f"{k!r} is not a valid environment variable name")
+        return v

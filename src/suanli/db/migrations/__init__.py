@@ -1,0 +1,1 @@
+"""Alembic migrations (package data; applied at server start)."""

@@ -1,0 +1,218 @@
+"""Database models: the persistent truth of the control plane.
+
+These are storage shapes only. API schemas live in ``suanli.api.schemas`` and
+scheduler values in ``suanli.scheduler``; converters join them explicitly.
+
+Capacity is guarded by the database itself, not by the code that writes it:
+``nodes.cpu_used``/``mem_used`` and ``gpus.used_milli`` are counters changed
+only by atomic ``UPDATE ... SET x = x + :n`` inside the allocation transaction,
+and CHECK constraints keep them within the node's capacity. Two schedulers that
+plan on stale views can both try; the second one's UPDATE violates a constraint
+and its whole transaction rolls back, so a GPU is never double-allocated, on
+SQLite and on PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from suanli.db.clock import utcnow
+
+
+class UTCDateTime(TypeDecorator):
+    """A timezone-aware UTC datetime on every backend (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):  # type: ignore[no-untyped-def]
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+    def process_result_value(self, value, dialect):  # type: ignore[no-untyped-def]
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class User(Base):
+    __tablename__ = "users"
+    __table_args__ = (CheckConstraint("role IN ('admin', 'operator', 'member')", name="ck_users_role"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    role: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiToken(Base):
+    """Only the SHA-256 of a token is kept; the token itself is shown once."""
+
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(12))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    __table_args__ = (
+        CheckConstraint("cpu_used >= 0 AND cpu_used <= cpu_milli", name="ck_nodes_cpu"),
+        CheckConstraint("mem_used >= 0 AND mem_used <= memory_mib", name="ck_nodes_mem"),
+        CheckConstraint("state IN ('ready', 'cordoned', 'down')", name="ck_nodes_state"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    zone: Mapped[str] = mapped_column(String(100), default="")
+    backend: Mapped[str] = mapped_column(String(30), default="local")
+    state: Mapped[str] = mapped_column(String(20), default="ready")
+    gpu_model: Mapped[str] = mapped_column(String(50))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    cpu_used: Mapped[int] = mapped_column(Integer, default=0)
+    mem_used: Mapped[int] = mapped_column(Integer, default=0)
+    nvlink_islands: Mapped[list] = mapped_column(JSON, default=list)
+    ib_leaf: Mapped[str] = mapped_column(String(100), default="")
+    labels: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Gpu(Base):
+    __tablename__ = "gpus"
+    __table_args__ = (
+        UniqueConstraint("node_id", "index", name="uq_gpus_node_index"),
+        CheckConstraint("used_milli >= 0 AND used_milli <= 1000", name="ck_gpus_milli"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    index: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(50))
+    uuid: Mapped[str] = mapped_column(String(100), default="")
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    virtual: Mapped[bool] = mapped_column(Boolean, default=True)
+    used_milli: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Instance(Base):
+    __tablename__ = "instances"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(100), default="")
+    state: Mapped[str] = mapped_column(String(20), default="pending")
+    gpu_models: Mapped[list] = mapped_column(JSON, default=list)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    image: Mapped[str] = mapped_column(String(200), default="")
+    disk_gib: Mapped[int] = mapped_column(Integer, default=10)
+    priority: Mapped[str] = mapped_column(String(20), default="on-demand")
+    #: What the owner asked for; the control loop moves ``state`` towards it.
+    desired: Mapped[str] = mapped_column(String(20), default="running")
+    handles: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    #: Set by the scheduler when it allocates, cleared once the launch outcome is
+    #: recorded: a row with an owner and no handles is a launch in flight.
+    launch_owner: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(100), default="")
+    state: Mapped[str] = mapped_column(String(20), default="queued")
+    spec: Mapped[dict] = mapped_column(JSON)
+    gpu_models: Mapped[list] = mapped_column(JSON, default=list)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    num_nodes: Mapped[int] = mapped_column(Integer, default=1)
+    priority: Mapped[str] = mapped_column(String(20), default="on-demand")
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    handles: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    #: Set by the scheduler when it allocates, cleared once the launch outcome is
+    #: recorded: a row with an owner and no handles is a launch in flight.
+    launch_owner: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Allocation(Base):
+    """Concrete slots held by one node's share of a workload, from ``started_at``
+    until ``ended_at`` (NULL while held). Billing reads these intervals."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (
+        CheckConstraint("(job_id IS NULL) <> (instance_id IS NULL)", name="ck_alloc_owner"),
+        Index("ix_alloc_active", "ended_at"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), nullable=True)
+    instance_id: Mapped[int | None] = mapped_column(ForeignKey("instances.id"), nullable=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    node_rank: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_model: Mapped[str] = mapped_column(String(50))
+    gpu_indices: Mapped[list] = mapped_column(JSON)
+    milli_per_gpu: Mapped[int] = mapped_column(Integer)
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[str] = mapped_column(String(20))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class Event(Base):
+    """Append-only log of every state transition (and allocation bind/release)."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_object", "kind", "object_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    ts: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    kind: Mapped[str] = mapped_column(String(20))
+    object_id: Mapped[int] = mapped_column(Integer)
+    from_state: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    to_state: Mapped[str] = mapped_column(String(20))
+    message: Mapped[str] = mapped_column(Text, default="")

@@ -1,0 +1,73 @@
+"""Engine and session setup for SQLite and PostgreSQL.
+
+On SQLite every transaction starts with ``BEGIN IMMEDIATE``: it takes the write
+lock up front (waiting up to ``busy_timeout``) instead of failing when a read
+transaction later tries to write, which is what makes concurrent API threads
+and the control loop safe on the embedded database. WAL lets readers proceed
+while the loop writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def default_sqlite_url(data_dir: Path) -> str:
+    return f"sqlite:///{(data_dir / 'suanli.db').resolve()}"
+
+
+def make_engine(url: str, pool_size: int = 10) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn):  # type: ignore[no-untyped-def]
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+
+
+class Database:
+    """One engine plus a session factory; ``transaction()`` is the unit of work."""
+
+    def __init__(self, url: str, pool_size: int = 10) -> None:
+        self.url = url
+        self.engine = make_engine(url, pool_size)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.url.startswith("sqlite")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A session whose work commits on success and rolls back on any error."""
+        with self.sessions() as session, session.begin():
+            yield session
+
+    def migrate(self) -> None:
+        from suanli.db.migrate import upgrade
+
+        upgrade(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def sqlite_path(url: str) -> Path | None:
+    return Path(url.split("///", 1)[1]) if url.startswith("sqlite:///") else None

@@ -1,0 +1,59 @@
+"""The inventory file format, validated with Pydantic (errors name the field path)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class NodeDecl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    gpu_model: str = Field(min_length=1, max_length=50)
+    gpu_count: int = Field(ge=0, le=64)
+    gpu_memory_gib: float = Field(default=0, ge=0)
+    cpu_cores: float = Field(gt=0)
+    memory_gib: float = Field(gt=0)
+    zone: str = ""
+    backend: Literal["local", "slurm", "kubernetes"] = "local"
+    ib_leaf: str = ""
+    nvlink_islands: list[list[int]] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    #: take the GPUs from NVML on this host instead of declaring them (local only)
+    discover: bool = False
+
+    @model_validator(mode="after")
+    def _islands_in_range(self) -> NodeDecl:
+        for group in self.nvlink_islands:
+            for i in group:
+                if not 0 <= i < self.gpu_count:
+                    raise ValueError(f"nvlink_islands: GPU index {i} outside 0..{self.gpu_count - 1}")
+        return self
+
+
+class Inventory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: list[NodeDecl] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Inventory:
+        names = [n.name for n in self.nodes]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate node names: {', '.join(dupes)}")
+        return self
+
+
+def load_inventory(path: Path) -> Inventory:
+    return Inventory.model_validate(yaml.safe_load(Path(path).read_text()))
+
+
+def demo_inventory() -> Inventory:
+    text = resources.files("suanli.inventory").joinpath("demo.yaml").read_text()
+    return Inventory.model_validate(yaml.safe_load(text))
