@@ -9,9 +9,13 @@ from __future__ import annotations
 import typer
 
 from suanli.cli import sim
+from suanli.cli import advise, plan, tco
 
 app = typer.Typer(no_args_is_help=True, help="Suanli (算力): rent, schedule and bill GPU compute.")
 app.add_typer(sim.app, name="sim")
+app.add_typer(advise.app, name="advise")
+app.command("tco")(tco.tco)
+app.command("plan")(plan.plan)
 
 
 def main() -> None:

@@ -1,0 +1,298 @@
+"""``suanli advise``: memory, fitting configurations, time and cost for a model.
+
+Every subcommand prints Rich tables by default and one JSON object with ``--json``;
+bad input (unknown model, precision, GPU, negative numbers) prints one line naming the
+value and exits with status 2. ``suanli tco`` and ``suanli plan`` reuse the helpers here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from suanli.advisor import AdvisorError, to_jsonable
+from suanli.advisor.catalog import find_gpu
+from suanli.advisor.cost import best_per_plan, cost_options
+from suanli.advisor.fit import fit_inference, fit_training
+from suanli.advisor.memory import estimate_inference
+from suanli.advisor.models import ModelArch, resolve_model
+from suanli.advisor.pricebook import PLANS, load_pricebook
+from suanli.advisor.timing import decode_throughput, training_time
+from suanli.advisor.training import estimate_training
+
+GIB = 2**30
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console()
+err_console = Console(stderr=True)
+
+app = typer.Typer(no_args_is_help=True,
+                  help="What to rent: memory, fitting GPUs, time and cost for a model.")
+
+TASKS = {"inference": "inference", "full-finetune": "full", "full": "full", "pretrain": "full",
+         "lora": "lora", "qlora": "qlora"}
+
+
+# ---- shared helpers (also used by suanli.cli.tco and suanli.cli.plan) -----------------
+
+def friendly_errors(func: F) -> F:
+    """Turn AdvisorError into a one-line message and exit status 2, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except AdvisorError as exc:
+            err_console.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit_json(obj: Any) -> None:
+    """Print a result as JSON on stdout (plain echo: no Rich wrapping)."""
+    typer.echo(json.dumps(to_jsonable(obj), ensure_ascii=False, indent=2))
+
+
+def gb(nbytes: float) -> str:
+    """'140.00 GB (130.39 GiB)': both units, because sources mix them."""
+    return f"{nbytes / 1e9:,.2f} GB ({nbytes / GIB:,.2f} GiB)"
+
+
+def money(value: float | None, currency: str = "CNY") -> str:
+    return "—" if value is None else f"{value:,.2f} {currency}"
+
+
+_COUNT = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*", re.IGNORECASE)
+_MULT = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def parse_count(text: str, what: str = "count") -> float:
+    """'2T' -> 2e12, '300B' -> 3e11, '1e9' -> 1e9 (a bare number is taken as is)."""
+    m = _COUNT.fullmatch(text or "")
+    if not m:
+        raise AdvisorError(f"cannot read {what} {text!r}; write e.g. 2T, 300B or 1e9")
+    value = float(m.group(1)) * _MULT[m.group(2).lower()]
+    if value <= 0:
+        raise AdvisorError(f"{what} must be > 0, got {text!r}")
+    return value
+
+
+def _task(task: str) -> str:
+    key = task.strip().lower()
+    if key not in TASKS:
+        raise AdvisorError(f"unknown task {task!r}; choose one of: {', '.join(TASKS)}")
+    return TASKS[key]
+
+
+def _model(model: Optional[str], config: Optional[Path], params: Optional[str]) -> ModelArch:
+    return resolve_model(name=model, config=config, params=params)
+
+
+def _components_table(title: str, components: dict[str, float], total: float) -> Table:
+    table = Table(title=title)
+    table.add_column("component")
+    table.add_column("memory", justify="right")
+    for name, value in components.items():
+        table.add_row(name, gb(value))
+    table.add_row("[bold]total[/bold]", f"[bold]{gb(total)}[/bold]")
+    return table
+
+
+ModelOpt = typer.Option(None, "--model", "-m", help="Bundled model name (case-insensitive)")
+ConfigOpt = typer.Option(None, "--config", help="Path to a Hugging Face config.json")
+ParamsOpt = typer.Option(None, "--params", help="Bare parameter count for a rough answer, e.g. 70B")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object for scripts")
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+@app.command()
+@friendly_errors
+def memory(
+    model: Optional[str] = ModelOpt,
+    config: Optional[Path] = ConfigOpt,
+    params: Optional[str] = ParamsOpt,
+    task: str = typer.Option("inference", help="inference | full-finetune | lora | qlora"),
+    precision: str = typer.Option("bf16", help="Weights: bf16, fp16, fp8, int8, int4, gptq-int4, awq, q4_k_m, ..."),
+    context: int = typer.Option(4096, help="Tokens per sequence (training: sequence length)"),
+    batch: int = typer.Option(1, help="Concurrent sequences (training: micro-batch per GPU)"),
+    gpus: int = typer.Option(1, help="GPUs (inference: tensor parallel; training: total)"),
+    kv_cache_dtype: str = typer.Option("bf16", help="KV cache dtype: bf16, fp16, fp8"),
+    prefill_tokens: Optional[int] = typer.Option(None, help="Largest prefill chunk (default min(context x batch, 8192))"),
+    zero: int = typer.Option(0, help="ZeRO stage 0-3 (training)"),
+    offload: str = typer.Option("none", help="none | optimizer | all (training, ZeRO)"),
+    optimizer: str = typer.Option("adamw", help="adamw | adamw8bit | sgd"),
+    mode: str = typer.Option("mixed", help="mixed (FP32 master) | bf16 (pure BF16)"),
+    tp: int = typer.Option(1, help="Tensor-parallel degree (training)"),
+    pp: int = typer.Option(1, help="Pipeline-parallel degree (training)"),
+    checkpointing: str = typer.Option("none", help="Activation checkpointing: none | full"),
+    no_flash: bool = typer.Option(False, "--no-flash", help="Attention without FlashAttention"),
+    lora_rank: int = typer.Option(16, help="LoRA rank"),
+    accounting: str = typer.Option("deepspeed", help="ZeRO accounting: deepspeed | paper"),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Memory with a breakdown per component."""
+    arch = _model(model, config, params)
+    kind = _task(task)
+    if kind == "inference":
+        est = estimate_inference(arch, precision, context, batch, kv_cache_dtype, gpus, prefill_tokens)
+        if json_out:
+            return emit_json(est)
+        console.print(_components_table(
+            f"{est.model} inference, {est.precision}, {context} tokens x {batch}, {gpus} GPU(s)",
+            est.components, est.total_bytes))
+        console.print(f"per GPU: {gb(est.per_gpu_bytes)}; KV cache {est.kv_bytes_per_token:,.0f} B/token")
+        notes = est.notes
+    else:
+        est_t = estimate_training(
+            arch, kind, gpus=gpus, zero=zero, offload=offload, optimizer=optimizer, mode=mode,
+            tp=tp, pp=pp, seq_len=context, micro_batch=batch, checkpointing=checkpointing,
+            flash_attention=not no_flash, lora_rank=lora_rank, accounting=accounting)
+        if json_out:
+            return emit_json(est_t)
+        console.print(_components_table(
+            f"{est_t.model} {kind}, {gpus} GPU(s), ZeRO-{zero}, seq {context} x {batch}: per GPU",
+            est_t.components, est_t.per_gpu_bytes))
+        if est_t.host_bytes_per_node:
+            console.print(f"host memory per node for offload: {gb(est_t.host_bytes_per_node)}")
+        notes = est_t.notes
+    for note in notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+# ---- fit ---------------------------------------------------------------------------------
+
+@app.command()
+@friendly_errors
+def fit(
+    model: Optional[str] = ModelOpt,
+    config: Optional[Path] = ConfigOpt,
+    params: Optional[str] = ParamsOpt,
+    task: str = typer.Option("inference", help="inference | full-finetune | lora | qlora"),
+    precision: str = typer.Option("bf16", help="Weights precision (inference)"),
+    context: int = typer.Option(4096, help="Tokens per sequence (training: sequence length)"),
+    batch: int = typer.Option(1, help="Concurrent sequences (training: micro-batch per GPU)"),
+    zero: int = typer.Option(3, help="ZeRO stage for training"),
+    offload: str = typer.Option("none", help="none | optimizer | all"),
+    checkpointing: str = typer.Option("full", help="Activation checkpointing: none | full"),
+    tokens: Optional[str] = typer.Option(None, help="Training tokens (e.g. 2T) to rank by total cost"),
+    mfu: Optional[float] = typer.Option(None, help="Override the default MFU per GPU class"),
+    top: int = typer.Option(12, help="Rows to show"),
+    pricebook: Optional[Path] = typer.Option(None, help="Price book YAML (default: seed prices)"),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Which GPU models x counts fit, with the parallelism implied, ranked by cost."""
+    arch = _model(model, config, params)
+    kind = _task(task)
+    book = load_pricebook(pricebook)
+    if kind == "inference":
+        options = fit_inference(arch, precision, context, batch, book=book)
+    else:
+        options = fit_training(arch, kind, zero=zero, offload=offload, seq_len=context,
+                               micro_batch=batch, checkpointing=checkpointing,
+                               tokens=parse_count(tokens, "tokens") if tokens else None,
+                               mfu=mfu, book=book)
+    if json_out:
+        return emit_json({"model": arch.name, "task": task, "options": options})
+    table = Table(title=f"{arch.name} {task}: smallest fitting configuration per GPU")
+    for col in ("#", "GPU", "GPUs", "parallelism", "per GPU", "used", "price/GPU-h", "per hour"):
+        table.add_column(col, justify="right" if col not in ("GPU", "parallelism") else "left")
+    if tokens:
+        table.add_column("hours", justify="right")
+        table.add_column("total", justify="right")
+    for o in options[:top]:
+        row = [str(o.rank), o.gpu, str(o.gpus), o.parallelism, f"{o.per_gpu_bytes / 1e9:,.1f} GB",
+               f"{o.memory_used_fraction:.0%}", money(o.price_per_gpu_hour, book.currency),
+               money(o.hourly_cost, book.currency)]
+        if tokens:
+            row += [f"{o.training_hours:,.1f}" if o.training_hours else "—",
+                    money(o.total_cost, book.currency)]
+        table.add_row(*row)
+    console.print(table)
+    if not options:
+        console.print("nothing in the catalog fits; try a lower precision, ZeRO-3 or offload")
+
+
+# ---- time --------------------------------------------------------------------------------
+
+@app.command()
+@friendly_errors
+def time(
+    model: Optional[str] = ModelOpt,
+    config: Optional[Path] = ConfigOpt,
+    params: Optional[str] = ParamsOpt,
+    gpu: str = typer.Option("H100", help="GPU model"),
+    gpus: int = typer.Option(1, help="Number of GPUs"),
+    task: str = typer.Option("full-finetune", help="inference | full-finetune | lora | qlora"),
+    tokens: Optional[str] = typer.Option(None, help="Training tokens, e.g. 2T (training tasks)"),
+    mfu: Optional[float] = typer.Option(None, help="Model FLOPs utilisation (default per GPU class)"),
+    precision: str = typer.Option("bf16", help="Weights precision (inference)"),
+    context: int = typer.Option(4096, help="Context tokens read per decode step (inference)"),
+    batch: int = typer.Option(1, help="Concurrent sequences (inference)"),
+    mbu: Optional[float] = typer.Option(None, help="Memory-bandwidth utilisation (inference)"),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Training time from 6·N·D, or the decode throughput bound from memory bandwidth."""
+    arch = _model(model, config, params)
+    hw = find_gpu(gpu)
+    kind = _task(task)
+    if kind == "inference":
+        res = decode_throughput(arch, hw, precision, gpus, batch, context, mbu)
+        if json_out:
+            return emit_json(res)
+        console.print(f"{res.model} on {gpus} x {res.gpu}, {res.precision}, batch {batch}, "
+                      f"context {context}: ≤ {res.tokens_per_second_per_sequence:,.1f} tokens/s per "
+                      f"sequence, {res.tokens_per_second_total:,.1f} tokens/s total (MBU {res.mbu:.2f}); "
+                      f"prefill of {context} tokens ≈ {res.prefill_seconds:,.2f} s")
+        return None
+    if not tokens:
+        raise AdvisorError("--tokens is required for training time (e.g. --tokens 2T)")
+    res_t = training_time(arch, parse_count(tokens, "tokens"), hw, gpus, mfu, kind)
+    if json_out:
+        return emit_json(res_t)
+    console.print(f"{res_t.model} {kind} on {gpus} x {res_t.gpu}: {res_t.flops:.3g} FLOPs at MFU "
+                  f"{res_t.mfu:.2f} → {res_t.days:,.2f} days, {res_t.gpu_hours:,.0f} GPU-hours")
+    console.print(f"[dim]MFU: {res_t.mfu_source}[/dim]")
+    for note in res_t.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    return None
+
+
+# ---- cost --------------------------------------------------------------------------------
+
+@app.command()
+@friendly_errors
+def cost(
+    gpu: str = typer.Option(..., help="GPU model, e.g. H100"),
+    gpus: int = typer.Option(1, help="Number of GPUs"),
+    hours: float = typer.Option(..., help="Hours of work"),
+    plan: list[str] = typer.Option(list(PLANS), help="Plans to price (repeat the option)"),
+    pricebook: Optional[Path] = typer.Option(None, help="Price book YAML (default: seed prices)"),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Cost of GPUs x hours across offers and plans (on-demand, monthly, reserved, spot)."""
+    book = load_pricebook(pricebook)
+    lines = cost_options(book, gpu, gpus, hours, tuple(plan))
+    if json_out:
+        return emit_json({"gpu": find_gpu(gpu).name, "gpus": gpus, "hours": hours,
+                          "currency": book.currency, "options": lines,
+                          "best_per_plan": best_per_plan(lines)})
+    table = Table(title=f"{gpus} x {find_gpu(gpu).name} for {hours:g} h")
+    for col in ("provider", "plan", "price/GPU-h", "billed GPU-h", "total", "source / note"):
+        table.add_column(col)
+    for line in lines:
+        tag = " (derived)" if line.derived else ""
+        table.add_row(line.provider, line.plan + tag, money(line.rate_per_gpu_hour, line.currency),
+                      f"{line.billed_gpu_hours:,.0f}", money(line.total, line.currency),
+                      "; ".join(x for x in (line.note, line.source) if x))
+    console.print(table)
+    if not lines:
+        console.print("no offers for this GPU in the price book")
+    return None
