@@ -165,7 +165,9 @@ class SlurmClient:
         """Re-pin a pending (e.g. requeued) job, and let it start without waiting.
 
         A requeued job waits ``cred_expire + 1`` s (BeginTime) before it may run again;
-        ``start_now`` clears that, which is what makes failover to another node fast.
+        ``start_now`` clears that, which is what makes failover to *another* node fast.
+        Do not use it to restart on the node the job just left: that slurmd still holds the
+        revoked credential and fails the job ("Job credential revoked").
         """
         args = ["scontrol", "update", f"jobid={job_id}"]
         if node:

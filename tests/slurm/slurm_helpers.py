@@ -1,0 +1,77 @@
+"""Helpers for the tests against real Slurm daemons: polling with deadlines, job tracking."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from suanli.backends.slurm import SbatchSpec, SlurmClient, SlurmError, SlurmJob, SlurmNode
+
+T = TypeVar("T")
+
+
+def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.1) -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class Jobs:
+    """Submits jobs for one test and cancels whatever is left at the end."""
+
+    def __init__(self, client: SlurmClient, out_dir: Path) -> None:
+        self.client = client
+        self.out_dir = out_dir
+        self.ids: list[int] = []
+
+    def submit(self, **fields: object) -> int:
+        fields.setdefault("output", str(self.out_dir / "%x-%j.out"))
+        fields.setdefault("workdir", str(self.out_dir))
+        job_id = self.client.submit(SbatchSpec(**fields))  # type: ignore[arg-type]
+        self.ids.append(job_id)
+        return job_id
+
+    def state(self, job_id: int, *states: str) -> SlurmJob | None:
+        """The job when it is in one of ``states``, else None."""
+        job = self.client.job(job_id)
+        return job if job is not None and job.state in states else None
+
+    def wait_state(self, job_id: int, *states: str, timeout_s: float = 20) -> SlurmJob:
+        return wait_until(lambda: self.state(job_id, *states), timeout_s, f"job {job_id} in {states}")
+
+    def wait_text(self, path: Path, text: str, timeout_s: float = 20) -> str:
+        def probe() -> str | None:
+            content = path.read_text() if path.exists() else ""
+            return content if text in content else None
+
+        return wait_until(probe, timeout_s, f"{text!r} in {path}")
+
+    def output(self, name: str, job_id: int) -> Path:
+        return self.out_dir / f"{name}-{job_id}.out"
+
+    def cancel_all(self) -> None:
+        for job_id in self.ids:
+            try:
+                self.client.cancel(job_id)
+            except SlurmError:
+                pass
+        wait_until(
+            lambda: not any(j.job_id in self.ids and j.state in ("RUNNING", "COMPLETING") for j in self.client.jobs()),
+            30,
+            "test jobs to end",
+        )
+
+
+def nodes_with_gpu(client: SlurmClient, gpu_type: str) -> list[SlurmNode]:
+    """Nodes that are up and have ``gpu_type`` GPUs, by name."""
+    return [n for n in client.nodes() if n.health == "up" and gpu_type in n.gpus()]
