@@ -1,0 +1,19 @@
+"""Registers the control-plane commands (server, login, gpus, nodes, instances,
+launch, jobs) on a Typer app — one call from ``suanli.cli``, and tests can build
+an app with only these commands."""
+
+from __future__ import annotations
+
+import typer
+
+from suanli.cli import gpus, instances, jobs, launch, login, nodes, server
+
+
+def register(app: typer.Typer) -> None:
+    app.command("server")(server.server)
+    app.command("login")(login.login)
+    app.command("gpus")(gpus.gpus)
+    app.add_typer(nodes.app, name="nodes")
+    app.add_typer(instances.app, name="instances")
+    app.command("launch")(launch.launch)
+    app.add_typer(jobs.app, name="jobs")

@@ -1,0 +1,20 @@
+"""``suanli gpus``: the GPU catalog with free capacity per model."""
+
+from __future__ import annotations
+
+import typer
+
+from suanli.cli.remote import api_errors, client, print_json, table
+
+
+def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """GPU models on offer: total and free whole GPUs (free milli for fractions)."""
+    with api_errors():
+        rows = client().gpus()
+    if as_json:
+        return print_json(rows)
+    table(
+        "GPUs",
+        ["MODEL", "MEMORY", "TOTAL", "FREE", "FREE (milli)", "NODES", "KIND"],
+        [[g["model"], f"{g['memory_gib']:g} GiB", g["total"], g["free"], g["free_milli"], g["nodes"], "virtual" if g["virtual"] else "real"] for g in rows],
+    )

@@ -1,0 +1,119 @@
+"""``suanli instances``: rent an interactive GPU environment and manage it."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from suanli.cli.remote import api_errors, client, gpu_desc, placed_on, print_json, table
+
+app = typer.Typer(help="Rent and manage instances.", no_args_is_help=True)
+
+FINAL_OR_STABLE = ("running", "stopped", "failed", "deleted")
+
+
+def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
+    if as_json:
+        return print_json(rows)
+    table(
+        title,
+        ["ID", "NAME", "STATE", "GPU", "IMAGE", "DISK", "PLACED ON", "REASON"],
+        [[i["id"], i["name"], i["state"], gpu_desc(i), i["image"], f"{i['disk_gib']} GiB", placed_on(i), i["reason"]] for i in rows],
+    )
+
+
+def _wait(instance_id: int, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    inst = client().instance(instance_id)
+    while inst["state"] not in FINAL_OR_STABLE and time.monotonic() < deadline:
+        time.sleep(0.3)
+        inst = client().instance(instance_id)
+    return inst
+
+
+@app.command("create")
+def create(
+    gpu: str = typer.Option(None, "--gpu", help="GPU model and count, MODEL[:COUNT], e.g. H100:2 (case-insensitive)."),
+    gpu_milli: int = typer.Option(0, "--gpu-milli", help="A fraction of one GPU in milli (1..999), e.g. 500."),
+    image: str = typer.Option("ubuntu:22.04", help="Image name (recorded; the local backend runs on the host)."),
+    disk: int = typer.Option(50, "--disk", help="Disk GiB; kept across stop/start."),
+    name: str = typer.Option("", help="A name for the instance."),
+    cpus: float = typer.Option(None, help="CPU cores [default: 2 per GPU]."),
+    memory: float = typer.Option(None, help="Memory GiB [default: 8 per GPU]."),
+    priority: str = typer.Option("on-demand", help="on-demand | spot | reserved."),
+    wait: bool = typer.Option(False, "--wait", help="Wait until it runs (or fails)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Create an instance; it starts once the scheduler places it."""
+    model, count = None, 0
+    if gpu:
+        model, _, n = gpu.partition(":")
+        count = int(n) if n.strip().isdigit() else (0 if gpu_milli else 1)
+        if n and not n.strip().isdigit():
+            raise typer.BadParameter(f"expected MODEL[:COUNT], got {gpu!r}", param_hint="--gpu")
+    with api_errors():
+        inst = client().create_instance(
+            name=name, gpu_model=model, gpu_count=0 if gpu_milli else count, gpu_milli=gpu_milli,
+            image=image, disk_gib=disk, cpus=cpus, memory_gib=memory, priority=priority,
+        )
+        if wait:
+            inst = _wait(inst["id"], 120)
+    if as_json:
+        return print_json(inst)
+    _show([inst], False, "Instance")
+
+
+@app.command("list")
+def list_(all_: bool = typer.Option(False, "--all", help="Include deleted."), as_json: bool = typer.Option(False, "--json")) -> None:
+    """List instances."""
+    with api_errors():
+        _show(client().instances(all_), as_json)
+
+
+@app.command("stop")
+def stop(instance_id: int, wait: bool = typer.Option(True, help="Wait until stopped."), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Stop: end its processes and free its GPUs; the disk is kept."""
+    with api_errors():
+        inst = client().stop_instance(instance_id)
+        if wait:
+            inst = _wait(instance_id, 60)
+    print_json(inst) if as_json else _show([inst], False, "Instance")
+
+
+@app.command("start")
+def start(instance_id: int, wait: bool = typer.Option(False, "--wait"), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Start a stopped instance again (queued for GPUs, same disk)."""
+    with api_errors():
+        inst = client().start_instance(instance_id)
+        if wait:
+            inst = _wait(instance_id, 120)
+    print_json(inst) if as_json else _show([inst], False, "Instance")
+
+
+@app.command("rm")
+def rm(instance_id: int, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Delete an instance and its disk (stops it first if it runs)."""
+    with api_errors():
+        inst = client().delete_instance(instance_id)
+    print_json(inst) if as_json else _show([inst], False, "Instance")
+
+
+@app.command("exec")
+def exec_(
+    instance_id: int,
+    command: list[str] = typer.Argument(..., help="Command to run (quote it or put it after --)."),
+    timeout: float = typer.Option(60.0, help="Seconds before it is killed."),
+) -> None:
+    """Run a command inside a running instance; exits with its exit code."""
+    with api_errors():
+        result = client().exec(instance_id, " ".join(command), timeout)
+    typer.echo(result["output"], nl=False)
+    raise typer.Exit(result["exit_code"])
+
+
+@app.command("logs")
+def logs(instance_id: int, tail: int = typer.Option(None, help="Only the last N bytes.")) -> None:
+    """Print the instance's log."""
+    with api_errors():
+        typer.echo(client().instance_logs(instance_id, tail), nl=False)

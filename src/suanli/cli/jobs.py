@@ -1,0 +1,80 @@
+"""``suanli jobs``: list, show, follow logs of and cancel jobs."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from suanli.cli.remote import api_errors, client, gpu_desc, placed_on, print_json, table
+
+app = typer.Typer(help="Batch jobs.", no_args_is_help=True)
+
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
+    if as_json:
+        return print_json(rows)
+    table(
+        title,
+        ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PLACED ON", "REASON"],
+        [[j["id"], j["name"], j["state"], j["exit_code"], gpu_desc(j), j["num_nodes"], placed_on(j), j["reason"]] for j in rows],
+    )
+
+
+def wait_for(job_id: int, timeout_s: float | None = None) -> dict:
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    job = client().job(job_id)
+    while job["state"] not in FINAL and (deadline is None or time.monotonic() < deadline):
+        time.sleep(0.5)
+        job = client().job(job_id)
+    return job
+
+
+@app.command("list")
+def list_(state: str = typer.Option(None, help="Only jobs in this state."), as_json: bool = typer.Option(False, "--json")) -> None:
+    """List jobs."""
+    with api_errors():
+        show(client().jobs(state), as_json)
+
+
+@app.command("show")
+def show_one(job_id: int, as_json: bool = typer.Option(False, "--json")) -> None:
+    """One job."""
+    with api_errors():
+        job = client().job(job_id)
+    print_json(job) if as_json else show([job], False, "Job")
+
+
+@app.command("logs")
+def logs(
+    job_id: int,
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    tail: int = typer.Option(None, help="Only the last N bytes."),
+) -> None:
+    """Print the job's output."""
+    with api_errors():
+        c = client()
+        if not follow:
+            typer.echo(c.job_logs(job_id, tail), nl=False)
+            return
+        shown = 0
+        while True:
+            state = c.job(job_id)["state"]
+            text = c.job_logs(job_id)
+            typer.echo(text[shown:], nl=False)
+            shown = len(text)
+            if state in FINAL:
+                return
+            time.sleep(0.5)
+
+
+@app.command("cancel")
+def cancel(job_id: int, wait: bool = typer.Option(True, help="Wait until it is cancelled."), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Cancel a job: queued ones at once, running ones by stopping their processes."""
+    with api_errors():
+        job = client().cancel_job(job_id)
+        if wait:
+            job = wait_for(job_id, 60)
+    print_json(job) if as_json else show([job], False, "Job")

@@ -1,0 +1,56 @@
+"""``suanli nodes``: list nodes, register an inventory file (operators)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+import yaml
+
+from suanli.cli.remote import api_errors, client, err_console, print_json, table
+
+app = typer.Typer(help="Nodes and their GPUs.", invoke_without_command=True)
+
+
+def _show(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        return print_json(rows)
+    table(
+        "Nodes",
+        ["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU (used/total)", "MEM GiB (used/total)", "ZONE", "KIND"],
+        [
+            [
+                n["name"], n["state"], n["backend"], f"{n['gpu_model']} x {n['gpu_count']}", n["gpus_free"],
+                f"{n['cpu_used'] / 1000:g}/{n['cpu_milli'] / 1000:g}", f"{n['mem_used'] / 1024:g}/{n['memory_mib'] / 1024:g}",
+                n["zone"], "virtual" if n["virtual"] else "real",
+            ]
+            for n in rows
+        ],
+    )
+
+
+@app.callback()
+def nodes(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List nodes (no sub-command) or manage them."""
+    if ctx.invoked_subcommand is None:
+        with api_errors():
+            _show(client().nodes(), as_json)
+
+
+@app.command("list")
+def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List nodes."""
+    with api_errors():
+        _show(client().nodes(), as_json)
+
+
+@app.command("add")
+def add(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Inventory YAML (a `nodes:` list)."), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Register the nodes of an inventory file (all or nothing)."""
+    try:
+        doc = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        err_console.print(f"[red]error[/red]: {file} is not valid YAML: {exc}")
+        raise typer.Exit(1) from None
+    with api_errors():
+        _show(client().add_nodes(doc), as_json)

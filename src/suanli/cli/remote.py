@@ -1,0 +1,63 @@
+"""Shared plumbing of the commands that talk to a server: the client, JSON or
+Rich-table output, and API errors as a one-line message with exit code 1.
+
+Tests swap ``client_factory`` for one bound to the in-process ASGI app.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from suanli.client import ApiError, SuanliClient
+
+console = Console()
+err_console = Console(stderr=True)
+
+#: Replaced in tests; returns the client every command uses.
+client_factory: Callable[[], SuanliClient] = SuanliClient.from_settings
+
+
+def client() -> SuanliClient:
+    return client_factory()
+
+
+@contextmanager
+def api_errors() -> Iterator[None]:
+    try:
+        yield
+    except ApiError as exc:
+        err_console.print(f"[red]error[/red] ({exc.code}): {exc.message}", highlight=False)
+        raise typer.Exit(1) from None
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*("" if v is None else str(v) for v in r))
+    console.print(t)
+
+
+def gpu_desc(obj: dict) -> str:
+    model = obj.get("gpu_model") or "any"
+    if obj.get("gpu_milli"):
+        return f"{model} x {obj['gpu_milli'] / 1000:g}"
+    if obj.get("gpu_count"):
+        return f"{model} x {obj['gpu_count']}"
+    return "-"
+
+
+def placed_on(obj: dict) -> str:
+    return ", ".join(f"{a['node']}[{','.join(map(str, a['gpu_indices']))}]" for a in obj.get("allocations", []))

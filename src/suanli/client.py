@@ -1,0 +1,153 @@
+"""A small synchronous client for the Suanli HTTP API (what the CLI uses).
+
+It wraps an ``httpx.Client``; pass one in to talk to something other than a
+URL — e.g. FastAPI's ``TestClient`` (an ``httpx.Client`` bound to the ASGI app)
+so CLI tests run in-process against the real app. Every non-2xx answer becomes
+an ``ApiError`` with the server's stable error ``code``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8470"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+def config_path() -> Path:
+    if os.environ.get("SUANLI_CONFIG"):
+        return Path(os.environ["SUANLI_CONFIG"])
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "suanli" / "config.json"
+
+
+@dataclass
+class Settings:
+    url: str
+    token: str | None
+
+
+def load_settings() -> Settings:
+    """The config file from ``suanli login``, overridden by SUANLI_URL / SUANLI_TOKEN."""
+    saved: dict[str, Any] = {}
+    try:
+        saved = json.loads(config_path().read_text())
+    except (FileNotFoundError, ValueError):
+        pass
+    return Settings(
+        url=os.environ.get("SUANLI_URL") or saved.get("url") or DEFAULT_URL,
+        token=os.environ.get("SUANLI_TOKEN") or saved.get("token"),
+    )
+
+
+def save_settings(settings: Settings) -> Path:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"url": settings.url, "token": settings.token}, f)
+    return path
+
+
+class SuanliClient:
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, http: httpx.Client | None = None, timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.http = http or httpx.Client(base_url=self.url, timeout=timeout)
+        self.token = token
+
+    @classmethod
+    def from_settings(cls) -> SuanliClient:
+        s = load_settings()
+        return cls(s.url, s.token)
+
+    # -- plumbing ----------------------------------------------------------------------
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            r = self.http.request(method, path, headers=headers, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiError(0, "unreachable", f"cannot reach {self.url}: {exc}") from None
+        if r.status_code >= 400:
+            try:
+                err = r.json()["error"]
+                raise ApiError(r.status_code, err.get("code", "error"), err.get("message", r.text))
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(r.status_code, "http_error", r.text[:500]) from None
+        return r.json() if r.content else None
+
+    # -- API ---------------------------------------------------------------------------
+    def me(self) -> dict:
+        return self.request("GET", "/v1/me")
+
+    def gpus(self) -> list[dict]:
+        return self.request("GET", "/v1/gpus")
+
+    def nodes(self) -> list[dict]:
+        return self.request("GET", "/v1/nodes")
+
+    def add_nodes(self, inventory: dict) -> list[dict]:
+        return self.request("POST", "/v1/nodes", json=inventory)
+
+    def create_instance(self, **body: Any) -> dict:
+        return self.request("POST", "/v1/instances", json={k: v for k, v in body.items() if v is not None})
+
+    def instances(self, include_deleted: bool = False) -> list[dict]:
+        return self.request("GET", "/v1/instances", params={"all": include_deleted})
+
+    def instance(self, instance_id: int) -> dict:
+        return self.request("GET", f"/v1/instances/{instance_id}")
+
+    def stop_instance(self, instance_id: int) -> dict:
+        return self.request("POST", f"/v1/instances/{instance_id}/stop")
+
+    def start_instance(self, instance_id: int) -> dict:
+        return self.request("POST", f"/v1/instances/{instance_id}/start")
+
+    def delete_instance(self, instance_id: int) -> dict:
+        return self.request("DELETE", f"/v1/instances/{instance_id}")
+
+    def exec(self, instance_id: int, command: str, timeout_s: float = 60.0) -> dict:
+        return self.request("POST", f"/v1/instances/{instance_id}/exec", json={"command": command, "timeout_s": timeout_s})
+
+    def instance_logs(self, instance_id: int, tail_bytes: int | None = None) -> str:
+        return self.request("GET", f"/v1/instances/{instance_id}/logs", params=_tail(tail_bytes))["text"]
+
+    def launch(self, task: dict) -> dict:
+        return self.request("POST", "/v1/jobs", json=task)
+
+    def jobs(self, state: str | None = None) -> list[dict]:
+        return self.request("GET", "/v1/jobs", params={"state": state} if state else None)
+
+    def job(self, job_id: int) -> dict:
+        return self.request("GET", f"/v1/jobs/{job_id}")
+
+    def cancel_job(self, job_id: int) -> dict:
+        return self.request("POST", f"/v1/jobs/{job_id}/cancel")
+
+    def job_logs(self, job_id: int, tail_bytes: int | None = None) -> str:
+        return self.request("GET", f"/v1/jobs/{job_id}/logs", params=_tail(tail_bytes))["text"]
+
+    def events(self, kind: str | None = None, object_id: int | None = None) -> list[dict]:
+        params = {k: v for k, v in {"kind": kind, "object_id": object_id}.items() if v is not None}
+        return self.request("GET", "/v1/events", params=params)
+
+    def create_user(self, name: str, role: str = "member", tenant: str | None = None) -> dict:
+        return self.request("POST", "/v1/users", json={"name": name, "role": role, "tenant": tenant})
+
+    def create_tenant(self, name: str) -> dict:
+        return self.request("POST", "/v1/tenants", json={"name": name})
+
+
+def _tail(tail_bytes: int | None) -> dict | None:
+    return {"tail_bytes": tail_bytes} if tail_bytes else None
