@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from suanli.advisor.catalog import GPU, load_catalog
-from suanli.advisor.errors import AdvisorError
 from suanli.advisor.memory import GIB, estimate_inference
 from suanli.advisor.models import ModelArch
 from suanli.advisor.pricebook import PriceBook, default_pricebook
@@ -127,14 +126,13 @@ def fit_training(model: ModelArch, method: str = "full", *, zero: int = 3, offlo
         done = False
         for count in TRAINING_COUNTS:
             for tp, pp in sorted(_layouts(count, model.heads), key=lambda l: (l[0] * l[1], l[1])):
-                try:
-                    est = estimate_training(
-                        model, method, gpus=count, zero=zero, offload=offload, optimizer=optimizer,
-                        mode=mode, tp=tp, pp=pp, seq_len=seq_len, micro_batch=micro_batch,
-                        checkpointing=checkpointing, flash_attention=flash_attention,
-                        lora_rank=lora_rank)
-                except AdvisorError:
-                    continue
+                # _layouts only yields divisible layouts, so any AdvisorError here is bad
+                # input (unknown stage, offload, optimizer...) and must reach the caller.
+                est = estimate_training(
+                    model, method, gpus=count, zero=zero, offload=offload, optimizer=optimizer,
+                    mode=mode, tp=tp, pp=pp, seq_len=seq_len, micro_batch=micro_batch,
+                    checkpointing=checkpointing, flash_attention=flash_attention,
+                    lora_rank=lora_rank)
                 if est.per_gpu_bytes <= gpu.memory_bytes:
                     opt = _option(gpu, count, tp, pp, count // (tp * pp), zero, est.per_gpu_bytes, book)
                     if tokens:
