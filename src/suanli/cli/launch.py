@@ -43,7 +43,7 @@ def launch(
     try:
         task = load_task(task_file)
     except ValueError as exc:
-        err_console.print(f"[red]error[/red] (invalid): {exc}", highlight=False)
+        err_console.print(f"[red]error[/red] (invalid): {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     if name:
         task["name"] = name

@@ -33,7 +33,7 @@ def api_errors() -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        err_console.print(f"[red]error[/red] ({exc.code}): {exc.message}", highlight=False)
+        err_console.print(f"[red]error[/red] ({exc.code}): {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -47,7 +47,8 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
         t.add_column(c)
     for r in rows:
         t.add_row(*("" if v is None else str(v) for v in r))
-    console.print(t)
+    # piped output (scripts, tests) gets the full table rather than an 80-column squeeze
+    (console if console.is_terminal else Console(width=200)).print(t)
 
 
 def gpu_desc(obj: dict) -> str:
