@@ -17,15 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from suanli.advisor import AdvisorError, to_jsonable
-from suanli.advisor.catalog import find_gpu
-from suanli.advisor.cost import best_per_plan, cost_options
-from suanli.advisor.fit import fit_inference, fit_training
-from suanli.advisor.memory import estimate_inference
-from suanli.advisor.models import ModelArch, resolve_model
+from suanli.advisor import AdvisorError, service, to_jsonable
+from suanli.advisor.memory import InferenceEstimate
 from suanli.advisor.pricebook import PLANS, load_pricebook
-from suanli.advisor.timing import decode_throughput, training_time
-from suanli.advisor.training import estimate_training
+from suanli.advisor.timing import DecodeThroughput
 
 GIB = 2**30
 F = TypeVar("F", bound=Callable[..., Any])
@@ -34,9 +29,6 @@ err_console = Console(stderr=True)
 
 app = typer.Typer(no_args_is_help=True,
                   help="What to rent: memory, fitting GPUs, time and cost for a model.")
-
-TASKS = {"inference": "inference", "full-finetune": "full", "full": "full", "pretrain": "full",
-         "lora": "lora", "qlora": "qlora"}
 
 
 # ---- shared helpers (also used by suanli.cli.tco and suanli.cli.plan) -----------------
@@ -84,17 +76,6 @@ def parse_count(text: str, what: str = "count") -> float:
     return value
 
 
-def _task(task: str) -> str:
-    key = task.strip().lower()
-    if key not in TASKS:
-        raise AdvisorError(f"unknown task {task!r}; choose one of: {', '.join(TASKS)}")
-    return TASKS[key]
-
-
-def _model(model: Optional[str], config: Optional[Path], params: Optional[str]) -> ModelArch:
-    return resolve_model(name=model, config=config, params=params)
-
-
 def _components_table(title: str, components: dict[str, float], total: float) -> Table:
     table = Table(title=title)
     table.add_column("component")
@@ -139,32 +120,30 @@ def memory(
     json_out: bool = JsonOpt,
 ) -> None:
     """Memory with a breakdown per component."""
-    arch = _model(model, config, params)
-    kind = _task(task)
-    if kind == "inference":
-        est = estimate_inference(arch, precision, context, batch, kv_cache_dtype, gpus, prefill_tokens)
-        if json_out:
-            return emit_json(est)
+    est = service.memory(
+        model=model, config=config, params=params, task=task, precision=precision,
+        context=context, batch=batch, gpus=gpus, kv_cache_dtype=kv_cache_dtype,
+        prefill_tokens=prefill_tokens,
+        **({} if service.task_method(task) == "inference" else dict(
+            zero=zero, offload=offload, optimizer=optimizer, mode=mode, tp=tp, pp=pp,
+            checkpointing=checkpointing, flash_attention=not no_flash, lora_rank=lora_rank,
+            accounting=accounting)))
+    if json_out:
+        return emit_json(est)
+    if isinstance(est, InferenceEstimate):
         console.print(_components_table(
             f"{est.model} inference, {est.precision}, {context} tokens x {batch}, {gpus} GPU(s)",
             est.components, est.total_bytes))
         console.print(f"per GPU: {gb(est.per_gpu_bytes)}; KV cache {est.kv_bytes_per_token:,.0f} B/token")
-        notes = est.notes
     else:
-        est_t = estimate_training(
-            arch, kind, gpus=gpus, zero=zero, offload=offload, optimizer=optimizer, mode=mode,
-            tp=tp, pp=pp, seq_len=context, micro_batch=batch, checkpointing=checkpointing,
-            flash_attention=not no_flash, lora_rank=lora_rank, accounting=accounting)
-        if json_out:
-            return emit_json(est_t)
         console.print(_components_table(
-            f"{est_t.model} {kind}, {gpus} GPU(s), ZeRO-{zero}, seq {context} x {batch}: per GPU",
-            est_t.components, est_t.per_gpu_bytes))
-        if est_t.host_bytes_per_node:
-            console.print(f"host memory per node for offload: {gb(est_t.host_bytes_per_node)}")
-        notes = est_t.notes
-    for note in notes:
+            f"{est.model} {est.method}, {gpus} GPU(s), ZeRO-{est.zero}, seq {context} x {batch}: per GPU",
+            est.components, est.per_gpu_bytes))
+        if est.host_bytes_per_node:
+            console.print(f"host memory per node for offload: {gb(est.host_bytes_per_node)}")
+    for note in est.notes:
         console.print(f"[dim]note: {note}[/dim]")
+    return None
 
 
 # ---- fit ---------------------------------------------------------------------------------
@@ -189,19 +168,17 @@ def fit(
     json_out: bool = JsonOpt,
 ) -> None:
     """Which GPU models x counts fit, with the parallelism implied, ranked by cost."""
-    arch = _model(model, config, params)
-    kind = _task(task)
     book = load_pricebook(pricebook)
-    if kind == "inference":
-        options = fit_inference(arch, precision, context, batch, book=book)
-    else:
-        options = fit_training(arch, kind, zero=zero, offload=offload, seq_len=context,
-                               micro_batch=batch, checkpointing=checkpointing,
-                               tokens=parse_count(tokens, "tokens") if tokens else None,
-                               mfu=mfu, book=book)
+    training = {} if service.task_method(task) == "inference" else dict(
+        zero=zero, offload=offload, checkpointing=checkpointing, mfu=mfu)
+    options = service.fit(model=model, config=config, params=params, task=task,
+                          precision=precision, context=context, batch=batch,
+                          tokens=parse_count(tokens, "tokens") if tokens else None,
+                          book=book, **training)
+    name = service.model_of(model, config, params).name
     if json_out:
-        return emit_json({"model": arch.name, "task": task, "options": options})
-    table = Table(title=f"{arch.name} {task}: smallest fitting configuration per GPU")
+        return emit_json({"model": name, "task": task, "options": options})
+    table = Table(title=f"{name} {task}: smallest fitting configuration per GPU")
     for col in ("#", "GPU", "GPUs", "parallelism", "per GPU", "used", "price/GPU-h", "per hour"):
         table.add_column(col, justify="right" if col not in ("GPU", "parallelism") else "left")
     if tokens:
@@ -240,27 +217,21 @@ def time(
     json_out: bool = JsonOpt,
 ) -> None:
     """Training time from 6·N·D, or the decode throughput bound from memory bandwidth."""
-    arch = _model(model, config, params)
-    hw = find_gpu(gpu)
-    kind = _task(task)
-    if kind == "inference":
-        res = decode_throughput(arch, hw, precision, gpus, batch, context, mbu)
-        if json_out:
-            return emit_json(res)
+    res = service.time(model=model, config=config, params=params, gpu=gpu, gpus=gpus, task=task,
+                       tokens=parse_count(tokens, "tokens") if tokens else None, mfu=mfu,
+                       precision=precision, context=context, batch=batch, mbu=mbu)
+    if json_out:
+        return emit_json(res)
+    if isinstance(res, DecodeThroughput):
         console.print(f"{res.model} on {gpus} x {res.gpu}, {res.precision}, batch {batch}, "
                       f"context {context}: ≤ {res.tokens_per_second_per_sequence:,.1f} tokens/s per "
                       f"sequence, {res.tokens_per_second_total:,.1f} tokens/s total (MBU {res.mbu:.2f}); "
                       f"prefill of {context} tokens ≈ {res.prefill_seconds:,.2f} s")
         return None
-    if not tokens:
-        raise AdvisorError("--tokens is required for training time (e.g. --tokens 2T)")
-    res_t = training_time(arch, parse_count(tokens, "tokens"), hw, gpus, mfu, kind)
-    if json_out:
-        return emit_json(res_t)
-    console.print(f"{res_t.model} {kind} on {gpus} x {res_t.gpu}: {res_t.flops:.3g} FLOPs at MFU "
-                  f"{res_t.mfu:.2f} → {res_t.days:,.2f} days, {res_t.gpu_hours:,.0f} GPU-hours")
-    console.print(f"[dim]MFU: {res_t.mfu_source}[/dim]")
-    for note in res_t.notes:
+    console.print(f"{res.model} {task} on {gpus} x {res.gpu}: {res.flops:.3g} FLOPs at MFU "
+                  f"{res.mfu:.2f} → {res.days:,.2f} days, {res.gpu_hours:,.0f} GPU-hours")
+    console.print(f"[dim]MFU: {res.mfu_source}[/dim]")
+    for note in res.notes:
         console.print(f"[dim]note: {note}[/dim]")
     return None
 
@@ -278,21 +249,20 @@ def cost(
     json_out: bool = JsonOpt,
 ) -> None:
     """Cost of GPUs x hours across offers and plans (on-demand, monthly, reserved, spot)."""
-    book = load_pricebook(pricebook)
-    lines = cost_options(book, gpu, gpus, hours, tuple(plan))
+    result = service.cost(gpu=gpu, gpus=gpus, hours=hours, plans=tuple(plan),
+                          book=load_pricebook(pricebook))
     if json_out:
-        return emit_json({"gpu": find_gpu(gpu).name, "gpus": gpus, "hours": hours,
-                          "currency": book.currency, "options": lines,
-                          "best_per_plan": best_per_plan(lines)})
-    table = Table(title=f"{gpus} x {find_gpu(gpu).name} for {hours:g} h")
-    for col in ("provider", "plan", "price/GPU-h", "billed GPU-h", "total", "source / note"):
-        table.add_column(col)
-    for line in lines:
+        return emit_json(result)
+    table = Table(title=f"{gpus} x {result['gpu']} for {hours:g} h")
+    for col in ("provider", "plan", "price/GPU-h", "billed GPU-h", "total", "note"):
+        table.add_column(col, justify="right" if col in ("price/GPU-h", "billed GPU-h", "total") else "left")
+    for line in result["options"]:
         tag = " (derived)" if line.derived else ""
         table.add_row(line.provider, line.plan + tag, money(line.rate_per_gpu_hour, line.currency),
-                      f"{line.billed_gpu_hours:,.0f}", money(line.total, line.currency),
-                      "; ".join(x for x in (line.note, line.source) if x))
+                      f"{line.billed_gpu_hours:,.0f}", money(line.total, line.currency), line.note)
     console.print(table)
-    if not lines:
+    console.print("[dim]sources: --json lists where each price comes from; derived prices follow "
+                  "seed 004's plan rules[/dim]")
+    if not result["options"]:
         console.print("no offers for this GPU in the price book")
     return None
