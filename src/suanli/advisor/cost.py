@@ -3,7 +3,8 @@
 Billing per plan (price book rules, from seed 004 unless said otherwise):
 
 * on-demand: per GPU-hour used;
-* monthly: whole months of ``hours_per_month`` (720 h) per GPU, used or not;
+* monthly: whole months of ``hours_per_month`` (720 h) per GPU, used or not; offers sold
+  as 8-GPU bare-metal nodes bill whole nodes;
 * reserved: 1-year term at 45 % of on-demand, refundable pro rata (seed 004: 支持随时
   退订, 按剩余期限退款), so billed per hour held;
 * spot: per hour at the spot price, plus expected re-work after reclaims. A gang of n GPUs
@@ -62,6 +63,8 @@ def cost_options(book: PriceBook, gpu: str, gpus: int, hours: float,
             continue
         rate = offer.price_per_gpu_hour
         effective, billed, note = rate, hours, ""
+        unit = offer.gpus_per_unit
+        billed_gpus = math.ceil(gpus / unit) * unit  # bare-metal nodes are rented whole
         if offer.plan == "monthly":
             months = math.ceil(hours / hpm)
             billed = months * hpm
@@ -75,10 +78,12 @@ def cost_options(book: PriceBook, gpu: str, gpus: int, hours: float,
             note = f"+{overhead:.0%} expected re-work after reclaims"
             if overhead >= 0.5:
                 note += "; too many GPUs in one gang for spot"
+        if billed_gpus != gpus:
+            note = "; ".join(x for x in (note, f"sold in {unit}-GPU nodes: {billed_gpus} GPUs billed") if x)
         lines.append(CostLine(
             provider=offer.provider, gpu=name, gpus=gpus, plan=offer.plan,
             rate_per_gpu_hour=rate, effective_rate_per_gpu_hour=effective,
-            billed_gpu_hours=billed * gpus, total=rate * billed * gpus,
+            billed_gpu_hours=billed * billed_gpus, total=rate * billed * billed_gpus,
             currency=book.currency, derived=offer.derived, source=offer.source, note=note,
         ))
     return sorted(lines, key=lambda c: (c.total, c.derived))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from suanli.advisor.catalog import GPU, load_catalog
 from suanli.advisor.memory import GIB, estimate_inference
 from suanli.advisor.models import ModelArch
-from suanli.advisor.pricebook import PriceBook, default_pricebook
+from suanli.advisor.pricebook import Offer, PriceBook, default_pricebook
 from suanli.advisor.timing import training_time
 from suanli.advisor.training import estimate_training
 
@@ -52,17 +52,15 @@ class FitOption:
     rank: int = 0
 
 
-def _price(book: PriceBook, gpu: GPU) -> tuple[float | None, str | None, str | None]:
-    """Cheapest hourly-billed price: a quoted on-demand or monthly rate, else derived."""
+def _price(book: PriceBook, gpu: GPU) -> Offer | None:
+    """Cheapest hourly-billed offer: a quoted on-demand or monthly rate, else a derived one."""
     best = None
     for plan in ("on_demand", "monthly"):
         offer = book.cheapest(gpu.name, plan)
         if offer and (best is None or (offer.derived, offer.price_per_gpu_hour)
                       < (best.derived, best.price_per_gpu_hour)):
             best = offer
-    if best is None:
-        return None, None, None
-    return best.price_per_gpu_hour, best.plan, best.source
+    return best
 
 
 def _layouts(count: int, heads: int, pp_ok: bool = True):
@@ -157,12 +155,18 @@ def fit_training(model: ModelArch, method: str = "full", *, zero: int = 3, offlo
 
 def _option(gpu: GPU, count: int, tp: int, pp: int, dp: int, zero: int | None, per_gpu: float,
             book: PriceBook) -> FitOption:
-    price, plan, source = _price(book, gpu)
+    offer = _price(book, gpu)
+    hourly = None
+    if offer:  # an 8-GPU bare-metal offer is rented in whole nodes
+        billed = -(-count // offer.gpus_per_unit) * offer.gpus_per_unit
+        hourly = offer.price_per_gpu_hour * billed
     return FitOption(
         gpu=gpu.name, gpus=count, tp=tp, pp=pp, dp=dp, parallelism=_describe(tp, pp, dp, zero),
         per_gpu_bytes=per_gpu, gpu_memory_bytes=gpu.memory_bytes,
-        memory_used_fraction=per_gpu / gpu.memory_bytes, price_per_gpu_hour=price,
-        price_plan=plan, price_source=source, hourly_cost=price * count if price else None,
+        memory_used_fraction=per_gpu / gpu.memory_bytes,
+        price_per_gpu_hour=offer.price_per_gpu_hour if offer else None,
+        price_plan=offer.plan if offer else None, price_source=offer.source if offer else None,
+        hourly_cost=hourly,
     )
 
 

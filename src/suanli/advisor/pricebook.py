@@ -37,6 +37,7 @@ class Offer:
     derived: bool = False
     instance: str = ""
     quoted: str = ""  # the price as the source wrote it
+    gpus_per_unit: int = 1  # sold only in whole units (an 8-GPU bare-metal node)
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ def parse_pricebook(data: dict[str, Any]) -> PriceBook:
             price_per_gpu_hour=_per_gpu_hour(entry, hpm, fx), source=str(entry.get("source", "")),
             instance=str(entry.get("instance", "")),
             quoted=f"{entry['price']} {entry.get('currency', currency)}/{entry.get('unit', 'gpu_hour')}",
+            gpus_per_unit=int(entry.get("gpus_per_unit", 1)) if str(entry.get("unit", "")).startswith("node") else 1,
         ))
     return PriceBook(currency=currency, hours_per_month=hpm, rules=rules,
                      offers=tuple(quoted + derive_offers(quoted, rules)))

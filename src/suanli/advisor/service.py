@@ -100,3 +100,29 @@ def tco(*, book: PriceBook | None = None, **assumptions: Any) -> TCOResult:
     if unknown:
         raise AdvisorError(f"unknown TCO assumption(s): {', '.join(sorted(unknown))}")
     return compute_tco(TCOAssumptions(**assumptions), book)
+
+
+def config_costs(*, model: str | None = None, config: str | Path | None = None,
+                 params: str | float | None = None, task: str = "inference",
+                 hours: float | None = None, tokens: float | None = None, top: int = 8,
+                 book: PriceBook | None = None, **fit_args: Any) -> list[dict[str, Any]]:
+    """Price the ``top`` fitting configurations across every plan: for training the hours
+    come from each configuration's own training time (``tokens``), for inference from
+    ``hours`` of serving. Returns, per configuration, the option and its best line per plan."""
+    book = book or load_pricebook()
+    method = task_method(task)
+    if method != "inference" and not tokens and not hours:
+        raise AdvisorError("give tokens (training) or hours to price configurations")
+    if method == "inference" and not hours:
+        raise AdvisorError("give hours of serving to price inference configurations")
+    options = fit(model=model, config=config, params=params, task=task, tokens=tokens,
+                  book=book, **fit_args)
+    out: list[dict[str, Any]] = []
+    for opt in options:
+        run_hours = opt.training_hours if (tokens and opt.training_hours) else hours
+        lines = cost_options(book, opt.gpu, opt.gpus, run_hours) if run_hours else []
+        if lines:  # GPUs without any offer in the book cannot be priced
+            out.append({"option": opt, "hours": run_hours, "best_per_plan": best_per_plan(lines)})
+        if len(out) == top:
+            break
+    return out

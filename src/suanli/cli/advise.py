@@ -241,16 +241,45 @@ def time(
 @app.command()
 @friendly_errors
 def cost(
-    gpu: str = typer.Option(..., help="GPU model, e.g. H100"),
+    gpu: Optional[str] = typer.Option(None, help="GPU model, e.g. H100 (or give --model)"),
     gpus: int = typer.Option(1, help="Number of GPUs"),
-    hours: float = typer.Option(..., help="Hours of work"),
+    hours: Optional[float] = typer.Option(None, help="Hours of work (serving hours for inference)"),
     plan: list[str] = typer.Option(list(PLANS), help="Plans to price (repeat the option)"),
+    model: Optional[str] = ModelOpt,
+    config: Optional[Path] = ConfigOpt,
+    params: Optional[str] = ParamsOpt,
+    task: str = typer.Option("inference", help="With --model: inference | full-finetune | lora | qlora"),
+    tokens: Optional[str] = typer.Option(None, help="With --model and a training task: tokens, e.g. 100B"),
+    precision: str = typer.Option("bf16", help="With --model: weights precision (inference)"),
+    context: int = typer.Option(4096, help="With --model: tokens per sequence"),
+    zero: int = typer.Option(3, help="With --model: ZeRO stage for training"),
+    top: int = typer.Option(8, help="With --model: configurations to price"),
     pricebook: Optional[Path] = typer.Option(None, help="Price book YAML (default: seed prices)"),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Cost of GPUs x hours across offers and plans (on-demand, monthly, reserved, spot)."""
-    result = service.cost(gpu=gpu, gpus=gpus, hours=hours, plans=tuple(plan),
-                          book=load_pricebook(pricebook))
+    """Cost across offers and plans (on-demand, monthly, reserved, spot), for GPUs x hours
+    or, with --model, for each fitting configuration."""
+    book = load_pricebook(pricebook)
+    if model or config or params:
+        training = {} if service.task_method(task) == "inference" else {"zero": zero}
+        rows = service.config_costs(
+            model=model, config=config, params=params, task=task, hours=hours,
+            tokens=parse_count(tokens, "tokens") if tokens else None, top=top, book=book,
+            precision=precision, context=context, **training)
+        if json_out:
+            return emit_json({"currency": book.currency, "configurations": rows})
+        table = Table(title=f"cost per fitting configuration ({book.currency})")
+        for col in ("#", "configuration", "hours", *PLANS):
+            table.add_column(col, justify="left" if col == "configuration" else "right")
+        for row in rows:
+            o, best = row["option"], row["best_per_plan"]
+            table.add_row(str(o.rank), f"{o.gpus} x {o.gpu} ({o.parallelism})", f"{row['hours']:,.1f}",
+                          *[money(best[p].total, "") if p in best else "—" for p in PLANS])
+        console.print(table)
+        return None
+    if gpu is None or hours is None:
+        raise AdvisorError("give --gpu and --hours, or --model (with --tokens or --hours)")
+    result = service.cost(gpu=gpu, gpus=gpus, hours=hours, plans=tuple(plan), book=book)
     if json_out:
         return emit_json(result)
     table = Table(title=f"{gpus} x {result['gpu']} for {hours:g} h")
