@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from suanli.advisor.catalog import find_gpu
@@ -178,15 +179,13 @@ def optimal_plan(demand: np.ndarray, prices: PlanPrices, book: PriceBook | None 
     c = np.concatenate([[prices.reserved * T], np.full(K, prices.monthly * hpm),
                         np.full(T, prices.on_demand),
                         np.full(T, prices.spot * (1 + prices.spot_overhead))])
-    cover = np.zeros((T, n))
-    cover[:, 0] = 1
+    # Sparse constraint matrices: a year of hours is 8,760 rows x 17,500 columns.
     t_idx = np.arange(T)
-    if K:
-        cover[t_idx, 1 + t_idx // hpm] = 1
-    cover[t_idx, 1 + K + t_idx] = 1
-    cover[t_idx, 1 + K + T + t_idx] = 1
-    spot_cap = np.zeros((T, n))
-    spot_cap[t_idx, 1 + K + T + t_idx] = 1
+    rows = np.concatenate([t_idx, t_idx, t_idx] + ([t_idx] if K else []))
+    cols = np.concatenate([np.zeros(T, dtype=int), 1 + K + t_idx, 1 + K + T + t_idx]
+                          + ([1 + t_idx // hpm] if K else []))
+    cover = sparse.csr_array((np.ones(rows.size), (rows, cols)), shape=(T, n))
+    spot_cap = sparse.csr_array((np.ones(T), (t_idx, 1 + K + T + t_idx)), shape=(T, n))
     constraints = [LinearConstraint(cover, lb=d, ub=np.inf),
                    LinearConstraint(spot_cap, lb=0, ub=tolerance * d)]
     integrality = np.concatenate([np.ones(1 + K), np.zeros(2 * T)])
