@@ -96,7 +96,7 @@ class ServerProcess:
     """``suanli server`` as a real process on a free loopback port."""
 
     data_dir: Path
-    db_url: str
+    db_url: str | None  #: None: the default, SQLite in the data dir
     port: int
     proc: _subprocess.Popen | None = None
 
@@ -111,8 +111,9 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server.log", "ab")
+        db = ["--db", self.db_url] if self.db_url else []
         self.proc = _subprocess.Popen(
-            cli_command("server", "--port", str(self.port), "--data-dir", str(self.data_dir), "--db", self.db_url),
+            cli_command("server", "--port", str(self.port), "--data-dir", str(self.data_dir), *db),
             stdout=log, stderr=_subprocess.STDOUT, stdin=_subprocess.DEVNULL,
         )
         wait_until(self._healthy, 60, 0.2)
