@@ -82,8 +82,10 @@ def test_activations_llama2_7b_by_hand():
     # without FlashAttention the paper's 5*a*s^2*b per layer is added
     eager = activation_bytes(m, 4096, 1, "none", flash_attention=False)
     assert eager["activations"] - a["activations"] == 5 * 32 * 4096 * 4096 * 32
-    # logits: 16-bit logits + FP32 copy = 6 * s * b * V
-    assert a["logits"] == 6 * 4096 * 32000
+    # logits: 28 B per logit per token by default (>= 12 for an unfused FP32 cross-entropy)
+    assert a["logits"] == 28 * 4096 * 32000
+    fused = activation_bytes(m, 4096, 1, "none", logit_bytes=0)
+    assert fused["logits"] == 0 and fused["activations"] == a["activations"]
     # tensor parallel with sequence parallel divides by t
     assert activation_bytes(m, 4096, 1, "none", tp=4)["activations"] == a["activations"] / 4
 

@@ -23,7 +23,13 @@ for GPT's 4h GeLU MLP with dropout. Counting the same saved tensors for a SwiGLU
 block gives s·b·h·(12 + 4·kv/a) + 8·s·b·I (37.5·sbh for Llama-2-7B). Without
 FlashAttention add the paper's 5·a·s²·b; full recomputation keeps 2·s·b·h per layer plus
 one layer's working set. Tensor parallelism with sequence parallelism divides by t.
-Logits add 6·s·b·V (16-bit logits and their FP32 copy for the loss).
+Logits add 28·s·b·V. By construction an unfused cross-entropy (HF transformers) needs at
+least 12 B per logit at its peak: it upcasts the logits to FP32 and, entering backward,
+holds the saved log-probabilities, their gradient and the logits' gradient (3 x 4 B).
+ms-swift's published LoRA runs (Qwen 1.8B/7B/14B, 512-8,192 tokens) grow by ~28 B per
+logit per token, allocator caching and framework copies included, so 28 is the default:
+one constant calibrated on those runs (BENCHMARKS.md says so). Fused/chunked kernels
+(Liger, Megatron's vocab-parallel loss) need far less; pass ``logit_bytes`` to model them.
 """
 
 from __future__ import annotations
@@ -145,9 +151,14 @@ def lora_params(model: ModelArch, rank: int = 16, targets: str = "all-linear") -
     return float(model.layers * sum(rank * (i + j) for i, j in mats))
 
 
+#: Bytes per logit per token at the loss's peak (see module doc): >= 12 by construction for
+#: an unfused FP32 cross-entropy; 28 observed in ms-swift's LoRA measurements (the default).
+LOGIT_BYTES = 28.0
+
+
 def activation_bytes(model: ModelArch, seq_len: int, micro_batch: int = 1,
                      checkpointing: str = "none", flash_attention: bool = True,
-                     tp: int = 1) -> dict[str, float]:
+                     tp: int = 1, logit_bytes: float = LOGIT_BYTES) -> dict[str, float]:
     """Saved activations for one micro-batch (all layers) and the logits, per GPU."""
     _choice("checkpointing", checkpointing, CHECKPOINTING)
     s, b, h, a = seq_len, micro_batch, model.hidden, model.heads
@@ -161,7 +172,7 @@ def activation_bytes(model: ModelArch, seq_len: int, micro_batch: int = 1,
         acts = 2 * s * b * h * model.layers + layer
     else:
         acts = layer * model.layers
-    logits = 6 * s * b * model.vocab
+    logits = logit_bytes * s * b * model.vocab
     return {"activations": acts / tp, "logits": logits / tp}
 
 
@@ -210,6 +221,7 @@ def estimate_training(
     accounting: str = "deepspeed",
     gpus_per_node: int = 8,
     runtime_overhead_gib: float = DEFAULT_RUNTIME_OVERHEAD_GIB,
+    logit_bytes: float = LOGIT_BYTES,
 ) -> TrainingEstimate:
     """Memory per GPU to train ``model`` (full fine-tune, LoRA or QLoRA)."""
     _choice("method", method, METHODS)
@@ -243,7 +255,8 @@ def estimate_training(
                       "gathered_layer": 0.0}
         notes.append(f"{method}: {trainable / 1e6:.1f} M trainable adapter parameters "
                      f"(rank {lora_rank}, {lora_targets})")
-    acts = activation_bytes(model, seq_len, micro_batch, checkpointing, flash_attention, tp)
+    require_positive("logit_bytes", logit_bytes, allow_zero=True)
+    acts = activation_bytes(model, seq_len, micro_batch, checkpointing, flash_attention, tp, logit_bytes)
     components.update(acts)
     components["runtime_overhead"] = runtime_overhead_gib * GIB
     per_gpu = sum(components.values())

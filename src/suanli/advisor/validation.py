@@ -31,6 +31,20 @@ THEBLOKE = "TheBloke GGUF model cards, 'Provided files' table (GB)"
 DS_MEMORY = "DeepSpeed docs memory.rst (deepspeedai/DeepSpeed @0cca5393), estimator examples"
 LLAMA2 = "Llama 2 paper (arXiv:2307.09288) Table 2: A100-80GB GPU-hours for 2 T tokens"
 LLAMA3 = "Meta Llama 3 model card: H100-80GB GPU-hours for 15 T+ tokens"
+SWIFT = ("modelscope/ms-swift docs/source_en/LLM/Benchmark.md @46922151 (A100 80GB, torch 2.1.1, "
+         "flash-attn 2.3.4; LoRA r=8 on c_attn, batch 1, checkpointing + flash unless stated; "
+         "GiB as reported by the framework)")
+
+#: Qwen-1 (remote-code) architectures used by the ms-swift benchmark; the MLP width is half
+#: of config.json's intermediate_size (w1 and w2 each take half).
+QWEN1 = {
+    "qwen-1_8b-chat": {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16,
+                       "intermediate_size": 5504, "vocab_size": 151936, "attention_bias": True},
+    "qwen-7b-chat": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                     "intermediate_size": 11008, "vocab_size": 151936, "attention_bias": True},
+    "qwen-14b-chat": {"hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
+                      "intermediate_size": 13696, "vocab_size": 152064, "attention_bias": True},
+}
 
 
 @dataclass(frozen=True)
@@ -158,6 +172,51 @@ def _training_points() -> list[ReferencePoint]:
     return points
 
 
+def _swift_points() -> list[ReferencePoint]:
+    """ms-swift's LoRA training measurements: totals (reported, not in the median) and the
+    differences between its flash/checkpointing runs, which isolate the activation terms."""
+
+    def lora(model: str, seq: int, batch: int = 1, checkpointing: str = "full",
+             flash: bool = True) -> float:
+        arch = from_hf_config(QWEN1[model], model)
+        est = estimate_training(arch, "lora", seq_len=seq, micro_batch=batch, lora_rank=8,
+                                lora_targets="qv", checkpointing=checkpointing, flash_attention=flash)
+        return est.per_gpu_bytes / GIB
+
+    lengths = {"qwen-1_8b-chat": (6.99, 10.71, 16.35, 23.80, 37.03),
+               "qwen-7b-chat": (18.01, 21.73, 27.74, 35.31, 48.41),
+               "qwen-14b-chat": (30.14, 34.43, 40.14, 47.95, 60.74)}
+    points = []
+    for model, values in lengths.items():
+        for seq, value in zip((512, 1024, 2048, 4096, 8192), values):
+            points.append(ReferencePoint(
+                "training-total", f"{model} LoRA, max length {seq}", value, "GiB", SWIFT, "V",
+                0.30, lambda m=model, n=seq: lora(m, n), in_median=False))
+    for batch, value in ((2, 43.11), (4, 63.81)):
+        points.append(ReferencePoint(
+            "training-total", f"qwen-7b-chat LoRA, length 2048, batch {batch}", value, "GiB", SWIFT,
+            "V", 0.30, lambda b=batch: lora("qwen-7b-chat", 2048, b), in_median=False))
+    for flash, ckpt, value in ((True, "none", 37.70), (False, "full", 27.71), (False, "none", 57.67)):
+        label = f"flash {'on' if flash else 'off'}, checkpointing {'on' if ckpt == 'full' else 'off'}"
+        points.append(ReferencePoint(
+            "training-total", f"qwen-7b-chat LoRA, length 2048, {label}", value, "GiB", SWIFT, "V",
+            0.30, lambda f=flash, c=ckpt: lora("qwen-7b-chat", 2048, checkpointing=c, flash=f),
+            in_median=False))
+    # Differences between runs cancel the framework's fixed and per-token overheads and leave
+    # the activation terms the formulas predict: dropping checkpointing (flash on) adds the
+    # saved tensors of every layer; dropping flash (no checkpointing) adds 5·a·s²·b per layer.
+    points.append(ReferencePoint(
+        "activations (difference)", "qwen-7b-chat 2048: no checkpointing minus checkpointing (flash on)",
+        37.70 - 27.74, "GiB", SWIFT, "V", 0.20,
+        lambda: lora("qwen-7b-chat", 2048, checkpointing="none") - lora("qwen-7b-chat", 2048)))
+    points.append(ReferencePoint(
+        "activations (difference)", "qwen-7b-chat 2048: no flash minus flash (no checkpointing)",
+        57.67 - 37.70, "GiB", SWIFT, "V", 0.10,
+        lambda: lora("qwen-7b-chat", 2048, checkpointing="none", flash=False)
+        - lora("qwen-7b-chat", 2048, checkpointing="none")))
+    return points
+
+
 def _time_points() -> list[ReferencePoint]:
     a100, h100 = find_gpu("A100"), find_gpu("H100")
     rows = [("Llama-2-7B", 2e12, a100, 184_320, LLAMA2), ("Llama-2-13B", 2e12, a100, 368_640, LLAMA2),
@@ -192,7 +251,8 @@ def _decode_points() -> list[ReferencePoint]:
 
 def reference_points() -> list[ReferencePoint]:
     """Every reference row, memory first."""
-    return _qwen_points() + _weight_points() + _training_points() + _time_points() + _decode_points()
+    return (_qwen_points() + _weight_points() + _training_points() + _swift_points()
+            + _time_points() + _decode_points())
 
 
 @dataclass(frozen=True)
@@ -210,7 +270,7 @@ def summarise(points: list[ReferencePoint]) -> list[AccuracySummary]:
     groups: dict[str, list[ReferencePoint]] = {}
     for p in points:
         groups.setdefault(p.kind, []).append(p)
-    memory_rows = [p for p in points if p.in_median and p.kind != "time" and p.kind != "decode"]
+    memory_rows = [p for p in points if p.in_median and p.kind in ("memory", "weights", "training-memory")]
     groups["memory (all)"] = memory_rows
     for kind, rows in groups.items():
         errors = [abs(p.relative_error) for p in rows]

@@ -117,6 +117,8 @@ def memory(
     no_flash: bool = typer.Option(False, "--no-flash", help="Attention without FlashAttention"),
     lora_rank: int = typer.Option(16, help="LoRA rank"),
     accounting: str = typer.Option("deepspeed", help="ZeRO accounting: deepspeed | paper"),
+    logit_bytes: float = typer.Option(28.0, help="Bytes per logit per token at the loss (28: measured "
+                                                 "on ms-swift; >= 12 for unfused FP32 cross-entropy; ~0 fused)"),
     json_out: bool = JsonOpt,
 ) -> None:
     """Memory with a breakdown per component."""
@@ -127,7 +129,7 @@ def memory(
         **({} if service.task_method(task) == "inference" else dict(
             zero=zero, offload=offload, optimizer=optimizer, mode=mode, tp=tp, pp=pp,
             checkpointing=checkpointing, flash_attention=not no_flash, lora_rank=lora_rank,
-            accounting=accounting)))
+            accounting=accounting, logit_bytes=logit_bytes)))
     if json_out:
         return emit_json(est)
     if isinstance(est, InferenceEstimate):
