@@ -15,7 +15,7 @@ when the number of training tokens is given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from suanli.advisor.catalog import GPU, load_catalog
 from suanli.advisor.memory import GIB, estimate_inference
@@ -136,7 +136,7 @@ def fit_training(model: ModelArch, method: str = "full", *, zero: int = 3, offlo
                     if tokens:
                         t = training_time(model, tokens, gpu, count, mfu, method)
                         total = opt.hourly_cost * t.seconds / 3600 if opt.hourly_cost else None
-                        opt = _replace(opt, training_hours=t.seconds / 3600, total_cost=total)
+                        opt = replace(opt, training_hours=t.seconds / 3600, total_cost=total)
                     options.append(opt)
                     done = True
                     break
@@ -170,14 +170,9 @@ def _option(gpu: GPU, count: int, tp: int, pp: int, dp: int, zero: int | None, p
     )
 
 
-def _replace(opt: FitOption, **kw) -> FitOption:
-    from dataclasses import replace
-    return replace(opt, **kw)
-
-
 def _rank(options: list[FitOption], key) -> list[FitOption]:
     ordered = sorted(options, key=key)
-    return [_replace(o, rank=i + 1) for i, o in enumerate(ordered)]
+    return [replace(o, rank=i + 1) for i, o in enumerate(ordered)]
 
 
 __all__ = ["FitOption", "fit_inference", "fit_training", "GIB"]

@@ -70,9 +70,8 @@ KV_BITS: dict[str, int] = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "fp32": 
 
 def find_precision(name: str) -> Precision:
     """Look up a precision case-insensitively (``Q4_K_M``, ``GPTQ-Int4``, ``awq``)."""
-    key = name.strip().lower().replace("_", "_")
+    key = name.strip().lower().replace("gptq_int", "gptq-int")
     key = _ALIASES.get(key, key)
-    key = key.replace("gptq_int", "gptq-int")
     if key in PRECISIONS:
         return PRECISIONS[key]
     raise AdvisorError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
