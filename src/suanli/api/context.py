@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from suanli.backends.base import Backend
+from suanli.control.auth import TokenCache
 from suanli.control.loop import ControlLoop
 from suanli.db.session import Database
 
@@ -16,6 +17,7 @@ class ServerContext:
     backends: dict[str, Backend]
     data_dir: Path
     loop: ControlLoop | None = None
+    tokens: TokenCache = field(default_factory=TokenCache)
 
     def wake(self) -> None:
         """New or changed work: let the control loop act now rather than next tick."""

@@ -15,4 +15,4 @@ def context(request: Request) -> ServerContext:
 def principal(request: Request, ctx: ServerContext = Depends(context)) -> Principal:
     header = request.headers.get("authorization", "")
     token = header[7:].strip() if header.lower().startswith("bearer ") else None
-    return authenticate(ctx.db, token)
+    return authenticate(ctx.db, token, ctx.tokens)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,13 +50,44 @@ def _issue(session: Session, user: User) -> str:
     return token
 
 
-def authenticate(db: Database, token: str | None) -> Principal:
+class TokenCache:
+    """Recently verified tokens (by hash) for a few seconds: saves a query per
+    request under load. Only successes are cached; a revoked token stops working
+    within ``ttl_s``."""
+
+    def __init__(self, ttl_s: float = 10.0, size: int = 10_000) -> None:
+        self.ttl_s, self.size = ttl_s, size
+        self._hits: dict[str, tuple[float, Principal]] = {}
+
+    def get(self, key: str) -> Principal | None:
+        hit = self._hits.get(key)
+        if hit is None or hit[0] < time.monotonic():
+            return None
+        return hit[1]
+
+    def put(self, key: str, who: Principal) -> None:
+        if len(self._hits) >= self.size:
+            self._hits.clear()
+        self._hits[key] = (time.monotonic() + self.ttl_s, who)
+
+
+def authenticate(db: Database, token: str | None, cache: TokenCache | None = None) -> Principal:
     if not token:
         raise Unauthorized("missing bearer token (suanli login, or SUANLI_TOKEN)")
+    key = hash_token(token)
+    if cache is not None and (who := cache.get(key)) is not None:
+        return who
+    who = _lookup(db, key)
+    if cache is not None:
+        cache.put(key, who)
+    return who
+
+
+def _lookup(db: Database, token_hash: str) -> Principal:
     with db.sessions() as s:
         row = s.execute(
             select(User).join(ApiToken, ApiToken.user_id == User.id).where(
-                ApiToken.token_hash == hash_token(token), ApiToken.revoked.is_(False)
+                ApiToken.token_hash == token_hash, ApiToken.revoked.is_(False)
             )
         ).scalar_one_or_none()
         if row is None:

@@ -2,7 +2,8 @@
 
 A tick is a numbered recipe (as in Kueue's ``schedule()``):
 
-1. reconcile running work with the backends (exits, stops, cancels);
+1. reconcile running work with the backends (stops and cancels every tick,
+   exits every ``poll_interval_s``);
 2. schedule: place waiting work and claim allocations;
 3. launch what was claimed.
 
@@ -48,6 +49,7 @@ class ControlLoop:
         policy: str = "suanli",
         interval_s: float = 0.5,
         stop_grace_s: float = 10.0,
+        poll_interval_s: float | None = None,
     ) -> None:
         self.db = db
         self.backends = backends
@@ -55,6 +57,10 @@ class ControlLoop:
         self.policy = make_policy(policy)
         self.interval_s = interval_s
         self.stop_grace_s = stop_grace_s
+        #: how often every running task's status is asked of its backend (it costs
+        #: O(running tasks)); stop and cancel requests are handled on every tick.
+        self.poll_interval_s = 2 * interval_s if poll_interval_s is None else poll_interval_s
+        self._last_poll = 0.0
         #: identifies this process's claims; a fresh id per start, so claims of a
         #: killed predecessor are recognisably someone else's.
         self.owner = f"{uuid.uuid4().hex[:12]}"
@@ -74,7 +80,10 @@ class ControlLoop:
     def tick(self) -> PassResult:
         with self._tick_lock:
             t0 = time.perf_counter()
-            reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s)  # 1
+            poll = time.monotonic() - self._last_poll >= self.poll_interval_s
+            if poll:
+                self._last_poll = time.monotonic()
+            reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s, only_stops=not poll)  # 1
             result = schedule_pass(self.db, self.policy, list(self.backends), self.owner)  # 2
             for kind, wid in result.claimed:  # 3
                 launch(self.db, self.backends, kind, wid, self.owner, self.data_dir)

@@ -43,15 +43,17 @@ class Observed:
     stop_wanted: bool  #: cancel (job) or stop/delete (instance) requested
 
 
-def _observe(db: Database) -> list[Observed]:
+def _observe(db: Database, only_stops: bool) -> list[Observed]:
+    jq = select(Job).where(Job.state == "running", Job.handles.is_not(None))
+    iq = select(Instance).where(Instance.state.in_(("running", "stopping")), Instance.handles.is_not(None))
+    if only_stops:
+        jq = jq.where(Job.cancel_requested.is_(True))
+        iq = iq.where((Instance.state == "stopping") | (Instance.desired != "running"))
     with db.transaction() as s:
-        out = [
-            Observed("job", j.id, j.state, [Handle.from_json(h) for h in j.handles or []], j.cancel_requested)
-            for j in s.scalars(select(Job).where(Job.state == "running", Job.handles.is_not(None)))
-        ]
+        out = [Observed("job", j.id, j.state, [Handle.from_json(h) for h in j.handles or []], j.cancel_requested) for j in s.scalars(jq)]
         out += [
             Observed("instance", i.id, i.state, [Handle.from_json(h) for h in i.handles or []], i.state == "stopping" or i.desired != "running")
-            for i in s.scalars(select(Instance).where(Instance.state.in_(("running", "stopping")), Instance.handles.is_not(None)))
+            for i in s.scalars(iq)
         ]
     return out
 
@@ -60,10 +62,12 @@ def _backend(backends: dict[str, Backend], h: Handle) -> Backend | None:
     return backends.get(h.backend)
 
 
-def reconcile_running(db: Database, backends: dict[str, Backend], data_dir: Path, grace_s: float = 10.0) -> int:
-    """Settle finished, failed and to-be-stopped work; returns how many rows changed."""
+def reconcile_running(db: Database, backends: dict[str, Backend], data_dir: Path, grace_s: float = 10.0, only_stops: bool = False) -> int:
+    """Settle finished, failed and to-be-stopped work; returns how many rows
+    changed. ``only_stops``: just act on stop/cancel requests (cheap; the status
+    of every task is polled on a slower cadence)."""
     changed = 0
-    for ob in _observe(db):
+    for ob in _observe(db, only_stops):
         if ob.stop_wanted:
             for h in ob.handles:
                 b = _backend(backends, h)

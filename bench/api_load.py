@@ -1,0 +1,184 @@
+"""Load benchmark of the control plane: instance create + list against a real
+server process on PostgreSQL, with N concurrent clients (default 50).
+
+Each client is a renter in its own tenant: it loops ``POST /v1/instances``
+(a 0.1-GPU instance, so the scheduler places and launches most of them while
+the benchmark runs) then ``GET /v1/instances`` (its own list). A baseline phase
+hits ``GET /healthz`` with the same concurrency in the same run, so the figures
+come with a ratio to the server's floor on this machine.
+
+    .venv/bin/python bench/api_load.py                       # fresh PostgreSQL database
+    .venv/bin/python bench/api_load.py --db sqlite           # the embedded database
+    .venv/bin/python bench/api_load.py --clients 50 --seconds 20 --json out/api_load.json
+
+Client and server share the machine's cores; the numbers are for the whole box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from sqlalchemy import create_engine, text
+
+PG_ADMIN = os.environ.get("SUANLI_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+async def drive(url: str, tokens: list[str], seconds: float, ops: list[tuple[str, str, dict | None]]) -> dict:
+    """Every client repeats ``ops`` until time is up; returns latencies by op."""
+    lat: dict[str, list[float]] = {name: [] for name, _, _ in ops}
+    errors = 0
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=len(tokens), max_keepalive_connections=len(tokens))
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+
+        async def client(token: str) -> None:
+            nonlocal errors
+            headers = {"Authorization": f"Bearer {token}"}
+            while time.perf_counter() < deadline:
+                for name, method, body in ops:
+                    t0 = time.perf_counter()
+                    r = await http.request(method, "/v1/instances" if name != "healthz" else "/healthz", json=body, headers=headers)
+                    lat[name].append(time.perf_counter() - t0)
+                    if r.status_code >= 400:
+                        errors += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(t) for t in tokens))
+        wall = time.perf_counter() - t0
+    n = sum(len(v) for v in lat.values())
+    return {
+        "requests": n,
+        "errors": errors,
+        "wall_s": round(wall, 2),
+        "rps": round(n / wall, 1),
+        "p50_ms": round(pct([x for v in lat.values() for x in v], 50) * 1000, 1),
+        "p99_ms": round(pct([x for v in lat.values() for x in v], 99) * 1000, 1),
+        "by_op": {
+            name: {"count": len(v), "p50_ms": round(pct(v, 50) * 1000, 1), "p99_ms": round(pct(v, 99) * 1000, 1),
+                   "mean_ms": round(statistics.fmean(v) * 1000, 1) if v else None}
+            for name, v in lat.items()
+        },
+    }
+
+
+def make_users(url: str, admin: str, n: int) -> list[str]:
+    tokens = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30) as c:
+        for i in range(n):
+            c.post("/v1/tenants", json={"name": f"bench-{i}"}).raise_for_status()
+            r = c.post("/v1/users", json={"name": f"renter-{i}", "role": "member", "tenant": f"bench-{i}"})
+            r.raise_for_status()
+            tokens.append(r.json()["token"])
+    return tokens
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", default="postgresql", help="postgresql (a fresh database on the local server), sqlite, or a URL")
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--baseline-seconds", type=float, default=8.0)
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="suanli-bench-"))
+    drop = None
+    if args.db == "postgresql":
+        name = f"suanli_bench_{uuid.uuid4().hex[:8]}"
+        admin_engine = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        with admin_engine.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+        db_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+
+        def drop() -> None:  # noqa: F811
+            with admin_engine.connect() as c:
+                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    elif args.db == "sqlite":
+        db_url = f"sqlite:///{tmp / 'suanli.db'}"
+    else:
+        db_url = args.db
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp / "server.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "suanli.api", "--port", str(port), "--data-dir", str(tmp / "data"), "--db", db_url],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            raise SystemExit("server did not start: " + (tmp / "server.log").read_text()[-2000:])
+        admin = (tmp / "data" / "admin-token").read_text().strip()
+        tokens = make_users(url, admin, args.clients)
+
+        baseline = asyncio.run(drive(url, tokens, args.baseline_seconds, [("healthz", "GET", None)]))
+        create = {"gpu_milli": 100, "image": "bench", "disk_gib": 1}
+        load = asyncio.run(drive(url, tokens, args.seconds, [("create", "POST", create), ("list", "GET", None)]))
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60) as c:
+            rows = c.get("/v1/instances").json()
+        states: dict[str, int] = {}
+        for r in rows:
+            states[r["state"]] = states.get(r["state"], 0) + 1
+        result = {
+            "db": "postgresql" if db_url.startswith("postgresql") else "sqlite",
+            "clients": args.clients,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+            "baseline_healthz": baseline,
+            "create_list": load,
+            "ratio_rps_vs_healthz": round(load["rps"] / baseline["rps"], 3) if baseline["rps"] else None,
+            "instances_after": states,
+        }
+        print(json.dumps(result, indent=2))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=2))
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        # the benchmark's instances are processes on this host: stop what the server left
+        for handle in (tmp / "data" / "workloads").glob("*/handle.json"):
+            try:
+                os.killpg(int(json.loads(handle.read_text())["pgid"]), 9)
+            except (ProcessLookupError, ValueError, KeyError):
+                pass
+        if drop is not None:
+            drop()
+
+
+if __name__ == "__main__":
+    main()
