@@ -122,3 +122,11 @@ def test_bad_input_exits_nonzero_with_message(args, needle):
     assert isinstance(res.exception, SystemExit)  # no traceback
     assert needle in res.output
     assert "Traceback" not in res.output
+
+
+def test_memory_on_gpu_option():
+    data = json.loads(run("advise", "memory", "--model", "qwen2.5-72b", "--precision", "awq",
+                          "--context", "32768", "--gpu", "H100", "--json").output)
+    assert data["total_bytes"] > 0 and data["on_gpu"]["fits"] and data["on_gpu"]["max_batch"] >= 1
+    res = run("advise", "memory", "--model", "qwen2.5-72b", "--gpu", "H100")
+    assert res.exit_code == 0 and "does not fit" in res.output

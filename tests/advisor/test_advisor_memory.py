@@ -128,3 +128,18 @@ def test_max_context_for_fits_the_gpu():
 def test_bad_input_names_the_value(kwargs, needle):
     with pytest.raises(AdvisorError, match=needle):
         estimate_inference(find_model("Llama-2-7B"), **kwargs)
+
+
+def test_fit_on_gpu_reports_room_left():
+    from suanli.advisor.memory import fit_on_gpu, max_batch_for
+
+    m = find_model("Qwen2.5-72B")
+    fit = fit_on_gpu(m, "awq", "H100 SXM5 80GB", 80e9, context=32768)
+    assert fit.fits and fit.headroom_bytes == pytest.approx(80e9 - fit.per_gpu_bytes)
+    n = max_batch_for(m, "awq", 80e9, context=32768)
+    assert n == fit.max_batch
+    assert estimate_inference(m, "awq", context=32768, batch=n).per_gpu_bytes <= 80e9
+    assert estimate_inference(m, "awq", context=32768, batch=n + 1).per_gpu_bytes > 80e9
+    # BF16 weights alone (145 GB) cannot fit one 80 GB GPU
+    assert not fit_on_gpu(m, "bf16", "H100 SXM5 80GB", 80e9).fits
+    assert max_batch_for(m, "bf16", 80e9) == 0

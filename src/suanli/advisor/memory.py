@@ -166,5 +166,51 @@ def max_context_for(model: ModelArch, precision: str, gpu_bytes: float, gpus: in
     return lo
 
 
+def max_batch_for(model: ModelArch, precision: str, gpu_bytes: float, gpus: int = 1,
+                  context: int = 4096, kv_cache_dtype: str = "bf16") -> int:
+    """Most concurrent sequences of ``context`` tokens that fit (0 if one does not)."""
+    def fits(batch: int) -> bool:
+        return estimate_inference(model, precision, context=context, batch=batch,
+                                  kv_cache_dtype=kv_cache_dtype, gpus=gpus).per_gpu_bytes <= gpu_bytes
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 1_000_000
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+@dataclass(frozen=True)
+class GPUFit:
+    """Whether an inference set-up fits ``gpus`` GPUs of one model, and how much room is left:
+    the longest context at the requested concurrency, and the most sequences at the context."""
+
+    gpu: str
+    gpus: int
+    fits: bool
+    per_gpu_bytes: float
+    gpu_memory_bytes: float
+    headroom_bytes: float
+    max_context: int
+    max_batch: int
+
+
+def fit_on_gpu(model: ModelArch, precision: str, gpu_name: str, gpu_memory_bytes: float,
+               gpus: int = 1, context: int = 4096, batch: int = 1,
+               kv_cache_dtype: str = "bf16") -> GPUFit:
+    """Check one set-up against one GPU model (capacity in bytes, from the catalog)."""
+    est = estimate_inference(model, precision, context, batch, kv_cache_dtype, gpus)
+    return GPUFit(
+        gpu=gpu_name, gpus=gpus, fits=est.per_gpu_bytes <= gpu_memory_bytes,
+        per_gpu_bytes=est.per_gpu_bytes, gpu_memory_bytes=gpu_memory_bytes,
+        headroom_bytes=gpu_memory_bytes - est.per_gpu_bytes,
+        max_context=max_context_for(model, precision, gpu_memory_bytes, gpus, batch, kv_cache_dtype),
+        max_batch=max_batch_for(model, precision, gpu_memory_bytes, gpus, context, kv_cache_dtype),
+    )
+
+
 __all__ = ["AdvisorError", "InferenceEstimate", "estimate_inference", "weight_bytes",
-           "kv_bytes_per_token", "activation_workspace_bytes", "max_context_for", "GIB"]
+           "kv_bytes_per_token", "activation_workspace_bytes", "max_context_for",
+           "max_batch_for", "GPUFit", "fit_on_gpu", "GIB"]

@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from suanli.advisor import AdvisorError, service, to_jsonable
-from suanli.advisor.memory import InferenceEstimate
+from suanli.advisor.catalog import find_gpu
+from suanli.advisor.memory import InferenceEstimate, fit_on_gpu
 from suanli.advisor.pricebook import PLANS, load_pricebook
 from suanli.advisor.timing import DecodeThroughput
 
@@ -107,6 +108,8 @@ def memory(
     gpus: int = typer.Option(1, help="GPUs (inference: tensor parallel; training: total)"),
     kv_cache_dtype: str = typer.Option("bf16", help="KV cache dtype: bf16, fp16, fp8"),
     prefill_tokens: Optional[int] = typer.Option(None, help="Largest prefill chunk (default min(context x batch, 8192))"),
+    gpu: Optional[str] = typer.Option(None, help="Inference: check the fit on this GPU model "
+                                                 "(--gpus of them) and show the room left"),
     zero: int = typer.Option(0, help="ZeRO stage 0-3 (training)"),
     offload: str = typer.Option("none", help="none | optimizer | all (training, ZeRO)"),
     optimizer: str = typer.Option("adamw", help="adamw | adamw8bit | sgd"),
@@ -130,13 +133,23 @@ def memory(
             zero=zero, offload=offload, optimizer=optimizer, mode=mode, tp=tp, pp=pp,
             checkpointing=checkpointing, flash_attention=not no_flash, lora_rank=lora_rank,
             accounting=accounting, logit_bytes=logit_bytes)))
+    on_gpu = None
+    if gpu and isinstance(est, InferenceEstimate):
+        hw = find_gpu(gpu)
+        on_gpu = fit_on_gpu(service.model_of(model, config, params), precision, hw.name,
+                            hw.memory_bytes, gpus, context, batch, kv_cache_dtype)
     if json_out:
-        return emit_json(est)
+        return emit_json(est if on_gpu is None else {**to_jsonable(est), "on_gpu": on_gpu})
     if isinstance(est, InferenceEstimate):
         console.print(_components_table(
             f"{est.model} inference, {est.precision}, {context} tokens x {batch}, {gpus} GPU(s)",
             est.components, est.total_bytes))
         console.print(f"per GPU: {gb(est.per_gpu_bytes)}; KV cache {est.kv_bytes_per_token:,.0f} B/token")
+        if on_gpu is not None:
+            verdict = "[green]fits[/green]" if on_gpu.fits else "[red]does not fit[/red]"
+            console.print(f"{gpus} x {on_gpu.gpu} ({on_gpu.gpu_memory_bytes / 1e9:g} GB each): {verdict}; "
+                          f"room for {on_gpu.max_batch:,} sequence(s) of {context:,} tokens, or one batch "
+                          f"of {batch} at up to {on_gpu.max_context:,} tokens")
     else:
         console.print(_components_table(
             f"{est.model} {est.method}, {gpus} GPU(s), ZeRO-{est.zero}, seq {context} x {batch}: per GPU",
