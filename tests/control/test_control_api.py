@@ -203,3 +203,14 @@ def _alive(pid: int) -> bool:
     from suanli.backends.local.process import start_ticks
 
     return start_ticks(pid) is not None
+
+
+def test_advisor_router_memory_and_tco(server: Server) -> None:
+    mem = server.post("/v1/advise/memory", {"model": "qwen2.5-72b", "precision": "int4", "context": 32768}, expect=200).json()
+    assert mem["model"] == "Qwen2.5-72B" and mem["total_bytes"] > 0
+    bad = server.post("/v1/advise/memory", {"model": "no-such-model"})
+    assert bad.status_code == 422 and "no-such-model" in bad.json()["error"]["message"]
+    assert server.post("/v1/advise/memory", {"config": "/etc/passwd"}).status_code == 422  # no server-side paths
+    tco = server.post("/v1/advise/tco", {"gpus": 256, "utilization": 0.6}, expect=200).json()
+    assert tco["cheaper"] in ("rent", "build")
+    assert server.http.post("/v1/advise/tco", json={}).status_code == 401

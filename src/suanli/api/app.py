@@ -8,7 +8,7 @@ from sqlalchemy import text
 from suanli import __version__
 from suanli.api import errors, metrics
 from suanli.api.context import ServerContext
-from suanli.api.routes import instances, jobs, nodes, users
+from suanli.api.routes import advise, instances, jobs, nodes, users
 
 
 def create_app(ctx: ServerContext) -> FastAPI:
@@ -24,6 +24,6 @@ def create_app(ctx: ServerContext) -> FastAPI:
         loop = ctx.loop
         return {"ok": True, "loop_ticks": loop.stats.ticks if loop else None}
 
-    for module in (users, nodes, instances, jobs):
+    for module in (users, nodes, instances, jobs, advise):
         app.include_router(module.router)
     return app

@@ -1,0 +1,69 @@
+"""Advisor API: thin JSON wrappers over ``suanli.advisor.service`` (memory, TCO).
+
+The request bodies mirror the service keywords; a model comes by bundled name or
+parameter count (a server never reads a ``config.json`` path a client names).
+Advisor errors are 422 with the advisor's message, which names the bad value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from suanli.advisor import AdvisorError, service, to_jsonable
+from suanli.api.deps import principal
+from suanli.control.auth import Principal
+from suanli.control.errors import Invalid
+
+router = APIRouter(prefix="/v1/advise", tags=["advisor"])
+
+
+class MemoryQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(default=None, description="bundled model name, e.g. qwen2.5-72b")
+    params: str | float | None = Field(default=None, description="or a parameter count, e.g. 70B")
+    task: str = "inference"
+    precision: str = "bf16"
+    context: int = Field(default=4096, ge=1)
+    batch: int = Field(default=1, ge=1)
+    gpus: int = Field(default=1, ge=1)
+    kv_cache_dtype: str = "bf16"
+    prefill_tokens: int | None = Field(default=None, ge=1)
+    training: dict[str, Any] = Field(default_factory=dict, description="zero, offload, optimizer, checkpointing, lora_rank, ...")
+
+
+class TcoQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int | None = Field(default=None, ge=1)
+    gpu_model: str | None = None
+    gpu_price: float | None = Field(default=None, gt=0)
+    depreciation_years: float | None = Field(default=None, gt=0)
+    residual_fraction: float | None = Field(default=None, ge=0, le=1)
+    utilization: float | None = Field(default=None, gt=0, le=1)
+    rent_per_gpu_hour: float | None = Field(default=None, gt=0)
+
+
+def _answer(call: Any) -> Any:
+    try:
+        return to_jsonable(call())
+    except (AdvisorError, TypeError) as exc:
+        raise Invalid(str(exc)) from None
+
+
+@router.post("/memory")
+def memory(q: MemoryQuery, who: Principal = Depends(principal)) -> Any:
+    """GPU memory for inference or training of a model."""
+    args = q.model_dump(exclude={"training"}, exclude_none=True)
+    return _answer(lambda: service.memory(**args, **q.training))
+
+
+@router.post("/tco")
+def tco(q: TcoQuery, who: Principal = Depends(principal)) -> Any:
+    """Rent versus build (assumptions default to the seed-003 figures)."""
+    return _answer(lambda: service.tco(**q.model_dump(exclude_none=True)))
+
+
