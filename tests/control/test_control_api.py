@@ -156,7 +156,8 @@ def test_cancel_queued_job_and_unschedulable_waits(server: Server) -> None:
     wait_state(server, "job", blocker["id"], ("running",))
     waiting = server.post("/v1/jobs", {"resources": {"accelerators": "Ascend-910B:1"}, "run": "true"}, expect=201).json()
     wait_until(lambda: server.ctx.loop.stats.unplaced.get(("job", waiting["id"])) == "gpu")
-    assert server.get(f"/v1/jobs/{waiting['id']}")["state"] == "queued"
+    job = server.get(f"/v1/jobs/{waiting['id']}")
+    assert job["state"] == "queued" and job["reason"] == "waiting for capacity (gpu)"
     assert server.post(f"/v1/jobs/{waiting['id']}/cancel", expect=200).json()["state"] == "cancelled"
     server.post(f"/v1/jobs/{blocker['id']}/cancel", expect=200)
     wait_state(server, "job", blocker["id"], ("cancelled",))
@@ -214,3 +215,14 @@ def test_advisor_router_memory_and_tco(server: Server) -> None:
     tco = server.post("/v1/advise/tco", {"gpus": 256, "utilization": 0.6}, expect=200).json()
     assert tco["cheaper"] in ("rent", "build")
     assert server.http.post("/v1/advise/tco", json={}).status_code == 401
+
+
+def test_nvml_discovery_degrades_to_virtual() -> None:
+    """Without a driver (this machine) discovery finds nothing and never raises;
+    NVML names shorten to the catalog's model names."""
+    from suanli.backends.local.nvml import discover_gpus, short_model_name
+
+    assert isinstance(discover_gpus(), list)
+    assert short_model_name("NVIDIA H100 80GB HBM3") == "H100"
+    assert short_model_name("NVIDIA GeForce RTX 4090") == "RTX4090"
+    assert short_model_name("NVIDIA H200") == "H200"

@@ -19,6 +19,13 @@ class ServerContext:
     loop: ControlLoop | None = None
     tokens: TokenCache = field(default_factory=TokenCache)
 
+    def waiting_reason(self, kind: str, workload_id: int) -> str | None:
+        """Why the last scheduling pass could not place this waiting row, if it tried."""
+        if self.loop is None:
+            return None
+        reason = self.loop.stats.unplaced.get((kind, workload_id))
+        return f"waiting for capacity ({reason})" if reason else None
+
     def wake(self) -> None:
         """New or changed work: let the control loop act now rather than next tick."""
         if self.loop is not None:

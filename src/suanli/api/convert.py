@@ -31,20 +31,22 @@ def allocations_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int,
     return out
 
 
-def instance_out(row: Instance, allocs: list[schemas.AllocationOut]) -> schemas.InstanceOut:
+def instance_out(row: Instance, allocs: list[schemas.AllocationOut], waiting: str | None = None) -> schemas.InstanceOut:
     return schemas.InstanceOut(
         id=row.id, name=row.name, state=row.state, desired=row.desired,
         gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
         cpu_milli=row.cpu_milli, memory_mib=row.memory_mib, image=row.image, disk_gib=row.disk_gib,
-        priority=row.priority, reason=row.reason, allocations=allocs, created_at=row.created_at, updated_at=row.updated_at,
+        priority=row.priority, reason=(waiting if row.state == "pending" and waiting else row.reason),
+        allocations=allocs, created_at=row.created_at, updated_at=row.updated_at,
     )
 
 
-def job_out(row: Job, allocs: list[schemas.AllocationOut]) -> schemas.JobOut:
+def job_out(row: Job, allocs: list[schemas.AllocationOut], waiting: str | None = None) -> schemas.JobOut:
     return schemas.JobOut(
         id=row.id, name=row.name, state=row.state, exit_code=row.exit_code,
         gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
-        num_nodes=row.num_nodes, priority=row.priority, cancel_requested=row.cancel_requested, reason=row.reason,
+        num_nodes=row.num_nodes, priority=row.priority, cancel_requested=row.cancel_requested,
+        reason=(waiting if row.state == "queued" and waiting else row.reason),
         allocations=allocs, created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
         spec=row.spec,
     )

@@ -134,3 +134,17 @@ def launch(db: Database, backends: dict[str, Backend], kind: str, workload_id: i
         transition(s, row, "running", f"started on {', '.join(sp.node for sp in specs)}")
         if isinstance(row, Job):
             row.started_at = utcnow()
+
+
+def fail_launch(db: Database, kind: str, workload_id: int, owner: str, error: str) -> None:
+    """The launch itself broke (not the backend): release and fail the row we
+    claimed, so it does not sit claimed until the next restart."""
+    with db.transaction() as s:
+        row = s.get(_model(kind), workload_id)
+        if row is None or row.launch_owner != owner or row.handles is not None:
+            return
+        row.launch_owner = None
+        give_back(s, row)
+        transition(s, row, "failed", f"launch failed: {error}")
+        if isinstance(row, Job):
+            row.finished_at = utcnow()

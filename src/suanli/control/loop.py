@@ -23,7 +23,7 @@ from pathlib import Path
 
 from suanli.backends.base import Backend
 from suanli.control import reconcile
-from suanli.control.launcher import launch
+from suanli.control.launcher import fail_launch, launch
 from suanli.control.scheduling import PassResult, schedule_pass
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
@@ -86,7 +86,11 @@ class ControlLoop:
             reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s, only_stops=not poll)  # 1
             result = schedule_pass(self.db, self.policy, list(self.backends), self.owner)  # 2
             for kind, wid in result.claimed:  # 3
-                launch(self.db, self.backends, kind, wid, self.owner, self.data_dir)
+                try:
+                    launch(self.db, self.backends, kind, wid, self.owner, self.data_dir)
+                except Exception as exc:
+                    log.exception("launching %s %s failed", kind, wid)
+                    fail_launch(self.db, kind, wid, self.owner, f"{type(exc).__name__}: {exc}")
             self.stats.ticks += 1
             self.stats.launched += len(result.claimed)
             self.stats.conflicts += result.conflicts

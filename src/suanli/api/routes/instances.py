@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1/instances", tags=["instances"])
 
 
 def _out(ctx: ServerContext, row: Instance) -> InstanceOut:
-    return instance_out(row, allocations_for(ctx.db, [row]).get(row.id, []))
+    return instance_out(row, allocations_for(ctx.db, [row]).get(row.id, []), ctx.waiting_reason("instance", row.id))
 
 
 def to_request(body: InstanceCreate) -> instances.InstanceRequest:
@@ -37,7 +37,7 @@ def create(body: InstanceCreate, ctx: ServerContext = Depends(context), who: Pri
 def list_(all: bool = Query(False, description="include deleted"), ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[InstanceOut]:
     rows = instances.list_(ctx.db, who, include_deleted=all)
     allocs = allocations_for(ctx.db, rows)
-    return [instance_out(r, allocs.get(r.id, [])) for r in rows]
+    return [instance_out(r, allocs.get(r.id, []), ctx.waiting_reason("instance", r.id)) for r in rows]
 
 
 @router.get("/{instance_id}", response_model=InstanceOut)

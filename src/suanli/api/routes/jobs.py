@@ -28,13 +28,13 @@ def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = D
 def list_(state: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[JobOut]:
     rows = jobs.list_(ctx.db, who, state)
     allocs = allocations_for(ctx.db, rows)
-    return [job_out(r, allocs.get(r.id, [])) for r in rows]
+    return [job_out(r, allocs.get(r.id, []), ctx.waiting_reason("job", r.id)) for r in rows]
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
 def get(job_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
     row = jobs.get(ctx.db, who, job_id)
-    return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []))
+    return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []), ctx.waiting_reason("job", row.id))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
