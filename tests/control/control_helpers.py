@@ -155,34 +155,6 @@ class ServerProcess:
         return _json.loads(self.cli(*args).stdout)
 
 
-#: Runs the real ``suanli`` entry point. While ``suanli.cli.sim`` (another
-#: engineer's module, imported by ``suanli.cli``) is not in the tree yet, an
-#: empty stand-in is registered so the control-plane commands stay testable; the
-#: stand-in is never used once the real module exists.
-CLI_BOOT = (
-    "import importlib.util, pathlib, sys, types, typer\n"
-    "cli = pathlib.Path(importlib.util.find_spec('suanli').origin).parent / 'cli'\n"
-    "if not (cli / 'sim.py').exists() and not (cli / 'sim').is_dir():\n"
-    "    m = types.ModuleType('suanli.cli.sim'); m.app = typer.Typer(); sys.modules['suanli.cli.sim'] = m\n"
-    "from suanli.cli import main\n"
-    "sys.argv[0] = 'suanli'\n"
-    "main()\n"
-)
-
-
 def cli_command(*args: str) -> list[str]:
-    return [_sys.executable, "-c", CLI_BOOT, *args]
-
-
-def ensure_cli_importable() -> None:
-    """The in-process form of ``CLI_BOOT``'s stand-in."""
-    import importlib.util
-    import types
-
-    import typer
-
-    cli = Path(importlib.util.find_spec("suanli").origin).parent / "cli"  # type: ignore[arg-type]
-    if not (cli / "sim.py").exists() and not (cli / "sim").is_dir() and "suanli.cli.sim" not in _sys.modules:
-        m = types.ModuleType("suanli.cli.sim")
-        m.app = typer.Typer()  # type: ignore[attr-defined]
-        _sys.modules["suanli.cli.sim"] = m
+    """The installed ``suanli`` entry point of this virtual environment."""
+    return [str(Path(_sys.executable).parent / "suanli"), *args]

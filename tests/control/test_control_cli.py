@@ -11,11 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from control_helpers import Server, ensure_cli_importable, wait_until
-
-ensure_cli_importable()
-
-from suanli.cli import controlplane, remote  # noqa: E402
+from control_helpers import Server, wait_until
+from suanli.cli import controlplane, remote
 
 runner = CliRunner()
 

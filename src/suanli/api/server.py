@@ -77,6 +77,7 @@ def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print) 
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     ctx, boot = build(data_dir, db_url)
     url = f"http://{host}:{port}"
     echo(f"suanli server: {url}  (API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})")
