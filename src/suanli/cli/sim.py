@@ -18,7 +18,7 @@ from suanli.sim.plot import plot_alloc
 from suanli.sim.traces import TraceError, load_nodes, load_pods
 
 app = typer.Typer(no_args_is_help=True, help="Simulate scheduling policies on real cluster traces.")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 NODES = typer.Option(..., "--nodes", help="node list CSV (openb_node_list_*.csv)")
 PODS = typer.Option(..., "--pods", help="pod list CSV (openb_pod_list_*.csv)")

@@ -64,23 +64,37 @@ class TargetWorkload:
 
 
 class OnlineTarget:
-    """Learns the target from arriving requests; re-derives it at growing intervals
-    (every 2^k requests, then every ``every``) so early decisions adapt quickly and
-    late ones stay cheap."""
+    """Learns the target from arriving requests.
 
-    def __init__(self, every: int = 256, coverage: float = 0.95) -> None:
+    Every ``check_every`` requests it re-derives the mix and adopts it only if it
+    drifted by more than ``drift`` (total variation distance) from the one in use:
+    a policy caching scores per target then re-plans a handful of times while the
+    mix settles, instead of after every request.
+    """
+
+    def __init__(self, check_every: int = 32, drift: float = 0.05, coverage: float = 0.95) -> None:
         self.counts: Counter[TaskShape] = Counter()
-        self.every = every
+        self.check_every = check_every
+        self.drift = drift
         self.coverage = coverage
         self.seen = 0
         self.current = TargetWorkload((), np.zeros(0))
 
     def observe(self, req: Request) -> bool:
-        """Count ``req``; return True when the target changed."""
+        """Count ``req``; return True when the target in use changed."""
         self.counts[TaskShape.of(req)] += 1
         self.seen += 1
-        n = self.seen
-        if (n & (n - 1)) == 0 and n < self.every or n % self.every == 0:
-            self.current = TargetWorkload.from_counts(self.counts, self.coverage)
-            return True
-        return False
+        if self.seen % self.check_every and self.seen > 1:
+            return False
+        candidate = TargetWorkload.from_counts(self.counts, self.coverage)
+        if distance(candidate, self.current) <= self.drift:
+            return False
+        self.current = candidate
+        return True
+
+
+def distance(a: TargetWorkload, b: TargetWorkload) -> float:
+    """Total variation distance between two mixes (shapes missing from one weigh 0)."""
+    pa = dict(zip(a.shapes, a.weights))
+    pb = dict(zip(b.shapes, b.weights))
+    return 0.5 * sum(abs(pa.get(s, 0.0) - pb.get(s, 0.0)) for s in pa.keys() | pb.keys())

@@ -1,0 +1,89 @@
+"""Each policy on a tiny cluster whose right answer is worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from suanli.scheduler import Allocation, Request
+
+from .factories import cluster, node, scheduler, share, whole
+
+
+def test_best_fit_prefers_least_weighted_leftover():
+    # small: 2 GPUs, 16 cores; big: 8 GPUs, 96 cores; pod: 1 GPU, 4 cores.
+    # raw(small) = floor(100*(1 - (0.5*12000/128000 + 0.5*1000/8000))) = floor(89.06) = 89
+    # raw(big)   = floor(100*(1 - (0.5*92000/128000 + 0.5*7000/8000))) = floor(20.31) = 20
+    # normalised: small 100, big 0.
+    state = cluster(node("small", gpus=2, cpu=16_000), node("big"))
+    s = scheduler("best_fit", state)
+    p = s.place(whole(1, cpu=4000))
+    assert p.allocation.node == "small" and p.score == 100
+    assert p.allocation.gpu_indices == (0,)
+
+
+def test_dot_product_prefers_smallest_alignment():
+    # free vectors: small (0.125, 0.25), big (0.75, 1.0); pod (0.03125, 0.125)
+    # dot(small) = 0.03516 -> floor(100*(1-0.01758)) = 98 ; dot(big) = 0.14844 -> 92
+    state = cluster(node("small", gpus=2, cpu=16_000), node("big"))
+    p = scheduler("dot_product", state).place(whole(1, cpu=4000))
+    assert (p.allocation.node, p.score) == ("small", 98)
+
+
+def test_gpu_packing_fills_partly_used_gpu_first():
+    # empty 2-GPU node: case 3 -> max(33-2, 2) = 31.
+    # used node, GPU 3 has 500 free, pod 300: case 1 -> 100 - (50 % idle)//10 = 95, GPU 3 (tightest).
+    state = cluster(node("empty", gpus=2), node("used"), used={"used": [0, 0, 0, 500]})
+    p = scheduler("gpu_packing", state).place(share(300))
+    assert (p.allocation.node, p.allocation.gpu_indices, p.score) == ("used", (3,), 95)
+    # a 600-milli pod does not fit GPU 3: it takes a free GPU on the used node, case 2 -> 50 - 1 = 49 > 31.
+    p = scheduler("gpu_packing", state).place(share(600))
+    assert (p.allocation.node, p.allocation.gpu_indices, p.score) == ("used", (0,), 49)
+
+
+def test_gpu_clustering_keeps_classes_together():
+    # sharer holds a shared pod (idle 7700): band 75 + 25*300//8000 = 75
+    # whole holds a 1-GPU pod (idle 7000): band 0 + 25*1000//8000 = 3 ; empty: 25 + 0 = 25
+    state = cluster(node("sharer"), node("whole"), node("empty"))
+    s = scheduler("gpu_clustering", state)
+    s.reserve("a", Allocation("sharer", (0,), 300, 0, 0))
+    s.reserve("b", Allocation("whole", (0,), 1000, 0, 0))
+    p = s.place(share(200))
+    assert (p.allocation.node, p.score) == ("sharer", 75)
+    # a CPU-only request scores 0 everywhere: first in the seeded node order wins.
+    cpu_only = s.place(Request(cpu_milli=1000))
+    assert cpu_only.allocation.node == state.nodes[int(np.argmin(s.ranks))].name
+
+
+def test_fgd_removes_fragmentation_and_picks_the_gpu():
+    # Target: one task shape, 500 milli + 1 core. Node a has GPUs free [300, 1000]: the
+    # 300 on GPU 0 is too small for the target, F(a) = 300.
+    # 300 on a/GPU0 -> [0, 1000]: F = 0, delta +300 -> floor(100*sigmoid(0.3)) = 57
+    # 300 on a/GPU1 -> [300, 700]: F = 300, delta 0 -> 50 ; on b -> [700, 1000]: delta 0 -> 50
+    state = cluster(node("a", gpus=2), node("b", gpus=2), used={"a": [700, 0]})
+    p = scheduler("fgd", state, target=[share(500)]).place(share(300))
+    assert (p.allocation.node, p.allocation.gpu_indices, p.score) == ("a", (0,), 57)
+
+
+def test_fgd_keeps_cpu_where_gpus_need_it():
+    # Target: 1 GPU + 2 cores. A CPU-only pod of 2 cores on `tight` (2 cores) leaves its
+    # GPU unusable: F 0 -> 1000, delta -1000 -> floor(100*sigmoid(-1)) = 26; on `roomy`: 50.
+    state = cluster(node("tight", gpus=1, cpu=2000), node("roomy", gpus=1, cpu=10_000))
+    p = scheduler("fgd", state, target=[whole(1, cpu=2000)]).place(Request(cpu_milli=2000))
+    assert (p.allocation.node, p.score) == ("roomy", 50)
+
+
+def test_random_is_seeded_and_only_picks_feasible_nodes():
+    state = cluster(node("full", gpus=1), node("a"), node("b"), used={"full": [1000]})
+    picks = [scheduler("random", state, seed=7).place(whole(1)).allocation.node for _ in range(3)]
+    assert len(set(picks)) == 1 and picks[0] in {"a", "b"}
+    seen = {scheduler("random", state, seed=s).place(whole(1)).allocation.node for s in range(20)}
+    assert seen == {"a", "b"}
+
+
+def test_online_fgd_learns_the_mix():
+    state = cluster(node("a", gpus=2), node("b", gpus=2), used={"a": [700, 0]})
+    s = scheduler("fgd_online", state)
+    for _ in range(40):  # the mix it sees is all 500-milli pods
+        s.policy.observe(share(500))
+    assert [sh.milli_per_gpu for sh in s.policy.target.shapes] == [500]
+    assert s.place(share(300)).allocation.gpu_indices == (0,)
