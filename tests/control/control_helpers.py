@@ -99,6 +99,8 @@ class ServerProcess:
     db_url: str | None  #: None: the default, SQLite in the data dir
     port: int
     proc: _subprocess.Popen | None = None
+    #: None: pass --data-dir; else run in this directory with the default ./.suanli
+    cwd: Path | None = None
 
     @property
     def url(self) -> str:
@@ -112,9 +114,11 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server.log", "ab")
         db = ["--db", self.db_url] if self.db_url else []
+        where = [] if self.cwd else ["--data-dir", str(self.data_dir)]
+        env = {k: v for k, v in _os.environ.items() if k != "SUANLI_DATA_DIR"}
         self.proc = _subprocess.Popen(
-            cli_command("server", "--port", str(self.port), "--data-dir", str(self.data_dir), *db),
-            stdout=log, stderr=_subprocess.STDOUT, stdin=_subprocess.DEVNULL,
+            cli_command("server", "--port", str(self.port), *where, *db),
+            stdout=log, stderr=_subprocess.STDOUT, stdin=_subprocess.DEVNULL, cwd=self.cwd, env=env,
         )
         wait_until(self._healthy, 60, 0.2)
         return self

@@ -12,8 +12,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_server_cli_launch_example_job(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    srv = ServerProcess(data, None, free_port())
+    # as ./scripts/run does: no --data-dir, no --db -> ./.suanli with SQLite
+    data = tmp_path / ".suanli"
+    srv = ServerProcess(data, None, free_port(), cwd=tmp_path)
     srv.start()
     try:
         printed = (data / "server.log").read_text()

@@ -60,7 +60,7 @@ def build(
     stop_grace_s: float = 10.0,
     policy: str = "suanli",
 ) -> tuple[ServerContext, Bootstrap]:
-    data_dir = Path(data_dir)
+    data_dir = Path(data_dir).expanduser().resolve()  # tasks run with other working directories
     data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(db_url or default_sqlite_url(data_dir))
     db.migrate()

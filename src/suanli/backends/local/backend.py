@@ -48,7 +48,7 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        self.root = Path(root).resolve()  # tasks run with other working directories
         self.root.mkdir(parents=True, exist_ok=True)
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
