@@ -78,6 +78,9 @@ def request_shape(req: Request) -> tuple:
 class NodeLocalPolicy(Policy):
     """A policy whose node score is a function of that node's state alone."""
 
+    #: Benchmarks switch this off to measure the naive rescore-everything baseline.
+    use_cache: bool = True
+
     def __init__(self) -> None:
         self.cache = ScoreCache()
 
@@ -92,7 +95,7 @@ class NodeLocalPolicy(Policy):
             n = state.num_nodes
             entry = _CacheEntry(np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64))
             self.cache.entries[key] = entry
-        stale = feasible[entry.versions[feasible] != state.version[feasible]]
+        stale = feasible if not self.use_cache else feasible[entry.versions[feasible] != state.version[feasible]]
         if stale.size:
             s, extra = self.node_scores(state, req, stale)
             entry.scores[stale] = s

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from suanli.scheduler.model import Request
-from suanli.scheduler.policies.fragmentation import TargetArrays, hypothetical_states, node_fragmentation
+from suanli.scheduler.policies.fragmentation import TargetArrays, fragmentation_after, node_fragmentation
 from suanli.scheduler.policies.target import OnlineTarget, TargetWorkload
 from suanli.scheduler.policy import NodeLocalPolicy, pick_lowest_free
 from suanli.scheduler.state import ClusterState
@@ -52,13 +52,21 @@ class FGD(NodeLocalPolicy):
         the GPU does not fit), (K, 1) otherwise."""
         t = self.arrays(state)
         f0 = node_fragmentation(state.gpu_free[idx], state.cpu_free[idx], state.model_id[idx], t)
-        free, cpu, model, fit = hypothetical_states(
-            state, idx, req.milli_per_gpu, req.gpus_used, req.cpu_milli, req.is_sharing
-        )
-        f1 = node_fragmentation(free, cpu, model, t).reshape(fit.shape)
+        f1, fit = fragmentation_after(state, idx, req.milli_per_gpu, req.gpus_used, req.cpu_milli, req.is_sharing, t)
         return f0[:, None] - f1, fit
 
     def node_scores(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if idx.size > 64:
+            # Cold start of a request shape: many nodes are in identical states (every
+            # empty node of a type), so score each distinct state once.
+            rows = np.column_stack((state.model_id[idx], state.cpu_free[idx], state.gpu_free[idx]))
+            _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            if first.size < idx.size:
+                scores, gpus = self._score(state, req, idx[first])
+                return scores[inverse.ravel()], gpus[inverse.ravel()]
+        return self._score(state, req, idx)
+
+    def _score(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         delta, fit = self.fragmentation_change(state, req, idx)
         scores = np.where(fit, sigmoid_score(delta), -1)
         return scores.max(axis=1), scores.argmax(axis=1)

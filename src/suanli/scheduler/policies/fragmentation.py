@@ -79,29 +79,40 @@ def cluster_fragmentation(state: ClusterState, t: TargetArrays) -> float:
     return float(node_fragmentation(state.gpu_free, state.cpu_free, state.model_id, t).sum())
 
 
-def hypothetical_states(
-    state: ClusterState, idx: np.ndarray, milli: int, gpus: int, cpu: int, sharing: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Node states after placing a request on nodes ``idx``.
+def fragmentation_after(
+    state: ClusterState, idx: np.ndarray, milli: int, gpus: int, cpu: int, sharing: bool, t: TargetArrays
+) -> tuple[np.ndarray, np.ndarray]:
+    """F(n) after placing a request on each node of ``idx``, and a mask of legal choices.
 
-    A shared request is tried on every GPU: returns (K*G, G) rows, row k*G+i being
-    node k with GPU i charged, plus a (K, G) mask of GPUs that fit. Other requests
-    take ``gpus`` GPUs in ascending idle order among those that fit (the lowest
-    indices first for whole GPUs): (K, G) rows and an all-true (K, 1) mask.
-    Returns (gpu_free rows, cpu rows, model rows, fit mask).
+    A shared request is tried on every GPU: (K, G) results, -1 in the mask where the
+    GPU does not fit. Charging GPU i only changes that GPU's terms, so the per-task
+    counts are updated from the node's current ones instead of recomputed: O(K*G*M)
+    rather than O(K*G*M*G). Other requests take ``gpus`` GPUs in ascending idle order
+    among those that fit (the lowest indices first for whole GPUs): (K, 1) results.
     """
     free = state.gpu_free[idx].astype(np.int64)
     cpu_after = state.cpu_free[idx] - cpu
-    k, g = free.shape
-    if sharing:
-        hyp = np.repeat(free[:, None, :], g, axis=1)  # (K, G, G)
-        diag = np.arange(g)
-        hyp[:, diag, diag] -= milli
-        fit = free >= milli
-        return hyp.reshape(k * g, g), np.repeat(cpu_after, g), np.repeat(state.model_id[idx], g), fit
-    hyp = free.copy()
-    if gpus:
-        key = np.where(free >= milli, free, np.iinfo(np.int64).max)
-        order = np.argsort(key, axis=1, kind="stable")[:, :gpus]
-        np.put_along_axis(hyp, order, np.take_along_axis(hyp, order, axis=1) - milli, axis=1)
-    return hyp, cpu_after, state.model_id[idx], np.ones((k, 1), dtype=bool)
+    model = state.model_id[idx]
+    if not sharing:
+        hyp = free.copy()
+        if gpus:
+            key = np.where(free >= milli, free, np.iinfo(np.int64).max)
+            order = np.argsort(key, axis=1, kind="stable")[:, :gpus]
+            np.put_along_axis(hyp, order, np.take_along_axis(hyp, order, axis=1) - milli, axis=1)
+        f1 = node_fragmentation(hyp, cpu_after, model, t)
+        return f1[:, None], np.ones((len(idx), 1), dtype=bool)
+    if t.weights.size == 0:
+        return np.zeros(free.shape), free >= milli
+    need = t.milli[None, None, :]  # (1, 1, M)
+    fits_now = (free[:, :, None] >= need).sum(axis=1)  # (K, M)
+    small_now = np.where(free[:, :, None] >= need, 0, free[:, :, None]).sum(axis=1)
+    x = free[:, :, None]  # (K, G, 1): GPU i before
+    y = x - milli  # after
+    fits = fits_now[:, None, :] - (x >= need) + (y >= need)  # (K, G, M)
+    small = small_now[:, None, :] - np.where(x < need, x, 0) + np.where(y < need, y, 0)
+    idle = free.sum(axis=1)[:, None, None] - milli
+    can_host = (
+        (fits >= t.gpus) & (cpu_after[:, None, None] >= t.cpu) & t.model_ok[:, model].T[:, None, :] & (need > 0)
+    )
+    f1 = np.where(can_host, small, idle) @ t.weights
+    return f1, free >= milli
