@@ -1,0 +1,249 @@
+"""A rating run: read allocations, instances and transfers; meter, rate, post.
+
+    python -m suanli.billing rate --db URL     (or POST /v1/billing/rate, suanli rate)
+
+1. ``since`` = the period holding the last completed run's cutoff (the watermark):
+   everything before it is already rated, so only those periods are metered again.
+2. Intervals -> final records (``metering.split``), priced with the price version in
+   force at each record's period start (old usage keeps its price), rated with
+   ``rating``: spot at the model's utilisation at period start (capped by a bid),
+   GPUs under a monthly/reserved subscription at zero (the fee paid for them).
+3. ``posting.post``: one transaction per batch, idempotent on (kind, source, period).
+4. Advance the watermark, then apply budgets (alerts, hard cap).
+A crash anywhere leaves committed batches posted once; the next run finishes the rest.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import or_, select
+
+from suanli.billing import metering, rating
+from suanli.billing.posting import PostResult, Records, post
+from suanli.billing.pricebook import PLANS, PriceBook
+from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms, versions
+from suanli.billing.tables import RatingState, Subscription, Transfer
+from suanli.db.models import Allocation, Instance, Node
+from suanli.db.session import Database
+
+PLAN_OF_PRIORITY = {"on-demand": "on_demand", "spot": "spot", "reserved": "reserved"}
+PLAN_NAMES = list(PLANS) + ["covered"]
+
+
+@dataclass
+class Intervals:
+    """GPU allocation intervals as arrays (what the store reads, or a benchmark makes)."""
+
+    source_id: np.ndarray
+    tenant_id: np.ndarray
+    workload_kind: np.ndarray  # 0 instance, 1 job
+    workload_id: np.ndarray
+    model_code: np.ndarray
+    milli: np.ndarray          # GPUs x milli per GPU
+    plan_code: np.ndarray      # index into PLANS
+    start_ms: np.ndarray
+    end_ms: np.ndarray         # metering.OPEN while held
+    models: list[str]
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    cutoff_ms: int
+    since_ms: int
+    records: int
+    posted: PostResult
+    budget_actions: list[str]
+
+
+def version_index(effective: np.ndarray, period: np.ndarray) -> np.ndarray:
+    return np.clip(np.searchsorted(effective, period, side="right") - 1, 0, None)
+
+
+def utilisation(iv: Intervals, capacity: dict[int, int], model_code: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """Permille of each model's GPUs allocated at each period start (spot pricing):
+    per model, milli started by p minus milli ended by p, from sorted cumulative sums."""
+    out = np.zeros(model_code.size, dtype=np.int64)
+    for m in np.unique(model_code):
+        cap = capacity.get(int(m), 0)
+        want = model_code == m
+        if not cap:
+            out[want] = 1000
+            continue
+        mine = iv.model_code == m
+        starts, ends = iv.start_ms[mine], iv.end_ms[mine]
+        so, eo = np.argsort(starts), np.argsort(ends)
+        cs = np.concatenate([[0], np.cumsum(iv.milli[mine][so])])
+        ce = np.concatenate([[0], np.cumsum(iv.milli[mine][eo])])
+        p, back = np.unique(period[want], return_inverse=True)  # a few distinct period starts
+        busy = cs[np.searchsorted(starts[so], p, side="right")] - ce[np.searchsorted(ends[eo], p, side="right")]
+        out[want] = np.minimum(1000, busy * 1000 // cap)[back]
+    return out
+
+
+def rate_gpu_intervals(iv: Intervals, books: list[tuple[int, int, PriceBook]], cutoff_ms: int, since_ms: int,
+                       period_ms: int, capacity: dict[int, int] | None = None,
+                       covered: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None) -> Records:
+    """Pure: intervals -> rated records (``covered(tenant, model, period)`` -> subscription plan code or -1)."""
+    pc = metering.split(iv.start_ms, iv.end_ms, cutoff_ms, since_ms, period_ms)
+    i = pc.index
+    model, plan = iv.model_code[i], iv.plan_code[i].copy()
+    reserved = plan == PLANS.index("reserved")
+    sub_plan = covered(iv.tenant_id[i], model, pc.period_start) if covered is not None and reserved.any() else np.full(i.size, -1)
+    plan_out = np.where(reserved, np.where(sub_plan >= 0, sub_plan, PLANS.index("on_demand")), plan)
+    rate_plan = np.where(reserved & (sub_plan >= 0), rating.COVERED, plan_out)
+    spot = plan == PLANS.index("spot")
+    util = None
+    if spot.any():
+        util = np.zeros(i.size, dtype=np.int64)
+        util[spot] = utilisation(iv, capacity or {}, model[spot], pc.period_start[spot])
+    eff = np.array([e for _, e, _ in books], dtype=np.int64)
+    vi = version_index(eff, pc.period_start)
+    price = np.zeros(i.size, dtype=np.int64)
+    for v in np.unique(vi):
+        sel = vi == v
+        price[sel] = rating.gpu_prices(books[v][2], iv.models, model[sel], rate_plan[sel], None if util is None else util[sel])
+    rated = rating.rate_gpu(pc.units, iv.milli[i], price)
+    vids = np.array([b[0] for b in books], dtype=np.int64)[vi]
+    cols = {"tenant_id": iv.tenant_id[i], "kind": np.zeros(i.size, np.int64), "source_id": iv.source_id[i],
+            "period_ms": pc.period_start, "workload_kind": iv.workload_kind[i], "workload_id": iv.workload_id[i],
+            "gpu_model": model, "plan": plan_out, "start_ms": pc.start, "end_ms": pc.end, "quantity": iv.milli[i],
+            "billed_seconds": pc.billed_seconds, "unit_price": rated.unit_price, "amount": rated.amount, "price_version": vids}
+    return Records(cols, ["gpu", "storage", "transfer"], ["instance", "job"], iv.models, PLAN_NAMES,
+                   {int(v): b.currency for v, _, b in books})
+
+
+def _concat(parts: list[Records]) -> Records:
+    base = parts[0]
+    return Records({k: np.concatenate([p.cols[k] for p in parts]) for k in base.cols}, base.kinds, base.workload_kinds,
+                   base.models, base.plans, base.currency)
+
+
+def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int) -> Records:
+    """Read what may hold unrated periods and rate it (GPU, storage, transfer)."""
+    since_dt = ms_to_dt(since_ms)
+    with db.sessions() as s:
+        books = versions(s)
+        allocs = list(s.execute(select(Allocation.id, Allocation.tenant_id, Allocation.job_id, Allocation.instance_id,
+                                       Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu,
+                                       Allocation.priority, Allocation.started_at, Allocation.ended_at)
+                                .where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt))))
+        caps: dict[str, int] = {}
+        for m, c in s.execute(select(Node.gpu_model, Node.gpu_count)):
+            caps[m] = caps.get(m, 0) + int(c)
+        insts = list(s.execute(select(Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state,
+                                      Instance.created_at, Instance.updated_at)
+                               .where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt))))
+        subs = list(s.execute(select(Subscription.tenant_id, Subscription.gpu_model, Subscription.plan, Subscription.start_ms,
+                                     Subscription.end_ms, Subscription.cancelled_ms)))
+        transfers = list(s.execute(select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli)
+                                   .where(Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms)))
+    models = sorted({a.gpu_model for a in allocs} | {"-"})
+    code = {m: i for i, m in enumerate(models)}
+    n = len(allocs)
+    iv = Intervals(
+        source_id=np.array([a.id for a in allocs], dtype=np.int64).reshape(n),
+        tenant_id=np.array([a.tenant_id for a in allocs], dtype=np.int64).reshape(n),
+        workload_kind=np.array([0 if a.instance_id else 1 for a in allocs], dtype=np.int64).reshape(n),
+        workload_id=np.array([a.instance_id or a.job_id for a in allocs], dtype=np.int64).reshape(n),
+        model_code=np.array([code[a.gpu_model] for a in allocs], dtype=np.int64).reshape(n),
+        milli=np.array([len(a.gpu_indices) * a.milli_per_gpu for a in allocs], dtype=np.int64).reshape(n),
+        plan_code=np.array([PLANS.index(PLAN_OF_PRIORITY.get(a.priority, "on_demand")) for a in allocs], dtype=np.int64).reshape(n),
+        start_ms=np.array([dt_to_ms(a.started_at) for a in allocs], dtype=np.int64).reshape(n),
+        end_ms=np.array([dt_to_ms(a.ended_at) if a.ended_at else metering.OPEN for a in allocs], dtype=np.int64).reshape(n),
+        models=models,
+    )
+    capacity = {code[m]: c * 1000 for m, c in caps.items() if m in code}
+
+    def covered(tenant: np.ndarray, model: np.ndarray, period: np.ndarray) -> np.ndarray:
+        out = np.full(tenant.size, -1, dtype=np.int64)
+        for t, m, plan, a, b, cancel in subs:
+            end = b if cancel is None or plan == "monthly" else min(b, cancel)
+            mc = [code[x] for x in models if _same_model(x, m)]
+            hit = (tenant == t) & np.isin(model, mc) & (period >= a // period_ms * period_ms) & (period < end)
+            out[hit & (out < 0)] = PLANS.index(plan)
+        return out
+
+    parts = [rate_gpu_intervals(iv, books, cutoff_ms, since_ms, period_ms, capacity, covered)]
+    parts.append(_storage(insts, books, cutoff_ms, since_ms, period_ms, parts[0]))
+    parts.append(_transfers(transfers, books, period_ms, parts[0]))
+    return _concat(parts)
+
+
+def _same_model(node_model: str, sub_model: str) -> bool:
+    from suanli.billing.pricebook import resolve_model
+
+    return resolve_model(node_model, (sub_model,)) is not None
+
+
+def _storage(insts: list, books: list, cutoff_ms: int, since_ms: int, period_ms: int, like: Records) -> Records:
+    insts = [r for r in insts if r.disk_gib > 0]
+    t0 = np.array([dt_to_ms(r.created_at) for r in insts], dtype=np.int64).reshape(len(insts))
+    t1 = np.array([dt_to_ms(r.updated_at) if r.state == "deleted" else metering.OPEN for r in insts], dtype=np.int64).reshape(len(insts))
+    pc = metering.split(t0, t1, cutoff_ms, since_ms, period_ms)
+    i = pc.index
+    gib = np.array([r.disk_gib for r in insts], dtype=np.int64).reshape(len(insts))[i]
+    eff = np.array([e for _, e, _ in books], dtype=np.int64)
+    vi = version_index(eff, pc.period_start)
+    price = np.array([b.storage for _, _, b in books], dtype=np.int64)[vi]
+    hpm = np.array([b.hours_per_month for _, _, b in books], dtype=np.int64)[vi]
+    amount = (pc.units * gib * price + 300 * hpm) // (600 * hpm)
+    ids = np.array([r.id for r in insts], dtype=np.int64).reshape(len(insts))[i]
+    cols = {"tenant_id": np.array([r.tenant_id for r in insts], dtype=np.int64).reshape(len(insts))[i],
+            "kind": np.ones(i.size, np.int64), "source_id": ids, "period_ms": pc.period_start,
+            "workload_kind": np.zeros(i.size, np.int64), "workload_id": ids,
+            "gpu_model": np.full(i.size, like.models.index("-"), np.int64), "plan": np.full(i.size, PLANS.index("on_demand"), np.int64),
+            "start_ms": pc.start, "end_ms": pc.end, "quantity": gib, "billed_seconds": pc.billed_seconds,
+            "unit_price": price, "amount": amount, "price_version": np.array([b[0] for b in books], dtype=np.int64)[vi]}
+    return Records(cols, like.kinds, like.workload_kinds, like.models, like.plans, like.currency)
+
+
+def _transfers(rows: list, books: list, period_ms: int, like: Records) -> Records:
+    n = len(rows)
+    ts = np.array([r.ts_ms for r in rows], dtype=np.int64).reshape(n)
+    eff = np.array([e for _, e, _ in books], dtype=np.int64)
+    vi = version_index(eff, ts)
+    price = np.array([b.transfer for _, _, b in books], dtype=np.int64)[vi]
+    gm = np.array([r.gib_milli for r in rows], dtype=np.int64).reshape(n)
+    cols = {"tenant_id": np.array([r.tenant_id for r in rows], dtype=np.int64).reshape(n), "kind": np.full(n, 2, np.int64),
+            "source_id": np.array([r.id for r in rows], dtype=np.int64).reshape(n), "period_ms": ts // period_ms * period_ms,
+            "workload_kind": np.zeros(n, np.int64), "workload_id": np.zeros(n, np.int64),
+            "gpu_model": np.full(n, like.models.index("-"), np.int64), "plan": np.full(n, PLANS.index("on_demand"), np.int64),
+            "start_ms": ts, "end_ms": ts, "quantity": gm, "billed_seconds": np.zeros(n, np.int64), "unit_price": price,
+            "amount": (gm * price + 500) // 1000,  # milli-GiB x per-GiB price, half-up
+            "price_version": np.array([b[0] for b in books], dtype=np.int64)[vi]}
+    return Records(cols, like.kinds, like.workload_kinds, like.models, like.plans, like.currency)
+
+
+#: Default lag of the cutoff behind now: an allocation's start or end is stamped just
+#: before its transaction commits; a cutoff this far back only sees settled rows.
+SETTLE_MS = 60_000
+
+
+def run(db: Database, cutoff_ms: int | None = None, period_ms: int = metering.DEFAULT_PERIOD_MS, batch: int = 50_000,
+        run_id: str | None = None, after_batch: Callable[[int], None] | None = None, enforce: bool = True) -> RunResult:
+    """One idempotent rating run up to ``cutoff_ms`` (default: now)."""
+    cutoff = now_ms() - SETTLE_MS if cutoff_ms is None else cutoff_ms
+    rid = run_id or uuid.uuid4().hex[:16]
+    with db.transaction() as s:
+        st = s.get(RatingState, 1)
+        if st is None:
+            st = RatingState(id=1, watermark_ms=0, last_run="")
+            s.add(st)
+        since = min(st.watermark_ms, cutoff) // period_ms * period_ms
+    recs = collect(db, since, cutoff, period_ms)
+    posted = post(db, recs, rid, batch, after_batch)
+    with db.transaction() as s:
+        st = s.get(RatingState, 1, with_for_update=True)
+        if st is not None and st.watermark_ms < cutoff:
+            st.watermark_ms, st.last_run, st.updated_at = cutoff, rid, ms_to_dt(now_ms())
+    actions: list[str] = []
+    if enforce:
+        from suanli.billing.enforce import apply_budgets
+
+        actions = apply_budgets(db, cutoff)
+    return RunResult(rid, cutoff, since, len(recs), posted, actions)

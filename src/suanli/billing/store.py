@@ -1,0 +1,265 @@
+"""Billing I/O: price versions, ledger entries, top-ups, balances, grants, budgets,
+subscriptions and transfers. Every write is one transaction; a refused request
+raises ``BillingError`` (mapped to HTTP 4xx) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from suanli.billing import ledger, plans
+from suanli.billing.money import MoneyError, fmt, to_micros
+from suanli.billing.pricebook import PriceBook, PriceBookError, default_book, parse
+from suanli.billing.quotas import QOS_RANK
+from suanli.billing.tables import BudgetRow, Grant, LedgerEntry, Posting, PriceVersion, Subscription, Transfer
+from suanli.control.errors import Conflict, Invalid, NotFound
+from suanli.db.models import Tenant
+from suanli.db.session import Database
+
+
+class BillingError(Invalid):
+    code = "billing_invalid"
+
+
+def now_ms() -> int:
+    return int(datetime.now().timestamp() * 1000)
+
+
+def ms_to_dt(ms: int) -> datetime:
+    from datetime import timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def dt_to_ms(dt: datetime) -> int:
+    from datetime import timezone
+
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+# -- price versions ------------------------------------------------------------------------
+def ensure_book(s: Session) -> None:
+    """Version 1 is the bundled seed book, effective from the epoch."""
+    if s.scalar(select(func.count()).select_from(PriceVersion)) == 0:
+        s.add(PriceVersion(effective_ms=0, author="default", note="seed prices (suanli/billing/data/pricebook.yaml)",
+                           book=default_book().to_dict()))
+        s.flush()
+
+
+def versions(s: Session) -> list[tuple[int, int, PriceBook]]:
+    """(id, effective_ms, book), oldest first."""
+    ensure_book(s)
+    rows = s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars()
+    return [(r.id, r.effective_ms, _book(r.id, r.book)) for r in rows]
+
+
+_BOOKS: dict[str, PriceBook] = {}
+
+
+def _book(version_id: int, data: dict) -> PriceBook:
+    """Parsed books cached by content (version ids repeat across databases)."""
+    key = json.dumps(data, sort_keys=True)
+    if key not in _BOOKS:
+        if len(_BOOKS) > 256:
+            _BOOKS.clear()
+        _BOOKS[key] = parse(data)
+    return _BOOKS[key]
+
+
+def current_book(s: Session, at_ms: int | None = None) -> tuple[int, PriceBook]:
+    at = now_ms() if at_ms is None else at_ms
+    live = [(vid, b) for vid, eff, b in versions(s) if eff <= at]
+    return live[-1] if live else versions(s)[0][::2]  # type: ignore[return-value]
+
+
+def set_price(db: Database, author: str, model: str | None, plan: str, value: str, note: str = "",
+              effective_ms: int | None = None) -> int:
+    """A new version with one price changed, effective now (or later); returns its id."""
+    with db.transaction() as s:
+        _, book = current_book(s)
+        try:
+            new = book.with_price(model, plan, value, note or f"set by {author}")
+        except (PriceBookError, MoneyError) as exc:
+            raise BillingError(str(exc)) from None
+        eff = now_ms() if effective_ms is None else effective_ms
+        row = PriceVersion(effective_ms=eff, author=author, note=note or f"{model or 'book'} {plan} = {value}", book=new.to_dict())
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+# -- ledger --------------------------------------------------------------------------------
+def post_entry(s: Session, e: ledger.Entry) -> bool:
+    """Insert an entry and its postings unless its key exists; True if posted."""
+    if s.scalar(select(LedgerEntry.id).where(LedgerEntry.key == e.key)) is not None:
+        return False
+    try:
+        with s.begin_nested():
+            row = LedgerEntry(key=e.key, kind=e.kind, tenant_id=e.tenant_id, memo=e.memo)
+            s.add(row)
+            s.flush()
+            s.add_all([Posting(entry_id=row.id, account=a, amount=v) for a, v in e.postings])
+            s.flush()
+    except IntegrityError:  # a concurrent writer posted the same key first
+        return False
+    return True
+
+
+def balance(s: Session, tenant_id: int) -> int:
+    total = s.scalar(select(func.coalesce(func.sum(Posting.amount), 0)).where(Posting.account == ledger.prepaid(tenant_id)))
+    return -int(total or 0)
+
+
+def trial_balance(s: Session) -> int:
+    return int(s.scalar(select(func.coalesce(func.sum(Posting.amount), 0))) or 0)
+
+
+def tenant_id_of(s: Session, tenant: str | int) -> int:
+    row = s.get(Tenant, int(tenant)) if str(tenant).isdigit() else s.scalar(select(Tenant).where(Tenant.name == str(tenant)))
+    if row is None:
+        raise NotFound(f"no tenant {tenant!r}")
+    return row.id
+
+
+def topup(db: Database, tenant: str | int, amount: str, key: str | None = None, memo: str = "") -> tuple[bool, int]:
+    """Credit a tenant's prepaid balance. A repeated ``key`` posts nothing (returns False)."""
+    try:
+        micros = to_micros(amount)
+    except MoneyError as exc:
+        raise BillingError(f"amount: {exc}") from None
+    if micros <= 0:
+        raise BillingError("amount: a top-up must be positive")
+    with db.transaction() as s:
+        tid = tenant_id_of(s, tenant)
+        posted = post_entry(s, ledger.topup(f"topup:{key or uuid.uuid4().hex}", tid, micros, memo))
+        return posted, balance(s, tid)
+
+
+# -- grants --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GrantSpec:
+    tenant: str
+    gpu_model: str | None
+    max_gpus: float
+    gpu_minutes: int | None
+    qos: str
+    expires_at: datetime | None
+
+
+def create_grant(db: Database, spec: GrantSpec) -> Grant:
+    if spec.qos not in QOS_RANK:
+        raise BillingError(f"qos: choose one of {', '.join(QOS_RANK)}")
+    if spec.max_gpus <= 0 or (spec.gpu_minutes is not None and spec.gpu_minutes < 0):
+        raise BillingError("max_gpus must be positive and gpu_minutes not negative")
+    with db.transaction() as s:
+        row = Grant(tenant_id=tenant_id_of(s, spec.tenant), gpu_model=spec.gpu_model or None,
+                    max_gpu_milli=int(round(spec.max_gpus * 1000)), gpu_minutes=spec.gpu_minutes, qos=spec.qos,
+                    expires_at=spec.expires_at)
+        s.add(row)
+        s.flush()
+        return row
+
+
+def list_grants(db: Database, tenant_id: int | None = None) -> list[Grant]:
+    with db.sessions() as s:
+        q = select(Grant).where(Grant.revoked.is_(False)).order_by(Grant.id)
+        if tenant_id is not None:
+            q = q.where(Grant.tenant_id == tenant_id)
+        return list(s.scalars(q))
+
+
+def revoke_grant(db: Database, grant_id: int) -> None:
+    with db.transaction() as s:
+        row = s.get(Grant, grant_id)
+        if row is None:
+            raise NotFound(f"no grant {grant_id}")
+        row.revoked = True
+
+
+# -- budgets -------------------------------------------------------------------------------
+def set_budget(db: Database, tenant: str | int, limit: str | None, thresholds: list[int], hard_cap: bool, notice_s: int) -> BudgetRow:
+    if any(not 0 < t <= 1000 for t in thresholds):
+        raise BillingError("thresholds are percentages between 1 and 1000")
+    if notice_s < 0:
+        raise BillingError("notice_s must not be negative")
+    try:
+        micros = to_micros(limit) if limit is not None else None
+    except MoneyError as exc:
+        raise BillingError(f"limit: {exc}") from None
+    with db.transaction() as s:
+        tid = tenant_id_of(s, tenant)
+        row = s.get(BudgetRow, tid) or BudgetRow(tenant_id=tid, alerted=[], period="")
+        row.limit_micros, row.thresholds, row.hard_cap, row.notice_s = micros, sorted(set(thresholds)), hard_cap, notice_s
+        s.add(row)
+        s.flush()
+        return row
+
+
+def get_budget(db: Database, tenant_id: int) -> BudgetRow | None:
+    with db.sessions() as s:
+        return s.get(BudgetRow, tenant_id)
+
+
+# -- subscriptions ---------------------------------------------------------------------------
+def subscribe(db: Database, tenant: str | int, plan: str, model: str, gpu_count: int, months: int = 1,
+              start_ms: int | None = None) -> Subscription:
+    """Buy a monthly or reserved term: the fee is charged now from the prepaid balance."""
+    with db.transaction() as s:
+        tid = tenant_id_of(s, tenant)
+        vid, book = current_book(s)
+        try:
+            q = plans.subscribe(book, plan, model, gpu_count, now_ms() if start_ms is None else start_ms, months)
+        except (plans.PlanError, PriceBookError) as exc:
+            raise BillingError(str(exc)) from None
+        if balance(s, tid) < q.fee:
+            raise Conflict(f"the {plan} fee is {fmt(q.fee, book.currency)}; the prepaid balance is "
+                           f"{fmt(balance(s, tid), book.currency)}: top up first", code="insufficient_balance")
+        row = Subscription(tenant_id=tid, plan=plan, gpu_model=q.gpu_model, gpu_count=gpu_count, start_ms=q.start_ms,
+                           end_ms=q.end_ms, fee=q.fee, price_version=vid)
+        s.add(row)
+        s.flush()
+        post_entry(s, ledger.subscription(f"sub:{row.id}", tid, q.fee, f"{plan} {gpu_count} x {q.gpu_model}"))
+        return row
+
+
+def cancel_subscription(db: Database, sub_id: int, tenant_id: int | None, at_ms: int | None = None) -> Subscription:
+    """Cancel; a reserved term refunds the unused part pro rata (once)."""
+    with db.transaction() as s:
+        row = s.get(Subscription, sub_id)
+        if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+            raise NotFound(f"no subscription {sub_id}")
+        if row.cancelled_ms is not None:
+            return row
+        at = now_ms() if at_ms is None else at_ms
+        row.cancelled_ms = at
+        row.refund = plans.refund(row.plan, row.fee, row.start_ms, row.end_ms, at)
+        if row.refund:
+            post_entry(s, ledger.refund(f"refund:{row.id}", row.tenant_id, row.refund, f"pro-rata refund of subscription {row.id}"))
+        return row
+
+
+def list_subscriptions(db: Database, tenant_id: int | None) -> list[Subscription]:
+    with db.sessions() as s:
+        q = select(Subscription).order_by(Subscription.id)
+        return list(s.scalars(q if tenant_id is None else q.where(Subscription.tenant_id == tenant_id)))
+
+
+def record_transfer(db: Database, tenant: str | int, gib: str, ts_ms: int | None = None, note: str = "") -> Transfer:
+    try:
+        milli = to_micros(gib) // 1000
+    except MoneyError as exc:
+        raise BillingError(f"gib: {exc}") from None
+    with db.transaction() as s:
+        row = Transfer(tenant_id=tenant_id_of(s, tenant), ts_ms=now_ms() if ts_ms is None else ts_ms, gib_milli=milli, note=note)
+        s.add(row)
+        s.flush()
+        return row

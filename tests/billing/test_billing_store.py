@@ -1,0 +1,133 @@
+"""Rating runs against a real database (SQLite and PostgreSQL): exactly-once posting,
+a balanced ledger, versioned prices, subscriptions, budgets and admission."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from billing_helpers import HOUR, add_tenant, allocate, world
+from suanli.billing import enforce, rater, store
+from suanli.billing.money import to_micros
+from suanli.billing.pricebook import default_book
+from suanli.billing.tables import Notice, Usage
+from suanli.control.errors import Conflict, ControlError
+from suanli.db.models import Instance
+from suanli.scheduler import PriorityClass, Request
+
+
+def _usage(w) -> list[Usage]:
+    with w.db.sessions() as s:
+        return list(s.scalars(select(Usage).order_by(Usage.source_id, Usage.period_ms)))
+
+
+def _totals(w) -> tuple[int, int, int]:
+    with w.db.sessions() as s:
+        usage = int(s.scalar(select(func.coalesce(func.sum(Usage.amount), 0))))
+        return usage, -store.balance(s, w.tenant_id), store.trial_balance(s)
+
+
+def test_rating_posts_once_and_balances(db_url: str) -> None:
+    w = world(db_url, disk_gib=100)
+    allocate(w, 1_000, 1_000 + 7_001)                  # 7.001 s -> two units, 12 s
+    allocate(w, HOUR - 3_000, HOUR + 4_000, gpus=8)     # 7 s across a period boundary: 2 records, 12 s
+    allocate(w, 0, None, milli=500, priority="spot")    # still running
+    r1 = rater.run(w.db, cutoff_ms=3 * HOUR + 10, batch=2)
+    r2 = rater.run(w.db, cutoff_ms=3 * HOUR + 10, batch=2)
+    assert r1.posted.inserted > 0 and r2.posted.inserted == 0
+    rows = _usage(w)
+    gpu = [u for u in rows if u.kind == "gpu"]
+    assert sum(u.billed_seconds for u in gpu if u.source_id == 1) == 12
+    assert [u.billed_seconds for u in gpu if u.source_id == 2] == [6, 6]
+    assert [u.period_ms for u in gpu if u.source_id == 3] == [0, HOUR, 2 * HOUR]  # closed periods only
+    assert {u.plan for u in gpu} == {"on_demand", "spot"}
+    storage = [u for u in rows if u.kind == "storage"]
+    assert storage and all(u.quantity == 100 for u in storage)
+    usage, charged, trial = _totals(w)
+    assert usage == charged > 0 and trial == 0
+    h100 = default_book().gpu("H100").on_demand
+    assert [u for u in gpu if u.source_id == 1][0].amount == (2 * 1000 * h100 + 300_000) // 600_000
+
+
+def test_old_usage_keeps_its_price(db_url: str) -> None:
+    w = world(db_url)
+    allocate(w, 0, HOUR)
+    rater.run(w.db, cutoff_ms=HOUR + 1)
+    v = store.set_price(w.db, "op", "H100", "on_demand", "30", effective_ms=HOUR + 2)
+    allocate(w, 2 * HOUR, 3 * HOUR)
+    rater.run(w.db, cutoff_ms=3 * HOUR + 1)
+    first, second = _usage(w)
+    assert first.amount == default_book().gpu("H100").on_demand and first.price_version == 1
+    assert second.amount == to_micros("30") and second.price_version == v
+    with pytest.raises(ControlError):
+        store.set_price(w.db, "op", "H100", "on_demand", "-3")
+
+
+def test_topup_is_idempotent_by_key(db_url: str) -> None:
+    w = world(db_url)
+    assert store.topup(w.db, "acme", "100.50", key="wire-1") == (True, to_micros("100.5"))
+    assert store.topup(w.db, w.tenant_id, "100.50", key="wire-1") == (False, to_micros("100.5"))
+    with pytest.raises(ControlError, match="positive|negative"):
+        store.topup(w.db, "acme", "-5")
+    with pytest.raises(ControlError, match="no tenant"):
+        store.topup(w.db, "nobody", "5")
+
+
+def test_reserved_subscription_covers_usage_and_refunds(db_url: str) -> None:
+    w = world(db_url)
+    fee = default_book().gpu("H100").reserved
+    with pytest.raises(Conflict, match="top up"):
+        store.subscribe(w.db, "acme", "reserved", "H100", 1, start_ms=0)
+    store.topup(w.db, "acme", str(fee // 1_000_000 + 10))
+    sub = store.subscribe(w.db, "acme", "reserved", "H100", 1, start_ms=0)
+    allocate(w, 0, HOUR, priority="reserved")
+    rater.run(w.db, cutoff_ms=HOUR + 1)
+    (u,) = _usage(w)
+    assert u.plan == "reserved" and u.amount == 0
+    cancelled = store.cancel_subscription(w.db, sub.id, w.tenant_id, at_ms=sub.start_ms + (sub.end_ms - sub.start_ms) // 4)
+    assert cancelled.refund == (fee * 3 + 2) // 4
+    assert store.cancel_subscription(w.db, sub.id, w.tenant_id).refund == cancelled.refund  # once
+    with w.db.sessions() as s:
+        assert store.trial_balance(s) == 0
+
+
+def test_budget_alerts_and_hard_cap_stop(db_url: str) -> None:
+    w = world(db_url)
+    store.topup(w.db, "acme", "10")
+    store.set_budget(w.db, "acme", "20", [50, 100], hard_cap=True, notice_s=60)
+    allocate(w, 0, HOUR, gpus=1)  # H100 on demand ~ ¥19.07: balance goes negative
+    rater.run(w.db, cutoff_ms=HOUR + 1)
+    with w.db.sessions() as s:
+        kinds = [n.kind for n in s.scalars(select(Notice).order_by(Notice.id))]
+        assert kinds == ["alert", "notice"]  # 95 % of budget, and the balance ran out
+        assert s.get(Instance, w.instance_id).state == "running"
+    enforce.apply_budgets(w.db, HOUR + 1 + 61_000)
+    with w.db.sessions() as s:
+        assert s.get(Instance, w.instance_id).state == "stopping"
+        assert [n.kind for n in s.scalars(select(Notice))][-1] == "stopped"
+
+
+class _W:
+    def __init__(self, kind: str, id_: int, req: Request, num_nodes: int = 1) -> None:
+        self.kind, self.id, self.request, self.num_nodes = kind, id_, req, num_nodes
+
+
+def test_admission_holds_and_rejects_with_reasons(db_url: str) -> None:
+    w = world(db_url)
+    with w.db.transaction() as s:
+        s.get(Instance, w.instance_id).state = "pending"
+    store.create_grant(w.db, store.GrantSpec("acme", "H100", 2, None, "on-demand", None))
+    allocate(w, 0, None, gpus=2)  # the grant is full
+    req = Request(cpu_milli=1, memory_mib=1, gpu_count=1, gpu_models=frozenset({"H100"}), priority=PriorityClass.ON_DEMAND)
+    big = Request(cpu_milli=1, memory_mib=1, gpu_count=4, gpu_models=frozenset({"H100"}), priority=PriorityClass.ON_DEMAND)
+    with w.db.transaction() as s:
+        held, rejected = enforce.admission(s, [_W("instance", w.instance_id, req)])
+        assert "waiting for quota: 2 of 2" in held[("instance", w.instance_id)]
+        held, rejected = enforce.admission(s, [_W("instance", w.instance_id, big)])
+        assert "allows 2 GPUs at once" in rejected[("instance", w.instance_id)]
+        enforce.fail_rejected(s, rejected)
+    with w.db.sessions() as s:
+        row = s.get(Instance, w.instance_id)
+        assert row.state == "failed" and "quota" in row.reason
+    other = add_tenant(w, "free")
+    assert other  # a tenant without grants is not limited
