@@ -45,8 +45,9 @@ def _get(s, who: Principal, instance_id: int) -> Instance:  # type: ignore[no-un
 def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
     if not req.gpu_model and not req.gpu_count and not req.gpu_milli:
         raise Invalid("gpu_count: ask for gpu_count whole GPUs or gpu_milli of one GPU")
-    sized = size(db, req.gpu_model, req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0), req.gpu_milli, req.cpus, req.memory_gib, "gpu_model")
     with db.transaction() as s:
+        count = req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0)
+        sized = size(s, req.gpu_model, count, req.gpu_milli, req.cpus, req.memory_gib, "gpu_model")
         row = Instance(
             tenant_id=who.tenant_id, user_id=who.user_id, name=req.name, state="pending", desired="running",
             gpu_models=sized.gpu_models, gpu_count=sized.gpu_count, gpu_milli=sized.gpu_milli,

@@ -25,11 +25,11 @@ def _get(s, who: Principal, job_id: int) -> Job:  # type: ignore[no-untyped-def]
 def submit(db: Database, who: Principal, task: Task) -> Job:
     r = task.resources
     accel = r.accel
-    sized = size(
-        db, accel.model if accel else None, accel.count if accel and not r.gpu_milli else 0,
-        r.gpu_milli or 0, r.cpus, r.memory, "resources.accelerators",
-    )
     with db.transaction() as s:
+        sized = size(
+            s, accel.model if accel else None, accel.count if accel and not r.gpu_milli else 0,
+            r.gpu_milli or 0, r.cpus, r.memory, "resources.accelerators",
+        )
         row = Job(
             tenant_id=who.tenant_id, user_id=who.user_id, name=task.name, state="queued",
             spec=task.model_dump(mode="json"), gpu_models=sized.gpu_models, gpu_count=sized.gpu_count,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from suanli.backends.local.nvml import DiscoveredGpu, short_model_name
 from suanli.control.auth import Principal
@@ -123,11 +124,10 @@ def gpu_summary(db: Database) -> list[GpuModelSummary]:
     ]
 
 
-def canonical_models(db: Database) -> dict[str, tuple[str, int]]:
+def canonical_models(session: Session) -> dict[str, tuple[str, int]]:
     """lower-case model -> (model as registered, most GPUs on one node)."""
     out: dict[str, tuple[str, int]] = {}
-    with db.sessions() as s:
-        for n in s.scalars(select(Node)):
-            name, most = out.get(n.gpu_model.lower(), (n.gpu_model, 0))
-            out[n.gpu_model.lower()] = (name, max(most, n.gpu_count))
+    for model, count in session.execute(select(Node.gpu_model, Node.gpu_count)):
+        name, most = out.get(model.lower(), (model, 0))
+        out[model.lower()] = (name, max(most, count))
     return out

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from suanli.control.errors import Invalid
 from suanli.control.nodes import canonical_models
-from suanli.db.session import Database
+from sqlalchemy.orm import Session
 
 CPU_MILLI_PER_GPU = 2000
 MEMORY_MIB_PER_GPU = 8192
@@ -28,7 +28,7 @@ class Sized:
 
 
 def size(
-    db: Database,
+    session: Session,
     model: str | None,
     gpu_count: int,
     gpu_milli: int,
@@ -36,10 +36,11 @@ def size(
     memory_gib: float | None,
     field: str,
 ) -> Sized:
-    """``field`` is the path used in error messages (``resources.accelerators``)."""
+    """``field`` is the path used in error messages (``resources.accelerators``).
+    Runs in the caller's transaction, so the check and the insert see one state."""
     if gpu_milli and gpu_count > 1:
         raise Invalid(f"{field}: gpu_milli is a share of one GPU; do not ask for {gpu_count} GPUs with it")
-    models = canonical_models(db)
+    models = canonical_models(session)
     chosen: list[str] = []
     if model:
         hit = models.get(model.lower())

@@ -39,7 +39,9 @@ def make_engine(url: str, pool_size: int = 10) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+    # No pre-ping (a round trip per checkout, measurable under load); connections
+    # are recycled instead, and a dead one fails one request, not the server.
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2, pool_recycle=300)
 
 
 class Database:
