@@ -27,7 +27,7 @@ def test_health_docs_metrics_and_auth(server: Server) -> None:
     assert server.http.get("/v1/nothing").json()["error"]["code"] == "not_found"
     server.get("/v1/gpus")
     text = server.http.get("/metrics").text
-    assert "suanli_http_requests_total" in text and 'suanli_gpu_milli_total{model="H100",virtual="true"} 16000.0' in text
+    assert "suanli_control_ticks" in text and "suanli_http_requests_total" in text and 'suanli_gpu_milli_total{model="H100",virtual="true"} 16000.0' in text
 
 
 def test_admin_token_file_and_hash_only(server: Server) -> None:
@@ -44,6 +44,8 @@ def test_gpus_catalog_lists_demo_inventory_as_virtual(server: Server) -> None:
     assert set(gpus) == {"H100", "A100-80G", "RTX4090", "Ascend-910B"}
     assert gpus["H100"]["total"] == 16 and gpus["H100"]["free"] == 16
     assert all(g["virtual"] for g in gpus.values())
+    assert gpus["H100"]["vendor"] == "NVIDIA" and gpus["H100"]["bf16_tflops"] > 900  # catalog facts
+    assert gpus["Ascend-910B"]["vendor"] == "Huawei"
     assert all(n["virtual"] for n in server.get("/v1/nodes"))
 
 

@@ -15,7 +15,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     app = FastAPI(title="Suanli", version=__version__, description="Rent GPUs as instances or jobs.")
     app.state.ctx = ctx
     errors.install(app)
-    metrics.install(app, ctx.db)
+    metrics.install(app, ctx.db, lambda: ctx.loop.stats if ctx.loop else None)
 
     @app.get("/healthz", tags=["system"])
     def healthz() -> dict:

@@ -66,9 +66,11 @@ def node_out(node: Node, gpus: list[Gpu]) -> schemas.NodeOut:
 
 
 def gpu_model_out(s: GpuModelSummary) -> schemas.GpuModelOut:
+    c = s.catalog
     return schemas.GpuModelOut(
         model=s.model, total=s.total, free=s.free, free_milli=s.free_milli, virtual=s.virtual,
-        memory_gib=s.memory_gib, nodes=s.nodes,
+        memory_gib=s.memory_gib, nodes=s.nodes, vendor=c.vendor if c else None, catalog_name=c.name if c else None,
+        bf16_tflops=c.bf16_tflops if c else None, mem_bandwidth_gbps=c.mem_bandwidth_gbps if c else None,
     )
 
 

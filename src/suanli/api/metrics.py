@@ -18,8 +18,9 @@ from suanli.db.session import Database
 
 
 class ClusterCollector:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, loop_stats=None) -> None:  # type: ignore[no-untyped-def]
         self.db = db
+        self.loop_stats = loop_stats  #: callable returning LoopStats, or None
 
     def collect(self):  # type: ignore[no-untyped-def]
         total = GaugeMetricFamily("suanli_gpu_milli_total", "GPU capacity in milli-GPU", labels=["model", "virtual"])
@@ -43,6 +44,18 @@ class ClusterCollector:
         except Exception:  # a scrape must not fail because the database hiccups
             pass
         yield from (total, used, inst, jobs)
+        stats = self.loop_stats() if self.loop_stats else None
+        if stats is not None:
+            for name, doc, value in (
+                ("suanli_control_ticks", "Control loop ticks since start", stats.ticks),
+                ("suanli_control_launched", "Workloads launched since start", stats.launched),
+                ("suanli_control_conflicts", "Allocation conflicts (stale snapshots) since start", stats.conflicts),
+                ("suanli_control_last_tick_seconds", "Duration of the last control loop tick", stats.last_tick_s),
+                ("suanli_control_waiting", "Work the last pass could not place", len(stats.unplaced)),
+            ):
+                g = GaugeMetricFamily(name, doc)
+                g.add_metric([], value)
+                yield g
 
 
 class _Measure:
@@ -72,11 +85,11 @@ class _Measure:
             self.latency.labels(scope["method"], path).observe(time.perf_counter() - t0)
 
 
-def install(app: FastAPI, db: Database) -> CollectorRegistry:
+def install(app: FastAPI, db: Database, loop_stats=None) -> CollectorRegistry:  # type: ignore[no-untyped-def]
     registry = CollectorRegistry()
     requests = Counter("suanli_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry)
     latency = Histogram("suanli_http_request_seconds", "HTTP request latency", ["method", "route"], registry=registry)
-    registry.register(ClusterCollector(db))
+    registry.register(ClusterCollector(db, loop_stats))
 
     app.add_middleware(_Measure, requests=requests, latency=latency)
 

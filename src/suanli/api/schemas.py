@@ -101,6 +101,10 @@ class GpuModelOut(BaseModel):
     virtual: bool
     memory_gib: float
     nodes: int
+    vendor: str | None = Field(default=None, description="from the GPU catalog, when it knows the model")
+    catalog_name: str | None = None
+    bf16_tflops: float | None = Field(default=None, description="dense BF16, datasheet")
+    mem_bandwidth_gbps: float | None = None
 
 
 class AllocationOut(BaseModel):

@@ -23,6 +23,17 @@ from suanli.inventory import Inventory, NodeDecl
 
 
 @dataclass(frozen=True)
+class CatalogFacts:
+    """Datasheet figures of a registered model, from the advisor's GPU catalog."""
+
+    name: str
+    vendor: str
+    memory_gb: float
+    bf16_tflops: float | None
+    mem_bandwidth_gbps: float | None
+
+
+@dataclass(frozen=True)
 class GpuModelSummary:
     model: str
     virtual: bool
@@ -31,6 +42,18 @@ class GpuModelSummary:
     free_milli: int
     memory_gib: float
     nodes: int
+    catalog: CatalogFacts | None = None
+
+
+def catalog_facts(model: str) -> CatalogFacts | None:
+    """None when the catalog does not know the model (any name may be registered)."""
+    try:
+        from suanli.advisor.catalog import find_gpu
+
+        g = find_gpu(model)
+    except Exception:
+        return None
+    return CatalogFacts(g.name, g.vendor, g.memory_gb, g.bf16_tflops, g.mem_bandwidth_gbps)
 
 
 def _node_row(decl: NodeDecl, gpus: list[DiscoveredGpu]) -> Node:
@@ -119,7 +142,7 @@ def gpu_summary(db: Database) -> list[GpuModelSummary]:
                 e["free"] += g.used_milli == 0
                 e["free_milli"] += 1000 - g.used_milli
     return [
-        GpuModelSummary(m, v, e["total"], e["free"], e["free_milli"], round(e["mem"] / 1024, 1), len(e["nodes"]))
+        GpuModelSummary(m, v, e["total"], e["free"], e["free_milli"], round(e["mem"] / 1024, 1), len(e["nodes"]), catalog_facts(m))
         for (m, v), e in sorted(acc.items())
     ]
 
