@@ -131,8 +131,11 @@ def test_multi_node_job_gets_distinct_nodes_and_ranks(server: Server) -> None:
     assert job["state"] == "succeeded"
     logs = server.get(f"/v1/jobs/{job['id']}/logs")["text"]
     assert "node=0 rank=0 world=16 nodes=2" in logs and "node=1 rank=8 world=16 nodes=2" in logs
-    nodes = [e["message"] for e in server.get("/v1/events", params={"kind": "allocation"})]
-    assert len(nodes) == 2
+    events = server.get("/v1/events", params={"kind": "allocation"})
+    assert [e["to_state"] for e in events] == ["bound", "bound", "released", "released"]
+    with server.ctx.db.sessions() as s:
+        allocs = list(s.scalars(select(Allocation).where(Allocation.job_id == job["id"])))
+    assert len({a.node_id for a in allocs}) == 2 and all(a.ended_at and a.ended_at >= a.started_at for a in allocs)
 
 
 def test_job_failure_records_exit_code(server: Server) -> None:
