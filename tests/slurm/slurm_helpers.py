@@ -50,11 +50,15 @@ class Jobs:
         return wait_until(lambda: self.state(job_id, *states), timeout_s, f"job {job_id} in {states}")
 
     def wait_text(self, path: Path, text: str, timeout_s: float = 20) -> str:
-        def probe() -> str | None:
+        """Wait for ``text`` in the file; on timeout, show what the file did say."""
+        deadline = time.monotonic() + timeout_s
+        while True:
             content = path.read_text() if path.exists() else ""
-            return content if text in content else None
-
-        return wait_until(probe, timeout_s, f"{text!r} in {path}")
+            if text in content:
+                return content
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {text!r} in {path}; it holds {content!r}")
+            time.sleep(0.1)
 
     def output(self, name: str, job_id: int) -> Path:
         return self.out_dir / f"{name}-{job_id}.out"

@@ -139,3 +139,18 @@ def _wait(probe, timeout_s: float = 10) -> None:
     while not probe():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_a_job_with_a_notice_period_hears_usr1_before_term(tmp_path: Path) -> None:
+    """Slurm's preemption with GraceTime=0 sends TERM with (or before) USR1: the notice still comes first."""
+    log = tmp_path / "log"
+    command = (f"trap 'echo USR1 >> {log}' USR1; trap 'echo TERM >> {log}; exit 0' TERM; echo up >> {log}; "
+               "while true; do sleep 0.05; done")
+    proc = run_script(SbatchSpec(name="n", command=command, node="node1", notice_s=60), tmp_path, dict(os.environ))
+    try:
+        _wait(lambda: log.exists())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+    assert log.read_text().splitlines() == ["up", "USR1", "TERM"]

@@ -11,6 +11,8 @@ The batch script is a small wrapper rather than the workload itself, because Slu
 notice signals (``--signal=B:USR1@T``, ``scancel --batch``) reach only the batch shell:
 the wrapper forwards USR1 and TERM to the workload, writes the notice deadline to
 ``$SUANLI_PREEMPT_DEADLINE_FILE`` when USR1 arrives, and exits with the workload's status.
+A job with a notice period always sees USR1 before TERM, even when Slurm's preemption
+(GraceTime=0) sends both at once.
 The job's environment is built from scratch (``--export=NONE``) so nothing from the Suanli
 server process (tokens, database URLs) leaks into tenants' jobs.
 """
@@ -155,16 +157,29 @@ def render_script(spec: SbatchSpec) -> str:
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
         'export SUANLI_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
         'export SUANLI_GPU_INDICES="${CUDA_VISIBLE_DEVICES:-}"',
+        # no forks in the handlers: a TERM arriving meanwhile would overtake the notice;
+        # a signal that comes before the workload's pid is known is passed on right after
+        "child='' notified=0 pending=''",
+        "suanli_pass() {",
+        '  if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null; else pending="$pending $1"; fi',
+        "}",
         "suanli_notice() {  # USR1: the spot notice; record the deadline, pass it on",
-        '  local deadline=$(( $(date +%s) + ${SUANLI_NOTICE_S:-0} ))',
+        "  notified=1",
+        "  printf -v now '%(%s)T' -1",
+        '  deadline=$(( now + ${SUANLI_NOTICE_S:-0} ))',
         '  [ -n "${SUANLI_PREEMPT_DEADLINE_FILE:-}" ] && echo "$deadline" >"$SUANLI_PREEMPT_DEADLINE_FILE"',
+        "  suanli_pass USR1",
         '  echo "suanli: notice received, deadline $deadline" >&2',
-        '  kill -USR1 "$child" 2>/dev/null',
+        "}",
+        "suanli_term() {  # TERM: a job with a notice period always hears the notice first",
+        '  [ -n "${SUANLI_NOTICE_S:-}" ] && [ "$notified" = 0 ] && suanli_notice',
+        "  suanli_pass TERM",
         "}",
         "trap suanli_notice USR1",
-        """trap 'kill -TERM "$child" 2>/dev/null' TERM""",
+        "trap suanli_term TERM",
         f"/bin/bash -c {shlex.quote(spec.command)} &",
         "child=$!",
+        'for sig in $pending; do kill -"$sig" "$child" 2>/dev/null; done',
         '# wait returns early when a trapped signal arrives; keep waiting for the workload',
         'while kill -0 "$child" 2>/dev/null; do wait "$child"; done',
         'wait "$child"',
