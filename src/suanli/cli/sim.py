@@ -14,8 +14,11 @@ from rich.table import Table
 from suanli.scheduler import POLICIES
 from suanli.sim.fill import run_fill
 from suanli.sim.metrics import summary
-from suanli.sim.plot import plot_alloc
+from suanli.sim.plot import plot_alloc, plot_replay
+from suanli.sim.replay import Replay, ReplayConfig
+from suanli.sim.replay import summary as replay_summary
 from suanli.sim.traces import TraceError, load_nodes, load_pods
+from suanli.scheduler.preemption import STRATEGIES
 
 app = typer.Typer(no_args_is_help=True, help="Simulate scheduling policies on real cluster traces.")
 err = Console(stderr=True, soft_wrap=True)
@@ -30,11 +33,30 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _load(nodes: Path, pods: Path):
+def _load(nodes: Path, pods: Path, requests_only: bool = True):
     try:
-        return load_nodes(nodes), [p.request for p in load_pods(pods)]
+        pod_rows = load_pods(pods)
+        return load_nodes(nodes), [p.request for p in pod_rows] if requests_only else pod_rows
     except TraceError as exc:
         raise _fail(str(exc)) from None
+
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """'300', '300s', '15m', '2h', '30d' -> seconds; '0' or 'none' -> 0."""
+    raw = text.strip().lower()
+    if raw in ("", "0", "none", "off"):
+        return 0.0
+    unit = UNITS.get(raw[-1])
+    try:
+        value = float(raw[:-1]) * unit if unit else float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise _fail(f"{option} must be a duration like 300, 15m, 2h or 30d; got {text!r}")
+    return value
 
 
 def _check_policy(name: str) -> None:
@@ -152,3 +174,62 @@ def compare(
         )
     Console().print(table)
     Console().print(f"plot: {plot}")
+
+
+@app.command()
+def replay(
+    nodes: Path = NODES,
+    pods: Path = PODS,
+    policy: str = typer.Option("suanli", "--policy", help=f"one of: {', '.join(POLICIES)}"),
+    load: float | None = typer.Option(None, "--load", help="rescale arrivals to this offered load (see docs/simulator.md)"),
+    spot_qos: str = typer.Option("BE", "--spot-qos", help="trace QoS class replayed as spot work"),
+    checkpoint_interval: str = typer.Option("0", "--checkpoint-interval", help="e.g. 15m; 0: no checkpoints"),
+    node_mtbf: str = typer.Option("0", "--node-mtbf", help="mean time between failures per node, e.g. 30d; 0: none"),
+    node_mttr: str = typer.Option("30m", "--node-mttr", help="how long a failed node stays down"),
+    notice: str = typer.Option("300", "--notice", help="spot reclaim notice"),
+    preemption: str = typer.Option("least_lost_work", "--preemption", help=f"{', '.join(STRATEGIES)} or none"),
+    queue: str = typer.Option("priority", "--queue", help="priority (with backfill) or fifo (strict)"),
+    seed: int = typer.Option(42, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    plot: Path | None = typer.Option(None, "--plot", help="write GPU allocation over time to this PNG"),
+) -> None:
+    """Replay a trace in time: queueing, spot preemption with notice, node faults."""
+    _check_policy(policy)
+    if preemption not in (*STRATEGIES, "none"):
+        raise _fail(f"--preemption must be one of {', '.join(STRATEGIES)}, none; got {preemption!r}")
+    if queue not in ("priority", "fifo"):
+        raise _fail(f"--queue must be priority or fifo; got {queue!r}")
+    if load is not None and load <= 0:
+        raise _fail("--load must be > 0")
+    config = ReplayConfig(
+        policy=policy, load=load, spot_qos=spot_qos,
+        checkpoint_interval=parse_duration(checkpoint_interval, "--checkpoint-interval"),
+        node_mtbf=parse_duration(node_mtbf, "--node-mtbf"), node_mttr=parse_duration(node_mttr, "--node-mttr"),
+        notice=parse_duration(notice, "--notice"), preemption=preemption, queue=queue, seed=seed,
+    )
+    node_list, pod_rows = _load(nodes, pods, requests_only=False)
+    try:
+        sim = Replay(node_list, pod_rows, config)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    with _progress() as progress:
+        task = progress.add_task(f"replay {policy}", total=len(pod_rows))
+        result = replay_summary(sim.run(lambda d, t: progress.update(task, completed=d, total=t)))
+    if plot:
+        plot_replay({policy: result["gpu_allocation_over_time"]}, plot, f"{pods.name}: {policy}, load {load}")
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"replay {pods.name} with {policy} (load {load}, seed {seed})")
+    for col in ("class", "jobs", "mean delay s", "p50 s", "p99 s"):
+        table.add_column(col, justify="right")
+    for cls, d in result["queue_delay_seconds"].items():
+        table.add_row(cls, str(d["jobs"]), f"{d['mean']:.1f}", f"{d['p50']:.1f}", f"{d['p99']:.1f}")
+    Console().print(table)
+    lost = result["lost_gpu_hours"]
+    Console().print(
+        f"avg GPU allocation {result['avg_gpu_allocation']:.2f} %, preemptions {result['preemptions']}, "
+        f"lost GPU-h {lost['preemption']:.2f} (preemption) {lost['faults']:.2f} (faults), node failures "
+        f"{result['node_failures']}, recovered {result['jobs_recovered']}, failed {result['jobs_failed']}, "
+        f"{result['wall_seconds']:.1f} s"
+    )

@@ -14,8 +14,9 @@ allocation to its database before calling ``reserve``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -127,5 +128,6 @@ class Scheduler:
         return placement
 
     @property
-    def reservations(self) -> dict[Hashable, Allocation]:
-        return dict(self._reserved)
+    def reservations(self) -> Mapping[Hashable, Allocation]:
+        """What is reserved now, by key (a read-only view)."""
+        return MappingProxyType(self._reserved)

@@ -25,7 +25,10 @@ class PriorityClass(str, Enum):
     @property
     def rank(self) -> int:
         """Higher rank is served first and may preempt lower ranks (spot only)."""
-        return {"reserved": 2, "on-demand": 1, "spot": 0}[self.value]
+        return _RANKS[self.value]
+
+
+_RANKS = {"reserved": 2, "on-demand": 1, "spot": 0}
 
 
 @dataclass(frozen=True)

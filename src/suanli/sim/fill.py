@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.scheduler import ClusterState, Node, Request, Scheduler, TargetWorkload, make_policy
+from suanli.scheduler import Allocation, ClusterState, Node, Request, Scheduler, TargetWorkload, make_policy
+from suanli.scheduler.defrag import MovableSet, apply_plan, plan_defrag
 from suanli.scheduler.policies.fragmentation import TargetArrays, node_fragmentation
 
 
@@ -36,6 +37,7 @@ class FillRun:
     failed_shapes: Counter = field(default_factory=Counter)  # (cpu, milli, gpus) -> pods
     pods: int = 0
     wall_seconds: float = 0.0
+    migrations: int = 0  # shares moved by the defragmentation planner (defrag_max_moves > 0)
 
 
 def arrival_order(requests: Sequence[Request], total_gpu_milli: int, tune: float, seed: int) -> list[Request]:
@@ -71,8 +73,14 @@ def run_fill(
     seed: int = 42,
     tune: float = 1.3,
     progress: Callable[[int, int], None] | None = None,
+    defrag_max_moves: int = 0,
 ) -> FillRun:
-    """Run one fill experiment; ``progress(done, total)`` is called now and then."""
+    """Run one fill experiment; ``progress(done, total)`` is called now and then.
+
+    With ``defrag_max_moves`` > 0, a whole-GPU pod that fails asks the
+    defragmentation planner for at most that many migrations of placed shares; if
+    a plan exists it is applied and the pod placed, and ``FillRun.migrations``
+    counts the moves."""
     start = time.perf_counter()
     state = ClusterState(nodes)
     target = TargetWorkload.from_requests(requests)
@@ -87,10 +95,15 @@ def run_fill(
         used=np.zeros(n, np.int64), arrived=np.zeros(n, np.int64), frag=np.zeros(n), idle=np.zeros(n, np.int64),
     )
     used = arrived = 0
+    movable = MovableSet(state) if defrag_max_moves > 0 else None
     for k, req in enumerate(order):
         arrived += req.total_gpu_milli
-        placement = scheduler.schedule(req)
+        placement = scheduler.schedule(req) if movable is None else scheduler.schedule(req, key=k)
         alloc = placement.allocation
+        if movable is not None:
+            moves = run.migrations
+            alloc = _track_or_defrag(scheduler, req, k, alloc, movable, defrag_max_moves, run, node_frag, t)
+            frag_total = float(node_frag.sum()) if run.migrations != moves else frag_total
         if alloc is None:
             run.failed[placement.reason] += 1
             run.failed_shapes[(req.cpu_milli, req.milli_per_gpu, req.gpus_used)] += 1
@@ -107,3 +120,28 @@ def run_fill(
     run.pods = n
     run.wall_seconds = time.perf_counter() - start
     return run
+
+
+def _track_or_defrag(
+    scheduler: Scheduler, req: Request, key: int, alloc: Allocation | None, movable: MovableSet,
+    max_moves: int, run: FillRun, node_frag: np.ndarray, t: TargetArrays,
+) -> Allocation | None:
+    """Defrag path of ``run_fill``: record placed shares as migratable; for a failed
+    whole-GPU pod, apply a migration plan and place the pod. Refreshes ``node_frag``
+    of nodes the migrations touched (the caller refreshes the pod's own node)."""
+    if alloc is not None:
+        if req.is_sharing:
+            movable.add(key, alloc)
+        return alloc
+    if not req.gpu_count:
+        return None
+    plan = plan_defrag(scheduler.state, req, movable, max_moves)
+    if plan is None:
+        return None
+    apply_plan(scheduler, plan, movable)
+    scheduler.reserve(key, plan.allocation)
+    run.migrations += plan.moves
+    state = scheduler.state
+    for i in {state.index[a.node] for m in plan.migrations for a in (m.old, m.new)}:
+        node_frag[i] = node_fragmentation(state.gpu_free[i : i + 1], state.cpu_free[i : i + 1], state.model_id[i : i + 1], t)[0]
+    return plan.allocation

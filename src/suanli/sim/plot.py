@@ -39,3 +39,22 @@ def plot_alloc(curves: Mapping[str, Sequence[Mapping[str, float]]], path: Path, 
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_replay(series: Mapping[str, Sequence[Sequence[float]]], path: Path, title: str = "") -> None:
+    """``series``: label -> [(seconds, allocated %)]; time shown in hours from the start."""
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for label, points in series.items():
+        if not points:
+            continue
+        t0 = points[0][0]
+        ax.step([(t - t0) / 3600 for t, _ in points], [a for _, a in points], where="post", label=label, linewidth=1.1)
+    ax.set_xlabel("hours since the first arrival")
+    ax.set_ylabel("GPU allocation (% of capacity)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title or "Replay")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

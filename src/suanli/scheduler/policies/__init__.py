@@ -9,6 +9,7 @@ from suanli.scheduler.policy import Policy
 from .best_fit import BestFit
 from .dot_product import DotProduct
 from .fgd import FGD
+from .first_fit import FirstFit
 from .gpu_clustering import GpuClustering
 from .gpu_packing import GpuPacking
 from .random import RandomPolicy
@@ -20,6 +21,7 @@ __all__ = ["POLICIES", "make_policy", "TargetWorkload"]
 #: name -> factory(target workload or None, seed) -> Policy
 POLICIES: dict[str, Callable[[TargetWorkload | None, int], Policy]] = {
     "random": lambda target, seed: RandomPolicy(seed),
+    "first_fit": lambda target, seed: FirstFit(),
     "dot_product": lambda target, seed: DotProduct(),
     "gpu_clustering": lambda target, seed: GpuClustering(),
     "gpu_packing": lambda target, seed: GpuPacking(),

@@ -1,0 +1,314 @@
+"""Time-based replay of a trace through the scheduler: arrivals, departures,
+queueing, spot preemption with notice, node faults and checkpoint recovery.
+
+A discrete-event simulation (events ordered by time, then kind, then sequence, as
+SimPy does). After the events of one instant are applied, one scheduling pass
+serves the pending queue: place what fits (``Scheduler.place``, the same code the
+live platform runs); for a higher-class request that does not fit, ask the
+preemption planner for spot victims, send them a notice, and evict them when it
+expires. Evicted and fault-hit work resumes from its last checkpoint.
+
+Job lifecycle: pending -> running -> (noticed ->) finished | requeued -> pending;
+a fault without checkpoints fails the job.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from suanli.scheduler import ClusterState, Node, PriorityClass, Request, Scheduler, TargetWorkload, make_policy
+from suanli.scheduler.model import Allocation
+from suanli.scheduler.policy import request_shape
+from suanli.scheduler.preemption import Candidate, plan_preemption
+from suanli.scheduler.queue import PendingQueue
+from suanli.sim.events import EventKind, EventQueue
+from suanli.sim.load import busy_period, scale_arrivals
+from suanli.sim.traces import TracePod
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    policy: str = "suanli"
+    load: float | None = None  # rescale arrivals to this offered load; None: raw times
+    spot_qos: str = "BE"  # trace QoS that becomes spot work
+    checkpoint_interval: float = 0.0  # seconds; 0: no checkpoints
+    node_mtbf: float = 0.0  # seconds; 0: no faults
+    node_mttr: float = 1800.0  # seconds a failed node stays down
+    notice: float = 300.0  # spot reclaim notice, seconds
+    preemption: str = "least_lost_work"  # or "lowest_priority_first", or "none"
+    queue: str = "priority"  # "priority" (with backfill) or "fifo" (strict, no backfill)
+    seed: int = 42
+
+
+@dataclass
+class Job:
+    key: int
+    request: Request
+    arrival: float
+    duration: float
+    remaining: float
+    run: int = 0  # bumped on every start, so stale finish/notice events are ignored
+    started: float | None = None
+    first_start: float | None = None
+    alloc: Allocation | None = None
+    noticed: bool = False
+    waiting_until: float = -math.inf  # notice given to victims for this job expires then
+    faulted: bool = False
+    done: bool = False
+    failed: bool = False
+
+
+@dataclass
+class ReplayResult:
+    config: ReplayConfig
+    jobs: list[Job]
+    allocation: list[tuple[float, float]]  # (time, allocated % of GPU capacity)
+    avg_gpu_allocation: float
+    preemptions: int
+    lost_gpu_seconds: dict[str, float]
+    node_failures: int
+    wall_seconds: float
+    busy: tuple[float, float] = (0.0, 0.0)
+    migrations: int = 0
+
+
+class Replay:
+    def __init__(self, nodes: Sequence[Node], pods: Sequence[TracePod], config: ReplayConfig) -> None:
+        self.cfg = config
+        self.state = ClusterState(nodes)
+        requests = [self._request(p) for p in pods]
+        self.scheduler = Scheduler(
+            make_policy(config.policy, TargetWorkload.from_requests(requests), config.seed), self.state, config.seed
+        )
+        arrivals = np.array([p.creation_time or 0 for p in pods], dtype=np.float64)
+        durations = np.array([max(1, (p.deletion_time or 0) - (p.creation_time or 0)) for p in pods], dtype=np.float64)
+        if config.load is not None:
+            gpus = np.array([r.total_gpu_milli for r in requests], dtype=np.float64) / 1000
+            arrivals = scale_arrivals(arrivals, durations, gpus, config.load, self.state.total_gpu_milli / 1000)
+        self.jobs = [Job(k, r, float(a), float(d), float(d)) for k, (r, a, d) in enumerate(zip(requests, arrivals, durations))]
+        self.events = EventQueue()
+        for job in self.jobs:
+            self.events.push(job.arrival, EventKind.ARRIVAL, job.key)
+        self.queue = PendingQueue()
+        self.on_node: dict[str, set[int]] = defaultdict(set)
+        self.rng = np.random.default_rng(config.seed)
+        self.busy = busy_period(arrivals) if len(arrivals) else (0.0, 0.0)
+        self.start_time = float(arrivals.min()) if len(arrivals) else 0.0
+        if config.node_mtbf > 0:
+            for node in nodes:
+                self.events.push(self.start_time + self.rng.exponential(config.node_mtbf), EventKind.NODE_FAIL, node.name)
+        self.preemptions = self.node_failures = 0
+        self.lost = {"preemption": 0.0, "faults": 0.0}
+        self.capacity_freed = True
+        self.new_arrivals: list[int] = []
+
+    def inject_fault(self, node: str, at: float) -> None:
+        """Fail ``node`` at time ``at`` (it recovers after ``node_mttr``): scripted faults
+        for scenarios and tests, on top of any random ones."""
+        if node not in self.state.index:
+            raise ValueError(f"unknown node {node!r}")
+        self.events.push(at, EventKind.NODE_FAIL, node)
+
+    def _request(self, pod: TracePod) -> Request:
+        r = pod.request
+        if pod.qos == self.cfg.spot_qos:
+            return Request(r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.gpu_models, PriorityClass.SPOT, r.nodes, r.name)
+        return r
+
+    # -- job transitions ---------------------------------------------------------------
+    def _start(self, job: Job, alloc: Allocation, now: float) -> None:
+        self.scheduler.reserve(job.key, alloc)
+        job.alloc, job.started, job.run, job.noticed = alloc, now, job.run + 1, False
+        if job.first_start is None:
+            job.first_start = now
+        self.on_node[alloc.node].add(job.key)
+        self.events.push(now + job.remaining, EventKind.FINISH, (job.key, job.run))
+
+    def _stop(self, job: Job) -> None:
+        self.scheduler.unreserve(job.key)
+        self.on_node[job.alloc.node].discard(job.key)
+        job.alloc, job.started = None, None
+        self.capacity_freed = True
+
+    def _evict(self, job: Job, now: float, cause: str) -> None:
+        """Stop ``job`` mid-run; keep the progress up to its last checkpoint."""
+        ran = now - job.started
+        interval = self.cfg.checkpoint_interval
+        saved = math.floor(ran / interval) * interval if interval > 0 else 0.0
+        self.lost[cause] += (ran - saved) * job.request.total_gpu_milli / 1000
+        job.remaining -= saved
+        self._stop(job)
+        if cause == "faults":
+            job.faulted = True
+            if interval <= 0:
+                job.failed = True  # nothing to resume from
+                return
+        self.queue.push(job.key, job.request, job.arrival)
+
+    def _running_spot(self) -> list[Candidate]:
+        now = self.now
+        interval = self.cfg.checkpoint_interval
+        out = []
+        for job in self.jobs:
+            if job.alloc is None or job.noticed or job.request.priority is not PriorityClass.SPOT:
+                continue
+            ran = now - job.started
+            unsaved = ran - (math.floor(ran / interval) * interval if interval > 0 else 0.0)
+            out.append(Candidate(job.key, job.alloc, job.request.priority, unsaved * job.request.total_gpu_milli / 1000, job.started))
+        return out
+
+    # -- the scheduling pass -------------------------------------------------------------
+    def _pass(self, now: float) -> None:
+        if self.capacity_freed:
+            candidates = self.queue.ordered()
+        else:  # nothing was freed: only the newcomers can possibly fit
+            candidates = ((k, self.jobs[k].request) for k in sorted(self.new_arrivals, key=lambda k: (-self.jobs[k].request.priority.rank, k)))
+            if self.cfg.queue == "fifo" and len(self.queue) > len(self.new_arrivals):
+                candidates = iter(())
+        self.capacity_freed, self.new_arrivals = False, []
+        failed: set[tuple] = set()
+        spot_running: list[Candidate] | None = None
+        for key, req in candidates:
+            if key not in self.queue:
+                continue
+            shape = (*request_shape(req), req.memory_mib)
+            if shape in failed:
+                continue
+            placement = self.scheduler.place(req)
+            if placement.ok:
+                self.queue.remove(key)
+                self._start(self.jobs[key], placement.allocation, now)
+                continue
+            failed.add(shape)
+            if self.cfg.queue == "fifo":
+                break
+            job = self.jobs[key]
+            if self.cfg.preemption == "none" or req.priority is PriorityClass.SPOT or job.waiting_until > now:
+                continue
+            if spot_running is None:
+                spot_running = self._running_spot()
+            plan = plan_preemption(self.state, req, spot_running, self.scheduler.ranks, self.cfg.preemption)
+            if plan is None:
+                continue
+            job.waiting_until = now + self.cfg.notice
+            for victim in plan.victims:
+                vjob = self.jobs[victim.key]
+                vjob.noticed = True
+                self.events.push(now + self.cfg.notice, EventKind.NOTICE_EXPIRED, (vjob.key, vjob.run))
+            victims = {v.key for v in plan.victims}
+            spot_running = [c for c in spot_running if c.key not in victims]
+
+    # -- the event loop ------------------------------------------------------------------
+    def run(self, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+        start = time.perf_counter()
+        unfinished = len(self.jobs)
+        series: list[tuple[float, float]] = []
+        area, last_t = 0.0, self.start_time
+        total = self.state.total_gpu_milli
+        self.now = self.start_time
+        handled = 0
+        # Stop when no work event is left, unless queued work waits for a node's repair.
+        while unfinished and (self.events.work_pending() or (len(self.queue) and self.events.pending[EventKind.NODE_RECOVER])):
+            now = self.events.peek_time()
+            # time-weighted allocation over the busy period
+            lo, hi = max(last_t, self.busy[0]), min(now, self.busy[1])
+            if hi > lo:
+                area += (hi - lo) * self.state.used_gpu_milli
+            last_t = now
+            self.now = now
+            for kind, payload in self.events.pop_instant():
+                handled += 1
+                unfinished -= self._apply(kind, payload, now)
+            self._pass(now)
+            series.append((now, 100.0 * self.state.used_gpu_milli / total))
+            if progress is not None and handled % 2000 < 8:
+                progress(len(self.jobs) - unfinished, len(self.jobs))
+        span = self.busy[1] - self.busy[0]
+        avg = 100.0 * area / (span * total) if span > 0 else series[0][1] if series else 0.0
+        return ReplayResult(
+            self.cfg, self.jobs, _thin([p for p in series if p[0] <= 2 * self.busy[1] - self.start_time]), avg,
+            self.preemptions, dict(self.lost), self.node_failures, time.perf_counter() - start, self.busy,
+        )
+
+    def _apply(self, kind: EventKind, payload, now: float) -> int:
+        """Apply one event; return the number of jobs it ended (finished or failed)."""
+        if kind is EventKind.ARRIVAL:
+            job = self.jobs[payload]
+            self.queue.push(job.key, job.request, job.arrival)
+            self.new_arrivals.append(job.key)
+        elif kind is EventKind.FINISH:
+            key, run = payload
+            job = self.jobs[key]
+            if job.alloc is not None and job.run == run:
+                self._stop(job)
+                job.done, job.remaining = True, 0.0
+                return 1
+        elif kind is EventKind.NOTICE_EXPIRED:
+            key, run = payload
+            job = self.jobs[key]
+            if job.alloc is not None and job.run == run and job.noticed:
+                self.preemptions += 1
+                self._evict(job, now, "preemption")
+        elif kind is EventKind.NODE_FAIL:
+            self.node_failures += 1
+            self.state.set_schedulable(payload, False)
+            ended = 0
+            for key in list(self.on_node[payload]):
+                job = self.jobs[key]
+                self._evict(job, now, "faults")
+                ended += job.failed
+            self.events.push(now + self.cfg.node_mttr, EventKind.NODE_RECOVER, payload)
+            return ended
+        elif kind is EventKind.NODE_RECOVER:
+            self.state.set_schedulable(payload, True)
+            self.capacity_freed = True
+            if self.cfg.node_mtbf > 0:
+                self.events.push(now + self.rng.exponential(self.cfg.node_mtbf), EventKind.NODE_FAIL, payload)
+        return 0
+
+
+def _thin(series: list[tuple[float, float]], points: int = 400) -> list[tuple[float, float]]:
+    if len(series) <= points:
+        return series
+    step = len(series) / points
+    return [series[int(k * step)] for k in range(points)] + [series[-1]]
+
+
+def summary(result: ReplayResult) -> dict:
+    """The JSON object ``suanli sim replay --json`` prints."""
+    delays: dict[str, list[float]] = defaultdict(list)
+    for job in result.jobs:
+        if job.first_start is not None:
+            delays[job.request.priority.value].append(job.first_start - job.arrival)
+    queue_delay = {
+        cls: {"mean": float(np.mean(d)), "p50": float(np.percentile(d, 50)), "p99": float(np.percentile(d, 99)), "jobs": len(d)}
+        for cls, d in sorted(delays.items())
+    }
+    cfg = result.config
+    return {
+        "policy": cfg.policy,
+        "load": cfg.load,
+        "seed": cfg.seed,
+        "queue": cfg.queue,
+        "preemption_strategy": cfg.preemption,
+        "jobs": len(result.jobs),
+        "jobs_finished": sum(j.done for j in result.jobs),
+        "jobs_never_started": sum(j.first_start is None for j in result.jobs),
+        "queue_delay_seconds": queue_delay,
+        "busy_period_seconds": [round(result.busy[0], 1), round(result.busy[1], 1)],
+        "avg_gpu_allocation": round(result.avg_gpu_allocation, 3),
+        "gpu_allocation_over_time": [[round(t, 1), round(a, 3)] for t, a in result.allocation],
+        "preemptions": result.preemptions,
+        "lost_gpu_hours": {k: round(v / 3600, 3) for k, v in result.lost_gpu_seconds.items()},
+        "node_failures": result.node_failures,
+        "jobs_recovered": sum(j.faulted and j.done for j in result.jobs),
+        "jobs_failed": sum(j.failed for j in result.jobs),
+        "migrations": result.migrations,
+        "wall_seconds": round(result.wall_seconds, 3),
+    }
