@@ -105,6 +105,8 @@ def test_replays_are_deterministic_and_the_cli_keeps_its_contract():
     one, two = summary(Replay(n, p, cfg).run()), summary(Replay(n, p, cfg).run())
     one.pop("wall_seconds"), two.pop("wall_seconds")
     assert one == two and one["node_failures"] > 0
+    assert one["jobs_failed"] == 0 and one["jobs_recovered"] > 0  # every checkpointed job recovers
+    assert 0 < one["max_lost_seconds_per_fault"] < 900  # never more than one checkpoint interval
     out = CliRunner().invoke(app, [
         "sim", "replay", "--nodes", str(DATA / "nodes_slice.csv"), "--pods", str(DATA / "pods_slice.csv"),
         "--policy", "fgd", "--load", "200", "--checkpoint-interval", "15m", "--node-mtbf", "5d", "--json",

@@ -18,7 +18,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,6 +75,7 @@ class ReplayResult:
     node_failures: int
     wall_seconds: float
     busy: tuple[float, float] = (0.0, 0.0)
+    fault_losses: list[float] = field(default_factory=list)  # unsaved seconds per fault eviction
     migrations: int = 0
 
 
@@ -105,6 +106,7 @@ class Replay:
                 self.events.push(self.start_time + self.rng.exponential(config.node_mtbf), EventKind.NODE_FAIL, node.name)
         self.preemptions = self.node_failures = 0
         self.lost = {"preemption": 0.0, "faults": 0.0}
+        self.fault_losses: list[float] = []
         self.capacity_freed = True
         self.new_arrivals: list[int] = []
 
@@ -142,6 +144,8 @@ class Replay:
         interval = self.cfg.checkpoint_interval
         saved = math.floor(ran / interval) * interval if interval > 0 else 0.0
         self.lost[cause] += (ran - saved) * job.request.total_gpu_milli / 1000
+        if cause == "faults":
+            self.fault_losses.append(ran - saved)
         job.remaining -= saved
         self._stop(job)
         if cause == "faults":
@@ -234,6 +238,7 @@ class Replay:
         return ReplayResult(
             self.cfg, self.jobs, _thin([p for p in series if p[0] <= 2 * self.busy[1] - self.start_time]), avg,
             self.preemptions, dict(self.lost), self.node_failures, time.perf_counter() - start, self.busy,
+            self.fault_losses,
         )
 
     def _apply(self, kind: EventKind, payload, now: float) -> int:
@@ -309,6 +314,8 @@ def summary(result: ReplayResult) -> dict:
         "node_failures": result.node_failures,
         "jobs_recovered": sum(j.faulted and j.done for j in result.jobs),
         "jobs_failed": sum(j.failed for j in result.jobs),
+        "fault_evictions": len(result.fault_losses),
+        "max_lost_seconds_per_fault": round(max(result.fault_losses, default=0.0), 3),
         "migrations": result.migrations,
         "wall_seconds": round(result.wall_seconds, 3),
     }
