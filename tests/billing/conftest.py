@@ -68,3 +68,20 @@ def pg_url() -> Iterator[str]:
         yield url
     finally:
         drop()
+
+
+# -- a real server (the control plane's test factory) -------------------------------------
+import sys  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
+from control_helpers import Server, start_server  # noqa: E402
+
+
+@pytest.fixture
+def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
+    """App, control loop and local backend in this process, demo inventory."""
+    srv = start_server(tmp_path / "data", db_url)
+    try:
+        yield srv
+    finally:
+        srv.close()

@@ -8,7 +8,7 @@ from sqlalchemy import text
 from suanli import __version__
 from suanli.api import errors, metrics
 from suanli.api.context import ServerContext
-from suanli.api.routes import advise, instances, jobs, nodes, users
+from suanli.api.routes import advise, billing, instances, jobs, nodes, users
 
 
 def create_app(ctx: ServerContext) -> FastAPI:
@@ -26,4 +26,5 @@ def create_app(ctx: ServerContext) -> FastAPI:
 
     for module in (users, nodes, instances, jobs, advise):
         app.include_router(module.router)
+    billing.install(app)  # billing routes and the server's rating thread
     return app

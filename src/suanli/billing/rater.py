@@ -126,7 +126,7 @@ def _concat(parts: list[Records]) -> Records:
 def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int) -> Records:
     """Read what may hold unrated periods and rate it (GPU, storage, transfer)."""
     since_dt = ms_to_dt(since_ms)
-    with db.sessions() as s:
+    with db.transaction() as s:  # a transaction: versions() may create version 1
         books = versions(s)
         allocs = list(s.execute(select(Allocation.id, Allocation.tenant_id, Allocation.job_id, Allocation.instance_id,
                                        Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu,

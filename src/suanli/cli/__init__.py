@@ -11,6 +11,7 @@ import typer
 from suanli.cli import sim
 from suanli.cli import advise, plan, tco
 from suanli.cli import controlplane
+from suanli.cli import billing
 
 app = typer.Typer(no_args_is_help=True, help="Suanli (算力): rent, schedule and bill GPU compute.")
 app.add_typer(sim.app, name="sim")
@@ -18,6 +19,7 @@ app.add_typer(advise.app, name="advise")
 app.command("tco")(tco.tco)
 app.command("plan")(plan.plan)
 controlplane.register(app)
+billing.register(app)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from suanli.billing.enforce import admission, fail_rejected
 from suanli.control.capacity import Snapshot, snapshot, take
 from suanli.control.lifecycle import record_event
 from suanli.db.models import Instance, Job
@@ -122,7 +123,10 @@ def schedule_pass(db: Database, policy: Policy, backends: list[str], owner: str,
     with db.transaction() as s:
         snap = snapshot(s, backends)
         work = waiting_work(s)
-    result = PassResult([], unplaced={})
+        held, rejected = admission(s, work)  # quotas and budgets: suanli.billing.enforce
+        fail_rejected(s, rejected)
+    work = [w for w in work if (w.kind, w.id) not in held and (w.kind, w.id) not in rejected]
+    result = PassResult([], unplaced=dict(held))
     if not work:
         return result
     sched = Scheduler(policy, snap.state, seed=seed)

@@ -1,0 +1,250 @@
+"""Billing: usage, bill, invoices, prices, top-ups, grants, budgets, subscriptions,
+transfers, quotes, rating runs. Tenants see their own; operators and admins may
+name any tenant (``?tenant=``) and change prices, balances and grants."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from suanli.api.context import ServerContext
+from suanli.api.deps import context, principal
+from suanli.billing import quote as quoting
+from suanli.billing import rater, reports, store
+from suanli.billing.store import BillingError, current_book, dt_to_ms, tenant_id_of
+from suanli.control.auth import Principal
+from suanli.control.task import Task
+
+router = APIRouter(prefix="/v1/billing", tags=["billing"])
+OPERATOR = ("admin", "operator")
+RATE_EVERY_S = 10.0
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PriceSet(Strict):
+    gpu_model: str | None = Field(default=None, max_length=50)
+    plan: str = Field(min_length=1, max_length=20)
+    price: str = Field(min_length=1, max_length=30, description="decimal text in the book's currency, e.g. \"1.96\"")
+    note: str = Field(default="", max_length=500)
+    effective_ms: int | None = None
+
+
+class TopUp(Strict):
+    tenant: str
+    amount: str = Field(min_length=1, max_length=30)
+    key: str | None = Field(default=None, max_length=100, description="idempotency key: a repeat posts nothing")
+    memo: str = Field(default="", max_length=500)
+
+
+class GrantIn(Strict):
+    tenant: str
+    gpu_model: str | None = Field(default=None, max_length=50)
+    max_gpus: float = Field(gt=0, le=100_000)
+    gpu_minutes: int | None = Field(default=None, ge=0)
+    qos: Literal["spot", "on-demand", "reserved"] = "on-demand"
+    expires_at: datetime | None = None
+
+
+class BudgetIn(Strict):
+    tenant: str | None = None
+    limit: str | None = Field(default=None, max_length=30)
+    thresholds: list[int] = Field(default_factory=lambda: [50, 80, 100])
+    hard_cap: bool = False
+    notice_s: int = Field(default=300, ge=0, le=86_400 * 7)
+
+
+class SubscriptionIn(Strict):
+    tenant: str | None = None
+    plan: Literal["monthly", "reserved"]
+    gpu_model: str = Field(min_length=1, max_length=50)
+    gpu_count: int = Field(ge=1, le=4096)
+    months: int = Field(default=1, ge=1, le=36)
+
+
+class TransferIn(Strict):
+    tenant: str
+    gib: str = Field(min_length=1, max_length=30)
+    note: str = Field(default="", max_length=200)
+
+
+class QuoteIn(Strict):
+    task: Task
+    max_hours: float | None = Field(default=None, gt=0, le=24 * 366)
+    disk_gib: int = Field(default=0, ge=0)
+    max_price: str | None = None
+
+
+class RateIn(Strict):
+    cutoff_ms: int | None = None
+
+
+def _tenant(ctx: ServerContext, who: Principal, tenant: str | None) -> int:
+    if tenant is None:
+        return who.tenant_id
+    with ctx.db.sessions() as s:
+        tid = tenant_id_of(s, tenant)
+    if tid != who.tenant_id:
+        who.require(*OPERATOR)
+    return tid
+
+
+def _fresh(ctx: ServerContext) -> None:
+    """Rate before a read, at most every few seconds per server (idempotent, so races
+    are harmless). The cutoff lags now by ``rater.SETTLE_MS``."""
+    last = getattr(ctx, "_billing_rated_at", 0.0)
+    if time.monotonic() - last >= RATE_EVERY_S:
+        ctx._billing_rated_at = time.monotonic()  # type: ignore[attr-defined]
+        rater.run(ctx.db)
+
+
+def install(app: FastAPI) -> None:
+    """Mount the billing routes and run the billing thread while the server runs."""
+    from suanli.billing.worker import BillingWorker
+
+    app.include_router(router)
+    worker = BillingWorker(app.state.ctx.db)
+    app.state.billing_worker = worker
+    app.router.on_startup.append(worker.start)
+    app.router.on_shutdown.append(worker.stop)
+
+
+@router.get("/usage")
+def usage(tenant: str | None = None, since: datetime | None = None, until: datetime | None = None,
+          limit: int = Query(1000, ge=1, le=100_000), all_tenants: bool = Query(False, alias="all"),
+          ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[dict]:
+    if all_tenants:
+        who.require(*OPERATOR)
+    _fresh(ctx)
+    tid = None if all_tenants else _tenant(ctx, who, tenant)
+    return reports.usage(ctx.db, tid, dt_to_ms(since) if since else None, dt_to_ms(until) if until else None, limit)
+
+
+@router.get("/bill")
+def bill(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    _fresh(ctx)
+    return reports.bill(ctx.db, _tenant(ctx, who, tenant))
+
+
+@router.get("/invoice", response_model=None)
+def invoice(month: str, tenant: str | None = None, format: Literal["json", "html"] = "json",
+            ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict | HTMLResponse:
+    from suanli.billing.invoice import render_html
+
+    doc = reports.invoice_doc(ctx.db, _tenant(ctx, who, tenant), month)
+    return HTMLResponse(render_html(doc)) if format == "html" else doc
+
+
+@router.post("/rate")
+def rate(body: RateIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    who.require(*OPERATOR)
+    if body.cutoff_ms is not None and body.cutoff_ms > store.now_ms():
+        raise BillingError("cutoff_ms: a rating run cannot look into the future (records it writes are final)")
+    r = rater.run(ctx.db, cutoff_ms=body.cutoff_ms)
+    return {"run_id": r.run_id, "cutoff_ms": r.cutoff_ms, "records": r.records, "inserted": r.posted.inserted,
+            "skipped": r.posted.skipped, "batches": r.posted.batches, "budget_actions": r.budget_actions}
+
+
+@router.get("/prices")
+def prices(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    return reports.price_list(ctx.db)
+
+
+@router.put("/prices")
+def set_price(body: PriceSet, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    who.require(*OPERATOR)
+    store.set_price(ctx.db, who.name, body.gpu_model, body.plan, body.price, body.note, body.effective_ms)
+    return reports.price_list(ctx.db)
+
+
+@router.post("/topups", status_code=201)
+def topup(body: TopUp, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    who.require(*OPERATOR)
+    posted, bal = store.topup(ctx.db, body.tenant, body.amount, body.key, body.memo)
+    ctx.wake()  # held work may start now
+    return {"posted": posted, "balance_micros": bal, "balance": float(bal) / 1_000_000}
+
+
+def _grant_out(g) -> dict:  # type: ignore[no-untyped-def]
+    return {"id": g.id, "tenant_id": g.tenant_id, "gpu_model": g.gpu_model, "max_gpus": g.max_gpu_milli / 1000,
+            "gpu_minutes": g.gpu_minutes, "qos": g.qos, "expires_at": g.expires_at.isoformat() if g.expires_at else None}
+
+
+@router.get("/grants")
+def grants(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[dict]:
+    tid = None if (tenant is None and who.sees_all) else _tenant(ctx, who, tenant)
+    return [_grant_out(g) for g in store.list_grants(ctx.db, tid)]
+
+
+@router.post("/grants", status_code=201)
+def create_grant(body: GrantIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    who.require(*OPERATOR)
+    g = store.create_grant(ctx.db, store.GrantSpec(body.tenant, body.gpu_model, body.max_gpus, body.gpu_minutes, body.qos, body.expires_at))
+    return _grant_out(g)
+
+
+@router.delete("/grants/{grant_id}")
+def revoke_grant(grant_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    who.require(*OPERATOR)
+    store.revoke_grant(ctx.db, grant_id)
+    ctx.wake()
+    return {"revoked": grant_id}
+
+
+@router.put("/budget")
+def set_budget(body: BudgetIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    tid = _tenant(ctx, who, body.tenant)  # a tenant sets its own; operators anyone's
+    store.set_budget(ctx.db, tid, body.limit, body.thresholds, body.hard_cap, body.notice_s)
+    return reports.bill(ctx.db, tid)["budget"] or {}
+
+
+def _sub_out(r) -> dict:  # type: ignore[no-untyped-def]
+    return {"id": r.id, "tenant_id": r.tenant_id, "plan": r.plan, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
+            "start": reports.iso(r.start_ms), "end": reports.iso(r.end_ms), "fee": r.fee / 1_000_000, "fee_micros": r.fee,
+            "cancelled": reports.iso(r.cancelled_ms) if r.cancelled_ms else None, "refund_micros": r.refund}
+
+
+@router.get("/subscriptions")
+def subscriptions(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[dict]:
+    return [_sub_out(r) for r in store.list_subscriptions(ctx.db, _tenant(ctx, who, tenant))]
+
+
+@router.post("/subscriptions", status_code=201)
+def subscribe(body: SubscriptionIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    tid = _tenant(ctx, who, body.tenant)
+    return _sub_out(store.subscribe(ctx.db, tid, body.plan, body.gpu_model, body.gpu_count, body.months))
+
+
+@router.post("/subscriptions/{sub_id}/cancel")
+def cancel(sub_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    return _sub_out(store.cancel_subscription(ctx.db, sub_id, None if who.sees_all else who.tenant_id))
+
+
+@router.post("/transfers", status_code=201)
+def transfer(body: TransferIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    who.require(*OPERATOR)
+    r = store.record_transfer(ctx.db, body.tenant, body.gib, note=body.note)
+    return {"id": r.id, "tenant_id": r.tenant_id, "gib": r.gib_milli / 1000}
+
+
+@router.post("/quote")
+def quote(body: QuoteIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    r = body.task.resources
+    accel = r.accel
+    with ctx.db.transaction() as s:
+        _, book = current_book(s)
+    models = [accel.model] if accel else reports.offered_models(ctx.db)
+    if not r.gpu_milli and not accel:
+        raise BillingError("resources.accelerators: a quote needs GPUs (MODEL:COUNT or gpu_milli)")
+    lines = quoting.quote(book, models, accel.count if accel and not r.gpu_milli else 0, r.gpu_milli or 0, body.task.num_nodes,
+                          r.priority, body.max_hours, body.disk_gib, body.max_price)
+    if not lines:
+        raise BillingError(f"no price for {', '.join(models) or 'any registered GPU model'} in the price book")
+    return {"currency": book.currency, "max_hours": body.max_hours, "quotes": quoting.as_json(lines, book.currency)}
