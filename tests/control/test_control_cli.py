@@ -129,3 +129,11 @@ def test_login_saves_config_and_env_overrides(server: Server, monkeypatch: pytes
     assert (s.url, s.token) == ("http://elsewhere:1", "sl_other")
     bad = runner.invoke(app, ["login", "--url", "http://testserver", "--token", "sl_wrong"])
     assert bad.exit_code == 1 and "unauthorized" in bad.output
+
+
+def test_cli_and_server_agree_on_the_default_port() -> None:
+    from suanli.api.server import DEFAULT_PORT
+    from suanli.cli.server import DEFAULT_PORT as CLI_PORT
+    from suanli.client import DEFAULT_URL
+
+    assert CLI_PORT == DEFAULT_PORT and DEFAULT_URL.endswith(f":{DEFAULT_PORT}")

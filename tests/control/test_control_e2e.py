@@ -28,7 +28,8 @@ def test_server_cli_launch_example_job(tmp_path: Path) -> None:
         out = tmp_path / "out"
         job = srv.cli_json("launch", str(EXAMPLES / "hello-distributed.yaml"), "--env", f"OUT_DIR={out}", "--json")
         assert job["state"] == "queued" and isinstance(job["id"], int)
-        wait_until(lambda: srv.cli_json("jobs", "list", "--json")[0]["state"] in ("succeeded", "failed"), 60, 0.5)
+        api = srv.client()  # poll over HTTP: each CLI process pays the full import time
+        wait_until(lambda: api.job(job["id"])["state"] in ("succeeded", "failed"), 60, 0.3)
         [listed] = srv.cli_json("jobs", "list", "--json")
         assert listed["state"] == "succeeded" and listed["exit_code"] == 0, srv.cli("jobs", "logs", str(job["id"])).stdout
 
@@ -52,7 +53,8 @@ def test_server_cli_launch_example_job(tmp_path: Path) -> None:
         assert inst["state"] == "running"
         assert srv.cli("instances", "exec", str(inst["id"]), "echo $SUANLI_GPU_MODEL").stdout == "RTX4090\n"
         srv.cli("instances", "rm", str(inst["id"]))
-        wait_until(lambda: srv.cli_json("instances", "list", "--json") == [], 30)
+        wait_until(lambda: api.instances() == [], 30)
+        assert srv.cli_json("instances", "list", "--json") == []
 
         bad = srv.cli("launch", str(EXAMPLES / "hello_distributed.py"), check=False)
         assert bad.returncode == 1 and "invalid" in bad.stderr

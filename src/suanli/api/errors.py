@@ -11,24 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from suanli.control.errors import ControlError
+from suanli.control.errors import ControlError, describe_validation, field_path
 
 
 def error_body(code: str, message: str, **extra: object) -> dict:
     return {"error": {"code": code, "message": message, **extra}}
-
-
-def field_path(loc: tuple | list) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    return ".".join(parts) or "body"
-
-
-def describe_validation(errors: list[dict]) -> str:
-    msgs = []
-    for e in errors:
-        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        msgs.append(f"{field_path(e.get('loc', ()))}: {msg}")
-    return "; ".join(msgs)
 
 
 def install(app: FastAPI) -> None:

@@ -8,9 +8,9 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from suanli.api.errors import describe_validation
 from suanli.cli.jobs import show, wait_for
 from suanli.cli.remote import api_errors, client, err_console, print_json
+from suanli.control.errors import describe_validation
 from suanli.control.task import Task
 
 

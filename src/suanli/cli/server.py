@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from suanli.api.server import DEFAULT_PORT, default_data_dir, serve
+#: Same as ``suanli.api.server.DEFAULT_PORT`` (not imported: it loads the web stack).
+DEFAULT_PORT = 8470
 
 
 def server(
@@ -16,4 +17,6 @@ def server(
     db: str = typer.Option(None, "--db", help="Database URL, e.g. postgresql+psycopg://user@host/db [default: SQLite in the data dir]."),
 ) -> None:
     """Start the control plane: API, scheduler loop and local backend."""
+    from suanli.api.server import default_data_dir, serve
+
     serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo)

@@ -37,3 +37,18 @@ class Forbidden(ControlError):
 class Unauthorized(ControlError):
     status = 401
     code = "unauthorized"
+
+
+def field_path(loc: tuple | list) -> str:
+    """Pydantic's error location as the user wrote it: ``resources.accelerators``."""
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or "body"
+
+
+def describe_validation(errors: list[dict]) -> str:
+    """Pydantic errors as one line, each prefixed by its field path."""
+    msgs = []
+    for e in errors:
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        msgs.append(f"{field_path(e.get('loc', ()))}: {msg}")
+    return "; ".join(msgs)
