@@ -68,6 +68,8 @@ def reconcile_running(db: Database, backends: dict[str, Backend], data_dir: Path
     of every task is polled on a slower cadence)."""
     changed = 0
     for ob in _observe(db, only_stops):
+        if any(h.backend not in backends for h in ob.handles):
+            continue  # run by a backend this server does not drive: not ours to judge
         if ob.stop_wanted:
             for h in ob.handles:
                 b = _backend(backends, h)
