@@ -99,6 +99,9 @@ class SuanliClient:
     def add_nodes(self, inventory: dict) -> list[dict]:
         return self.request("POST", "/v1/nodes", json=inventory)
 
+    def set_node_state(self, name: str, state: str) -> dict:
+        return self.request("PATCH", f"/v1/nodes/{name}", json={"state": state})
+
     def create_instance(self, **body: Any) -> dict:
         return self.request("POST", "/v1/instances", json={k: v for k, v in body.items() if v is not None})
 

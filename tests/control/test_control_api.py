@@ -231,3 +231,19 @@ def test_nvml_discovery_degrades_to_virtual() -> None:
     assert short_model_name("NVIDIA H100 80GB HBM3") == "H100"
     assert short_model_name("NVIDIA GeForce RTX 4090") == "RTX4090"
     assert short_model_name("NVIDIA H200") == "H200"
+
+
+def test_cordoned_nodes_get_no_new_work(server: Server) -> None:
+    for name in ("rtx4090-0", "rtx4090-1"):
+        r = server.http.patch(f"/v1/nodes/{name}", json={"state": "cordoned"}, headers=server.headers)
+        assert r.status_code == 200 and r.json()["state"] == "cordoned"
+    job = server.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "true"}, expect=201).json()
+    wait_until(lambda: server.ctx.loop.stats.unplaced.get(("job", job["id"])) == "gpu_model")  # no schedulable RTX4090
+    assert {g["model"]: g["free"] for g in server.get("/v1/gpus")}["RTX4090"] == 0
+    server.http.patch("/v1/nodes/rtx4090-1", json={"state": "ready"}, headers=server.headers)
+    assert wait_state(server, "job", job["id"], ("succeeded",))["exit_code"] == 0
+    bad = server.http.patch("/v1/nodes/rtx4090-1", json={"state": "gone"}, headers=server.headers)
+    assert bad.status_code == 422 and "state" in bad.json()["error"]["message"]
+    assert server.http.patch("/v1/nodes/nope", json={"state": "ready"}, headers=server.headers).status_code == 404
+    states = [(e["from_state"], e["to_state"]) for e in server.get("/v1/events", params={"kind": "node"})]
+    assert states == [("ready", "cordoned"), ("ready", "cordoned"), ("cordoned", "ready")]

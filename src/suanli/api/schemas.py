@@ -27,6 +27,10 @@ class InstanceCreate(Strict):
     priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
 
 
+class NodeUpdate(Strict):
+    state: Literal["ready", "cordoned", "down"]
+
+
 class ExecRequest(Strict):
     command: str = Field(min_length=1)
     timeout_s: float = Field(default=60.0, gt=0, le=3600)

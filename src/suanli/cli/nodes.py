@@ -54,3 +54,17 @@ def add(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Inve
         raise typer.Exit(1) from None
     with api_errors():
         _show(client().add_nodes(doc), as_json)
+
+
+@app.command("cordon")
+def cordon(name: str) -> None:
+    """Stop placing new work on a node (its running work stays)."""
+    with api_errors():
+        _show([client().set_node_state(name, "cordoned")], False)
+
+
+@app.command("uncordon")
+def uncordon(name: str) -> None:
+    """Make a cordoned or down node ready for new work again."""
+    with api_errors():
+        _show([client().set_node_state(name, "ready")], False)

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.local.nvml import DiscoveredGpu, short_model_name
 from suanli.control.auth import Principal
-from suanli.control.errors import Conflict, Invalid
-from suanli.db.models import Gpu, Node
+from suanli.control.errors import Conflict, Invalid, NotFound
+from suanli.db.models import Event, Gpu, Node
 from suanli.db.session import Database
 from suanli.inventory import Inventory, NodeDecl
 
@@ -101,6 +101,22 @@ def register(db: Database, who: Principal | None, inventory: Inventory, discover
             return rows
     except IntegrityError as exc:
         raise Conflict(f"could not register nodes: {exc.orig}", code="exists") from None
+
+
+def set_state(db: Database, who: Principal, name: str, state: str) -> Node:
+    """Cordon (no new work), mark down, or make ready again. Running work stays:
+    draining and requeueing are decisions for the preemption/failure paths."""
+    who.require("admin", "operator")
+    if state not in ("ready", "cordoned", "down"):
+        raise Invalid(f"state: expected ready, cordoned or down, got {state!r}")
+    with db.transaction() as s:
+        node = s.scalar(select(Node).where(Node.name == name))
+        if node is None:
+            raise NotFound(f"no node {name!r}")
+        if node.state != state:
+            s.add(Event(kind="node", object_id=node.id, from_state=node.state, to_state=state, message=f"by {who.name}"))
+            node.state = state
+        return node
 
 
 def host_inventory(gpus: list[DiscoveredGpu]) -> Inventory:

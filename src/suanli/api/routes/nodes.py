@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends
 from suanli.api.context import ServerContext
 from suanli.api.convert import gpu_model_out, node_out
 from suanli.api.deps import context, principal
-from suanli.api.schemas import GpuModelOut, NodeOut
+from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate
 from suanli.backends.local import discover_gpus
 from suanli.control import nodes
 from suanli.control.auth import Principal
@@ -31,3 +31,11 @@ def add_nodes(body: Inventory, ctx: ServerContext = Depends(context), who: Princ
     added = {n.name for n in nodes.register(ctx.db, who, body, discover_gpus)}
     ctx.wake()
     return [node_out(n, g) for n, g in nodes.list_nodes(ctx.db) if n.name in added]
+
+
+@router.patch("/nodes/{name}", response_model=NodeOut)
+def update_node(name: str, body: NodeUpdate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> NodeOut:
+    """Cordon a node (it keeps its work, gets no new work), mark it down, or make it ready."""
+    nodes.set_state(ctx.db, who, name, body.state)
+    ctx.wake()
+    return next(node_out(n, g) for n, g in nodes.list_nodes(ctx.db) if n.name == name)
