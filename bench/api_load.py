@@ -143,6 +143,7 @@ def main() -> None:
         admin = (tmp / "data" / "admin-token").read_text().strip()
         tokens = make_users(url, admin, args.clients)
 
+        load_before = os.getloadavg()[0]
         baseline = asyncio.run(drive(url, tokens, args.baseline_seconds, [("healthz", "GET", None)]))
         create = {"gpu_milli": 100, "image": "bench", "disk_gib": 1}
         load = asyncio.run(drive(url, tokens, args.seconds, [("create", "POST", create), ("list", "GET", None)]))
@@ -155,6 +156,7 @@ def main() -> None:
             "db": "postgresql" if db_url.startswith("postgresql") else "sqlite",
             "clients": args.clients,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+            "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "baseline_healthz": baseline,
             "create_list": load,
             "ratio_rps_vs_healthz": round(load["rps"] / baseline["rps"], 3) if baseline["rps"] else None,
