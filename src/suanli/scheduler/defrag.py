@@ -16,13 +16,14 @@ and how few?":
 3. simulate   -> on a ``state.copy()``, exactly in the order the plan will be
                  applied: for each share (largest first, first-fit decreasing)
                  unbind it, then bind it at its tightest fit (least milli left on
-                 the destination GPU) on a schedulable node of the same GPU model,
+                 the destination GPU) on a schedulable node of a GPU model the share accepts,
                  never on the GPUs reserved for the request; finally bind the
                  request. The first node whose simulation succeeds gives the plan.
 
 So applying a plan in order (``apply_plan``) succeeds on the state it was planned
 on. Only fractional allocations (less than one GPU) move; a share keeps its GPU
-model because an ``Allocation`` does not say which models its workload accepts.
+model unless the caller says which models its workload accepts (``MovableSet.add``'s
+``models``; empty: any model), since an ``Allocation`` does not say.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class MovableSet(Mapping[Hashable, Allocation]):
         self.cpu = np.zeros(shape, np.int64)  # their CPU, charged to their GPU
         self.mem = np.zeros(shape, np.int64)
         self._items: dict[Hashable, Allocation] = {}
+        self.models: dict[Hashable, frozenset[str] | None] = {}
         self._on: dict[tuple[int, int], dict[Hashable, None]] = {}
         for key, alloc in (items or {}).items():
             self.add(key, alloc)
@@ -95,16 +97,21 @@ class MovableSet(Mapping[Hashable, Allocation]):
         self.mem[slot] += sign * alloc.memory_mib
         return slot
 
-    def add(self, key: Hashable, alloc: Allocation) -> None:
-        """Declare ``alloc`` (a share of one GPU) migratable under ``key``."""
+    def add(self, key: Hashable, alloc: Allocation, models: frozenset[str] | None = None) -> None:
+        """Declare ``alloc`` (a share of one GPU) migratable under ``key``; ``models``
+        are the GPU models it may move to (empty: any; None: only its current one).
+        Re-adding a key keeps its models unless new ones are given."""
         if len(alloc.gpu_indices) != 1 or not 0 < alloc.milli_per_gpu < MILLI_PER_GPU:
             raise ValueError(f"only fractional one-GPU allocations migrate, got {alloc}")
+        keep = self.models.get(key) if models is None else models
         self.discard(key)
         self._items[key] = alloc
+        self.models[key] = keep
         self._on.setdefault(self._charge(alloc, +1), {})[key] = None
 
     def discard(self, key: Hashable) -> None:
         alloc = self._items.pop(key, None)
+        self.models.pop(key, None)
         if alloc is not None:
             self._on[self._charge(alloc, -1)].pop(key)
 
@@ -116,7 +123,8 @@ def _candidates(
     state: ClusterState, req: Request, movable: MovableSet, max_moves: int
 ) -> list[tuple[int, int, int, np.ndarray]]:
     """(moves, milli moved, node, GPUs to clear) for every node worth simulating,
-    cheapest first."""
+    cheapest first. Vectorised over nodes: the per-node cost is the sum of the
+    ``need`` smallest share counts among its clearable GPUs."""
     g = req.gpu_count
     ok = state.schedulable & (state.gpu_count >= g) & (state.cpu_total >= req.cpu_milli)
     ok &= state.mem_total >= req.memory_mib
@@ -127,9 +135,8 @@ def _candidates(
         return []
     free = state.gpu_free[idx].astype(np.int64)
     used = state.gpu_total[idx].astype(np.int64) - free
-    whole = free == MILLI_PER_GPU
     clearable = (used > 0) & (used == movable.milli[idx])
-    need = g - whole.sum(axis=1)
+    need = np.maximum(g - (free == MILLI_PER_GPU).sum(axis=1), 0)
     keep = (need <= clearable.sum(axis=1)) & (need <= max_moves)
     idx, need, clearable = idx[keep], need[keep], clearable[keep]
     if idx.size == 0:
@@ -139,27 +146,86 @@ def _candidates(
     count = np.where(clearable, movable.count[idx], big)
     milli = np.where(clearable, movable.milli[idx], 0)
     order = np.lexsort((milli, count), axis=1)
-    out = []
-    for j, i in enumerate(idx):
-        k = max(int(need[j]), 0)
-        gpus = order[j, :k]
-        moves = int(count[j, gpus].sum())
-        if moves > max_moves:
-            continue
-        cpu_back = int(movable.cpu[i, gpus].sum())
-        mem_back = int(movable.mem[i, gpus].sum())
-        if state.cpu_free[i] + cpu_back < req.cpu_milli or state.mem_free[i] + mem_back < req.memory_mib:
-            continue
-        out.append((moves, int(milli[j, gpus].sum()), int(i), np.sort(gpus)))
-    out.sort(key=lambda c: c[:3])
-    return out
+    taken = np.arange(order.shape[1])[None, :] < need[:, None]
+
+    def total(a: np.ndarray) -> np.ndarray:
+        return np.where(taken, np.take_along_axis(a, order, axis=1), 0).sum(axis=1)
+
+    moves, moved = total(count), total(milli)
+    cpu_ok = state.cpu_free[idx] + total(movable.cpu[idx]) >= req.cpu_milli
+    mem_ok = state.mem_free[idx] + total(movable.mem[idx]) >= req.memory_mib
+    keep = np.flatnonzero((moves <= max_moves) & cpu_ok & mem_ok)
+    keep = keep[np.lexsort((idx[keep], moved[keep], moves[keep]))]
+    return [(int(moves[j]), int(moved[j]), int(idx[j]), np.sort(order[j, : need[j]])) for j in keep]
 
 
-def _tightest(state: ClusterState, alloc: Allocation, model: int, avoid: tuple[int, np.ndarray]) -> Allocation | None:
+class _Destinations:
+    """Where shares may go, cached within one planning call.
+
+    ``possible`` is a necessary condition checked before a node's plan is simulated:
+    in a simulation every node but the source only loses room as earlier shares
+    land, and the source only gains CPU and memory from the shares leaving it, so a
+    share with no room on the unchanged state (nor on its own node's other GPUs given
+    all freed CPU) dooms that node's plan before a state copy is made.
+    """
+
+    def __init__(self, state: ClusterState, movable: MovableSet) -> None:
+        self.state = state
+        self.movable = movable
+        self.top = state.gpu_free.max(axis=1) if state.gpu_free.size else np.zeros(state.num_nodes)
+        self.masks: dict[object, np.ndarray] = {}
+        self.hosts_cache: dict[tuple, np.ndarray] = {}
+
+    def allowed(self, key: Hashable, node: int) -> np.ndarray:
+        """Schedulable nodes of a model the share ``key`` (now on ``node``) accepts."""
+        models = self.movable.models.get(key)
+        tag = ("same", int(self.state.model_id[node])) if models is None else models
+        if tag not in self.masks:
+            s = self.state
+            if models is None:
+                mask = s.model_id == s.model_id[node]
+            else:
+                mask = s.model_mask(models)
+            self.masks[tag] = s.schedulable & mask
+        return self.masks[tag]
+
+    def hosts(self, key: Hashable, node: int) -> np.ndarray:
+        a = self.movable[key]
+        models = self.movable.models.get(key)
+        tag = ("same", int(self.state.model_id[node])) if models is None else models
+        cache_key = (a.milli_per_gpu, a.cpu_milli, a.memory_mib, tag)
+        if cache_key not in self.hosts_cache:
+            s = self.state
+            mask = self.allowed(key, node) & (self.top >= a.milli_per_gpu)
+            mask &= (s.cpu_free >= a.cpu_milli) & (s.mem_free >= a.memory_mib)
+            self.hosts_cache[cache_key] = np.flatnonzero(mask)[:2]
+        return self.hosts_cache[cache_key]
+
+    def possible(self, node: int, target: np.ndarray, keys: list[Hashable]) -> bool:
+        s = self.state
+        own_top = -1
+        for key in keys:
+            hosts = self.hosts(key, node)
+            if hosts.size and (hosts.size > 1 or int(hosts[0]) != node):
+                continue
+            if own_top < 0:
+                rest = s.gpu_free[node].copy()
+                rest[target] = -1
+                own_top = int(rest.max())
+                shares = [self.movable[k] for k in keys]
+                cpu = int(s.cpu_free[node]) + sum(x.cpu_milli for x in shares)
+                mem = int(s.mem_free[node]) + sum(x.memory_mib for x in shares)
+            a = self.movable[key]
+            if own_top < a.milli_per_gpu or cpu < a.cpu_milli or mem < a.memory_mib:
+                return False
+        return True
+
+
+def _tightest(state: ClusterState, alloc: Allocation, allowed: np.ndarray, avoid: tuple[int, np.ndarray]) -> Allocation | None:
     """The share ``alloc`` re-placed on the GPU it fits most tightly (least milli
-    left), on a schedulable node of GPU model ``model``, never on ``avoid``'s GPUs."""
-    nodes = state.schedulable & (state.model_id == model)
-    nodes &= (state.cpu_free >= alloc.cpu_milli) & (state.mem_free >= alloc.memory_mib)
+    left; ties: lowest node, then GPU index) on an ``allowed`` node, never on
+    ``avoid``'s GPUs."""
+    nodes = allowed & (state.cpu_free >= alloc.cpu_milli) & (state.mem_free >= alloc.memory_mib)
     slack = state.gpu_free.astype(np.int64) - alloc.milli_per_gpu
     slack[~nodes] = -1
     slack[avoid[0], avoid[1]] = -1
@@ -172,20 +238,21 @@ def _tightest(state: ClusterState, alloc: Allocation, model: int, avoid: tuple[i
 
 
 def _simulate(
-    state: ClusterState, req: Request, movable: MovableSet, node: int, clear: np.ndarray
+    state: ClusterState, req: Request, movable: MovableSet, node: int, clear: np.ndarray, dest: _Destinations
 ) -> DefragPlan | None:
-    trial = state.copy()
-    whole = np.flatnonzero(trial.gpu_free[node] == MILLI_PER_GPU)
+    whole = np.flatnonzero(state.gpu_free[node] == MILLI_PER_GPU)
     target = np.sort(np.concatenate([whole, clear]))[: req.gpu_count]
     avoid = (node, target)
     keys = [k for gpu in clear for k in movable.on_gpu(node, int(gpu))]
     keys.sort(key=lambda k: -movable[k].milli_per_gpu)
+    if not dest.possible(node, target, keys):
+        return None
+    trial = state.copy()
     moves = []
-    model = int(trial.model_id[node])
     for key in keys:
         old = movable[key]
         trial.unbind(old)
-        new = _tightest(trial, old, model, avoid)
+        new = _tightest(trial, old, dest.allowed(key, node), avoid)
         if new is None:
             return None
         trial.bind(new)
@@ -216,8 +283,9 @@ def plan_defrag(
         raise ValueError("max_moves must be >= 0")
     if not isinstance(movable, MovableSet) or movable.index is not state.index:
         movable = MovableSet(state, movable)
+    dest = _Destinations(state, movable)
     for _, _, node, clear in _candidates(state, req, movable, max_moves):
-        plan = _simulate(state, req, movable, node, clear)
+        plan = _simulate(state, req, movable, node, clear, dest)
         if plan is not None:
             return plan
     return None

@@ -131,7 +131,7 @@ def _track_or_defrag(
     of nodes the migrations touched (the caller refreshes the pod's own node)."""
     if alloc is not None:
         if req.is_sharing:
-            movable.add(key, alloc)
+            movable.add(key, alloc, req.gpu_models)
         return alloc
     if not req.gpu_count:
         return None
