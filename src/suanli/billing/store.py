@@ -114,6 +114,28 @@ def post_entry(s: Session, e: ledger.Entry) -> bool:
     return True
 
 
+def post_entries(s: Session, entries: list[ledger.Entry]) -> int:
+    """Many entries at once (a rating batch): one lookup of existing keys, bulk inserts.
+    A concurrent writer's duplicate key rolls the savepoint back and falls back to
+    one entry at a time. Returns how many were posted."""
+    if not entries:
+        return 0
+    existing = set(s.scalars(select(LedgerEntry.key).where(LedgerEntry.key.in_([e.key for e in entries]))))
+    new = [e for e in entries if e.key not in existing]
+    if not new:
+        return 0
+    try:
+        with s.begin_nested():
+            rows = [LedgerEntry(key=e.key, kind=e.kind, tenant_id=e.tenant_id, memo=e.memo) for e in new]
+            s.add_all(rows)
+            s.flush()
+            s.add_all([Posting(entry_id=r.id, account=a, amount=v) for r, e in zip(rows, new) for a, v in e.postings])
+            s.flush()
+        return len(new)
+    except IntegrityError:
+        return sum(post_entry(s, e) for e in new)
+
+
 def balance(s: Session, tenant_id: int) -> int:
     total = s.scalar(select(func.coalesce(func.sum(Posting.amount), 0)).where(Posting.account == ledger.prepaid(tenant_id)))
     return -int(total or 0)
