@@ -61,7 +61,7 @@ def naive(db: Database, iv: rater.Intervals, cutoff: int, run_id: str) -> int:
             if units > 0:
                 plan = PLANS[int(iv.plan_code[k])]
                 price = Decimal(book.hourly(MODELS[int(iv.model_code[k])], plan, 0))
-                amount = int((Decimal(units * 6) / 3600 * Decimal(int(iv.milli[k])) / 1000 * price).quantize(Decimal(1), ROUND_HALF_UP))
+                amount = int((Decimal(units * 6) * Decimal(int(iv.milli[k])) * price / 3_600_000).quantize(Decimal(1), ROUND_HALF_UP))
                 sid, tid = int(iv.source_id[k]), int(iv.tenant_id[k])
                 with db.transaction() as s:
                     if s.execute(text("SELECT 1 FROM billing_usage WHERE kind='gpu' AND source_id=:s AND period_ms=:p"), {"s": sid, "p": p}).first() is None:

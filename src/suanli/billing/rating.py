@@ -110,7 +110,8 @@ def rate_naive(book: PriceBook, records: list[dict]) -> list[int]:
             price = Decimal(0)
         else:
             price = Decimal(book.hourly(r["model"], plan, r.get("util_permille", 0), r.get("max_price")))
-        hours = Decimal(r["units"] * UNIT_MS) / Decimal(3_600_000)
-        amount = hours * Decimal(r["milli"]) / Decimal(1000) * price
+        # seconds x GPUs x price per hour, divided once (a chain of divisions would round
+        # at Decimal's 28 digits and could turn an exact .5 into .4999...)
+        amount = Decimal(r["units"] * (UNIT_MS // 1000)) * Decimal(r["milli"]) * price / Decimal(3600 * 1000)
         out.append(int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP)))
     return out
