@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from control_helpers import Server, wait_state, wait_until
 from suanli.cli import billing as billing_cli
+from suanli.cli import controlplane
 from suanli.cli import remote
 
 runner = CliRunner()
@@ -27,6 +28,7 @@ def _now_ms() -> int:
 @pytest.fixture
 def cli(server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator:
     app = typer.Typer()
+    controlplane.register(app)
     billing_cli.register(app)
     state = {"token": server.token}
     monkeypatch.setattr(remote, "client_factory", lambda: server.client(state["token"]))
@@ -123,6 +125,9 @@ def test_quote_before_launch(server: Server, cli, tmp_path: Path) -> None:  # ty
     spot.write_text("resources: {accelerators: RTX4090:2, priority: spot}\nrun: x\n")
     s = json.loads(cli("quote", str(spot), "--max-price", "0.40", "--json"))
     assert s["quotes"][0]["plan"] == "spot" and s["quotes"][0]["per_hour"] <= 2 * 400_000
+    dry = json.loads(cli("launch", str(task), "--dry-run", "--hours", "10", "--json"))
+    assert dry == q and server.get("/v1/jobs") == []  # quoted, nothing submitted
+    assert "MAX COST" in cli("launch", str(task), "--dry-run", "--hours", "2")
     anyg = tmp_path / "any.yaml"
     anyg.write_text("resources: {gpu_milli: 500}\nrun: x\n")
     assert len(json.loads(cli("quote", str(anyg), "--json"))["quotes"]) >= 4  # every priced model on offer

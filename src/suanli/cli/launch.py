@@ -38,8 +38,14 @@ def launch(
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE, added to envs (repeatable)."),
     wait: bool = typer.Option(False, "--wait", help="Wait for the job to finish, print its logs, exit with its code."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Quote the cost per hour (and for --hours) and submit nothing."),
+    hours: float = typer.Option(None, "--hours", help="With --dry-run: the job's maximum duration, for a total."),
 ) -> None:
     """Submit a job; the scheduler queues and places it."""
+    if dry_run:  # billing's quote (suanli.cli.billing); nothing is submitted
+        from suanli.cli.billing import quote_task
+
+        return quote_task(task_file, hours, 0, None, as_json)
     try:
         task = load_task(task_file)
     except ValueError as exc:
