@@ -215,3 +215,16 @@ def test_slurm_errors_name_the_command_and_its_message(slurm: SlurmClient, jobs:
     assert "node" in err.value.stderr.lower()
     with pytest.raises(SlurmError, match="Invalid job id"):
         slurm.requeue(999_999)
+
+
+def test_a_restarted_client_finds_its_jobs_again_by_tag(slurm: SlurmClient, jobs: Jobs) -> None:
+    """Groundwork for re-adoption after a server restart: the tag given at submission
+    (``--comment``) leads a fresh client back to the same job id, so nothing is resubmitted."""
+    node = nodes_with_gpu(slurm, "a100")[-1].name
+    tag = f"suanli:alloc=test-{time.time_ns()}"
+    job_id = jobs.submit(name="adopt", node=node, gpu_count=1, command="sleep 30", comment=tag)
+    jobs.wait_state(job_id, "RUNNING")
+    fresh = SlurmClient(slurm_conf=slurm.slurm_conf)
+    found = fresh.jobs_by_comment(tag)
+    assert [(j.job_id, j.state, j.node) for j in found] == [(job_id, "RUNNING", node)]
+    assert fresh.jobs_by_comment(tag + "-other") == []
