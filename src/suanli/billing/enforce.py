@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from suanli.billing import budgets, quotas
@@ -107,8 +107,10 @@ def _grant_usage(s: Session, grants: list[quotas.Grant], at_ms: int) -> tuple[di
         return in_use, minutes
     tenants = {g.tenant_id for g in grants}
     created = {r.id: dt_to_ms(r.created_at) for r in s.scalars(select(Grant).where(Grant.id.in_([g.id for g in grants])))}
+    since = ms_to_dt(min(created.values()))  # nothing that ended before the oldest grant counts
     rows = list(s.execute(select(Allocation.tenant_id, Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu,
-                                 Allocation.started_at, Allocation.ended_at).where(Allocation.tenant_id.in_(tenants))))
+                                 Allocation.started_at, Allocation.ended_at)
+                          .where(Allocation.tenant_id.in_(tenants), or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since))))
     for g in grants:
         for r in rows:
             if r.tenant_id != g.tenant_id or not g.covers_model([r.gpu_model]):
