@@ -45,7 +45,7 @@ def apply_budgets(db: Database, at_ms: int | None = None) -> list[str]:
     to_stop: list[int] = []
     with db.transaction() as s:
         currency = current_book(s)[1].currency
-        for row in s.scalars(select(BudgetRow)):
+        for row in s.scalars(select(BudgetRow).order_by(BudgetRow.tenant_id).with_for_update()):  # one alert per threshold, even with concurrent runs
             period = budgets.period_of(at)
             if row.period != period:
                 row.period, row.alerted = period, []

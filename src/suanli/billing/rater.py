@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
 
 from suanli.billing import metering, rating
 from suanli.billing.posting import PostResult, Records, post
@@ -219,6 +220,22 @@ def _transfers(rows: list, books: list, period_ms: int, like: Records) -> Record
     return Records(cols, like.kinds, like.workload_kinds, like.models, like.plans, like.currency)
 
 
+def _advance(db: Database, cutoff: int, rid: str) -> None:
+    """Move the watermark forward (never back); the first run creates the row, and
+    concurrent first runs race harmlessly on its primary key."""
+    with db.transaction() as s:
+        if s.get(RatingState, 1) is None:
+            try:
+                with s.begin_nested():
+                    s.add(RatingState(id=1, watermark_ms=0, last_run=""))
+                    s.flush()
+            except IntegrityError:
+                pass
+        st = s.get(RatingState, 1, with_for_update=True, populate_existing=True)
+        if st is not None and st.watermark_ms < cutoff:
+            st.watermark_ms, st.last_run, st.updated_at = cutoff, rid, ms_to_dt(now_ms())
+
+
 #: Default lag of the cutoff behind now: an allocation's start or end is stamped just
 #: before its transaction commits; a cutoff this far back only sees settled rows.
 SETTLE_MS = 60_000
@@ -229,18 +246,12 @@ def run(db: Database, cutoff_ms: int | None = None, period_ms: int = metering.DE
     """One idempotent rating run up to ``cutoff_ms`` (default: now)."""
     cutoff = now_ms() - SETTLE_MS if cutoff_ms is None else cutoff_ms
     rid = run_id or uuid.uuid4().hex[:16]
-    with db.transaction() as s:
-        st = s.get(RatingState, 1)
-        if st is None:
-            st = RatingState(id=1, watermark_ms=0, last_run="")
-            s.add(st)
-        since = min(st.watermark_ms, cutoff) // period_ms * period_ms
+    with db.sessions() as s:
+        watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
+    since = min(watermark, cutoff) // period_ms * period_ms
     recs = collect(db, since, cutoff, period_ms)
     posted = post(db, recs, rid, batch, after_batch)
-    with db.transaction() as s:
-        st = s.get(RatingState, 1, with_for_update=True)
-        if st is not None and st.watermark_ms < cutoff:
-            st.watermark_ms, st.last_run, st.updated_at = cutoff, rid, ms_to_dt(now_ms())
+    _advance(db, cutoff, rid)
     actions: list[str] = []
     if enforce:
         from suanli.billing.enforce import apply_budgets
