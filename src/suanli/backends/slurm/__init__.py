@@ -4,10 +4,12 @@
 - ``sbatch.SbatchSpec``: an allocation pinned to a node and its GPUs (or shards), as sbatch.
 - ``parse``: pure parsers of Slurm's ``--json`` output and GRES strings.
 - ``model``: the dataclasses they produce (``SlurmNode``, ``SlurmJob``, ``Gres``).
+- ``backend.SlurmBackend``: the control plane's Backend protocol on top of them.
 
 The test cluster is ``scripts/slurm-cluster`` (see ``docs/slurm.md``).
 """
 
+from suanli.backends.slurm.backend import SlurmBackend
 from suanli.backends.slurm.client import SlurmClient, SlurmError
 from suanli.backends.slurm.model import ExitStatus, Gres, NodeHealth, SlurmJob, SlurmNode
 from suanli.backends.slurm.parse import SlurmParseError
@@ -19,6 +21,7 @@ __all__ = [
     "NodeHealth",
     "SbatchSpec",
     "SbatchSpecError",
+    "SlurmBackend",
     "SlurmClient",
     "SlurmError",
     "SlurmJob",
