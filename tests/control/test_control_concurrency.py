@@ -132,3 +132,31 @@ def test_stale_snapshots_cannot_double_allocate(which: str, tmp_path: Path, requ
             assert len([r for r in s.scalars(select(Instance)) if r.launch_owner]) == 1
     finally:
         srv.close()
+
+
+def test_unchanged_cluster_skips_what_just_failed(tmp_path: Path) -> None:
+    """A full cluster with a long queue costs one fingerprint per pass, not one
+    placement per waiting request; any change (a release, a new node) retries all."""
+    from suanli.control.scheduling import PassMemo, schedule_pass
+    from suanli.scheduler import make_policy
+
+    srv = start_server(tmp_path / "c", f"sqlite:///{tmp_path / 'memo.db'}", inventory=SMALL, start_loop=False)
+    try:
+        for _ in range(6):
+            srv.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 2}, expect=201)
+        memo, policy = PassMemo(), make_policy("suanli")
+        first = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
+        assert len(first.claimed) == 2 and len(first.unplaced) == 4
+        calls = []
+        real = policy.observe  # called at the start of every placement attempt
+        policy.observe = lambda *a, **k: calls.append(1) or real(*a, **k)  # type: ignore[method-assign]
+        again = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
+        assert again.claimed == [] and again.unplaced == first.unplaced and calls == []
+        with srv.ctx.db.transaction() as s:  # one instance gives its GPUs back
+            from suanli.control.capacity import give_back
+
+            give_back(s, s.get(Instance, 1))
+        third = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
+        assert len(third.claimed) == 1 and len(third.unplaced) == 3 and len(calls) == 4
+    finally:
+        srv.close()

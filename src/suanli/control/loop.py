@@ -24,7 +24,7 @@ from pathlib import Path
 from suanli.backends.base import Backend
 from suanli.control import reconcile
 from suanli.control.launcher import fail_launch, launch
-from suanli.control.scheduling import PassResult, schedule_pass
+from suanli.control.scheduling import PassMemo, PassResult, schedule_pass
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
 
@@ -61,6 +61,7 @@ class ControlLoop:
         #: O(running tasks)); stop and cancel requests are handled on every tick.
         self.poll_interval_s = 2 * interval_s if poll_interval_s is None else poll_interval_s
         self._last_poll = 0.0
+        self._memo = PassMemo()
         #: identifies this process's claims; a fresh id per start, so claims of a
         #: killed predecessor are recognisably someone else's.
         self.owner = f"{uuid.uuid4().hex[:12]}"
@@ -84,7 +85,7 @@ class ControlLoop:
             if poll:
                 self._last_poll = time.monotonic()
             reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s, only_stops=not poll)  # 1
-            result = schedule_pass(self.db, self.policy, list(self.backends), self.owner)  # 2
+            result = schedule_pass(self.db, self.policy, list(self.backends), self.owner, memo=self._memo)  # 2
             for kind, wid in result.claimed:  # 3
                 try:
                     launch(self.db, self.backends, kind, wid, self.owner, self.data_dir)

@@ -12,8 +12,9 @@ snapshot is stale: the pass stops and the next one starts from fresh rows.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -24,7 +25,7 @@ from suanli.control.capacity import Snapshot, snapshot, take
 from suanli.control.lifecycle import record_event
 from suanli.db.models import Instance, Job
 from suanli.db.session import Database
-from suanli.scheduler import Allocation, PriorityClass, Request, Scheduler
+from suanli.scheduler import Allocation, ClusterState, PriorityClass, Request, Scheduler
 from suanli.scheduler.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,25 @@ class Waiting:
     request: Request
     num_nodes: int
     created_at: datetime
+
+
+@dataclass
+class PassMemo:
+    """What the previous pass ended with, so a pass over an unchanged cluster does
+    not retry what just failed. Feasibility is monotone in free capacity and a pass
+    only takes capacity, so a request that failed at some point of the previous pass
+    fails again if this pass starts from the state that one ended with."""
+
+    fingerprint: bytes = b""
+    unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+def fingerprint(state: ClusterState) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for arr in (state.cpu_free, state.mem_free, state.gpu_free, state.schedulable):
+        h.update(arr.tobytes())
+    h.update(str(state.gpu_free.shape).encode())
+    return h.digest()
 
 
 @dataclass
@@ -119,7 +139,7 @@ def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, ow
     return True
 
 
-def schedule_pass(db: Database, policy: Policy, backends: list[str], owner: str, seed: int = 0) -> PassResult:
+def schedule_pass(db: Database, policy: Policy, backends: list[str], owner: str, seed: int = 0, memo: PassMemo | None = None) -> PassResult:
     with db.transaction() as s:
         snap = snapshot(s, backends)
         work = waiting_work(s)
@@ -130,7 +150,12 @@ def schedule_pass(db: Database, policy: Policy, backends: list[str], owner: str,
     if not work:
         return result
     sched = Scheduler(policy, snap.state, seed=seed)
+    unchanged = memo is not None and memo.fingerprint == fingerprint(snap.state)
     for w in work:
+        key = (w.kind, w.id)
+        if unchanged and key in memo.unplaced:  # type: ignore[union-attr]
+            result.unplaced[key] = memo.unplaced[key]  # type: ignore[union-attr]
+            continue
         allocs, reason = plan_gang(sched, w.request, w.num_nodes)
         if allocs is None:
             result.unplaced[(w.kind, w.id)] = reason or "unschedulable"  # type: ignore[index]
@@ -146,4 +171,7 @@ def schedule_pass(db: Database, policy: Policy, backends: list[str], owner: str,
             log.info("allocation conflict for %s %s: %s", w.kind, w.id, type(exc).__name__)
             result.conflicts += 1
             break
+    if memo is not None:
+        memo.fingerprint = b"" if result.conflicts else fingerprint(snap.state)
+        memo.unplaced = dict(result.unplaced or {})
     return result
