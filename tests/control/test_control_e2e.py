@@ -52,11 +52,7 @@ def test_server_cli_launch_example_job(tmp_path: Path) -> None:
         inst = srv.cli_json("instances", "create", "--gpu", "rtx4090:1", "--wait", "--json")
         assert inst["state"] == "running"
         assert srv.cli("instances", "exec", str(inst["id"]), "echo $SUANLI_GPU_MODEL").stdout == "RTX4090\n"
-        srv.cli("instances", "rm", str(inst["id"]))
+        api.delete_instance(inst["id"])  # (rm, list and bad input: in-process CLI tests)
         wait_until(lambda: api.instances() == [], 30)
-        assert srv.cli_json("instances", "list", "--json") == []
-
-        bad = srv.cli("launch", str(EXAMPLES / "hello_distributed.py"), check=False)
-        assert bad.returncode == 1 and "invalid" in bad.stderr
     finally:
         srv.stop()
