@@ -3,6 +3,8 @@ application on a scheduler, properties of every plan it returns."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -173,3 +175,29 @@ def test_every_plan_applies_and_frees_the_request(gpus, shares, g, max_moves):
     targets = set(plan.allocation.gpu_indices)
     assert all(not (m.new.node == plan.allocation.node and m.new.gpu_indices[0] in targets) for m in plan.migrations)
     state.bind(plan.allocation)  # succeeds: the plan freed what it promised
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    gpus=st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=5),
+    shares=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.integers(1, 999), st.integers(0, 3)), max_size=24),
+    cpu=st.lists(st.integers(1, 8), min_size=5, max_size=5),
+    g=st.integers(1, 4),
+    req_cpu=st.integers(0, 6),
+)
+def test_the_screen_never_changes_the_answer(gpus, shares, cpu, g, req_cpu):
+    # The pre-simulation screen is meant as a necessary condition only: planning with it
+    # switched off (every node simulated) must give the same plan.
+    from suanli.scheduler import defrag
+
+    nodes = [node(f"n{i}", gpus=k, cpu=cpu[i] * 1000) for i, k in enumerate(gpus)]
+    state = ClusterState(nodes)
+    movable = {}
+    for k, (n, gpu, milli, c) in enumerate(shares):
+        alloc = share(f"n{n}", gpu, milli, cpu=c * 1000)
+        if n < len(nodes) and gpu < gpus[n] and state.gpu_free[n, gpu] >= milli and state.cpu_free[n] >= c * 1000:
+            state.bind(alloc)
+            movable[k] = alloc
+    screened = plan_defrag(state, need(g, cpu=req_cpu * 1000), movable, 6)
+    with patch.object(defrag._Destinations, "possible", lambda self, node, target, keys: True):
+        assert plan_defrag(state, need(g, cpu=req_cpu * 1000), movable, 6) == screened

@@ -221,7 +221,9 @@ class _Destinations:
         return True
 
 
-def _tightest(state: ClusterState, alloc: Allocation, allowed: np.ndarray, avoid: tuple[int, np.ndarray]) -> Allocation | None:
+def _tightest(
+    state: ClusterState, alloc: Allocation, allowed: np.ndarray, avoid: tuple[int, np.ndarray]
+) -> Allocation | None:
     """The share ``alloc`` re-placed on the GPU it fits most tightly (least milli
     left; ties: lowest node, then GPU index) on an ``allowed`` node, never on
     ``avoid``'s GPUs."""

@@ -144,7 +144,8 @@ def plan_blind(scheduler: Scheduler, req: Request) -> GangPlan | None:
         placement = scheduler.place(req)
         if placement.allocation is None:
             return None
-        return GangPlan((placement.allocation,), (Topology.of(scheduler.state.nodes).leaf_name(scheduler.state, placement.allocation.node),))
+        leaf = Topology.of(scheduler.state.nodes).leaf_name(scheduler.state, placement.allocation.node)
+        return GangPlan((placement.allocation,), (leaf,))
     state = scheduler.state.copy()
     probe = Scheduler(scheduler.policy, state)
     probe.ranks = scheduler.ranks

@@ -143,5 +143,6 @@ def _track_or_defrag(
     run.migrations += plan.moves
     state = scheduler.state
     for i in {state.index[a.node] for m in plan.migrations for a in (m.old, m.new)}:
-        node_frag[i] = node_fragmentation(state.gpu_free[i : i + 1], state.cpu_free[i : i + 1], state.model_id[i : i + 1], t)[0]
+        rows = slice(i, i + 1)
+        node_frag[i] = node_fragmentation(state.gpu_free[rows], state.cpu_free[rows], state.model_id[rows], t)[0]
     return plan.allocation
