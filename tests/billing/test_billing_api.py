@@ -103,7 +103,7 @@ def test_grant_holds_work_with_a_reason(server: Server, cli) -> None:  # type: i
     second = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 1}, expect=201, token=alice).json()
     row = wait_until(lambda: (o := server.get(f"/v1/instances/{second['id']}")) and "quota" in (o.get("reason") or "") and o,
                      timeout_s=10)
-    assert row["state"] == "pending" and "waiting for quota: 1 of 1 GPUs" in row["reason"]
+    assert row["state"] == "pending" and "quota: 1 of 1 GPUs of grant" in row["reason"]
     too_big = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 2}, expect=201, token=alice).json()
     failed = wait_state(server, "instance", too_big["id"], ("failed",))
     assert "quota" in failed["reason"] and "allows 1 GPUs at once" in failed["reason"]

@@ -91,7 +91,7 @@ def test_quota_boundary(busy: int, ask: int) -> None:
     elif busy + ask <= 8000:
         assert dec.action == "admit" and dec.grant_id == 1
     else:
-        assert dec.action == "queue" and "waiting for quota" in dec.reason
+        assert dec.action == "queue" and "it starts when they free up" in dec.reason
 
 
 def test_quota_rules() -> None:

@@ -122,7 +122,7 @@ def test_admission_holds_and_rejects_with_reasons(db_url: str) -> None:
     big = Request(cpu_milli=1, memory_mib=1, gpu_count=4, gpu_models=frozenset({"H100"}), priority=PriorityClass.ON_DEMAND)
     with w.db.transaction() as s:
         held, rejected = enforce.admission(s, [_W("instance", w.instance_id, req)])
-        assert "waiting for quota: 2 of 2" in held[("instance", w.instance_id)]
+        assert "quota: 2 of 2 GPUs" in held[("instance", w.instance_id)]
         held, rejected = enforce.admission(s, [_W("instance", w.instance_id, big)])
         assert "allows 2 GPUs at once" in rejected[("instance", w.instance_id)]
         enforce.fail_rejected(s, rejected)
@@ -196,3 +196,15 @@ def test_monthly_subscription_charge_and_ledger_accounts(db_url: str) -> None:
         assert store.balance(s, w.tenant_id) == (200_000 - 84_480) * 1_000_000 and store.trial_balance(s) == 0
     with pytest.raises(ControlError):
         store.subscribe(w.db, "acme", "spot", "H100", 1)
+
+
+def test_bill_shows_what_is_accruing_before_it_is_rated(db_url: str) -> None:
+    from suanli.billing import reports
+
+    w = world(db_url)
+    allocate(w, 0, None)                 # running since 0
+    allocate(w, HOUR, HOUR + 600_000)    # ended, not rated yet
+    rater.run(w.db, cutoff_ms=HOUR + 1)  # rates period 0 of the running one only
+    b = reports.bill(w.db, w.tenant_id, at_ms=HOUR + 1_800_000)
+    h = default_book().gpu("H100").on_demand
+    assert b["accruing_micros"] == (300 * 1000 * h + 300_000) // 600_000 + (100 * 1000 * h + 300_000) // 600_000

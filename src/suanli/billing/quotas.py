@@ -90,8 +90,8 @@ def admit(grants: Sequence[Grant], demand: Demand, in_use_milli: dict[int, int],
             continue
         busy = in_use_milli.get(g.id, 0)
         if busy + demand.gpu_milli > g.max_gpu_milli:
-            queue_reasons.append((f"waiting for quota: {_gpus(busy)} of {_gpus(g.max_gpu_milli)} GPUs of grant {g.id} "
-                                  f"in use, the request asks {_gpus(demand.gpu_milli)}", g.id))
+            queue_reasons.append((f"quota: {_gpus(busy)} of {_gpus(g.max_gpu_milli)} GPUs of grant {g.id} in use, "
+                                  f"the request asks {_gpus(demand.gpu_milli)}; it starts when they free up", g.id))
             continue
         return Decision("admit", grant_id=g.id)
     if queue_reasons:

@@ -124,25 +124,31 @@ def _concat(parts: list[Records]) -> Records:
                    base.models, base.plans, base.currency)
 
 
-def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int) -> Records:
-    """Read what may hold unrated periods and rate it (GPU, storage, transfer)."""
+def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int, tenant_id: int | None = None,
+            open_until_ms: int | None = None) -> Records:
+    """Read what may hold unrated periods and rate it (GPU, storage, transfer).
+    ``open_until_ms`` treats running work as ending then: an estimate of what is
+    accruing (``reports.bill``), never posted."""
     since_dt = ms_to_dt(since_ms)
+    open_end = metering.OPEN if open_until_ms is None else open_until_ms
+    mine = (lambda col: col == tenant_id) if tenant_id is not None else (lambda col: True)  # noqa: E731
     with db.transaction() as s:  # a transaction: versions() may create version 1
         books = versions(s)
         allocs = list(s.execute(select(Allocation.id, Allocation.tenant_id, Allocation.job_id, Allocation.instance_id,
                                        Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu,
                                        Allocation.priority, Allocation.started_at, Allocation.ended_at)
-                                .where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt))))
+                                .where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt),
+                                       mine(Allocation.tenant_id))))
         caps: dict[str, int] = {}
         for m, c in s.execute(select(Node.gpu_model, Node.gpu_count)):
             caps[m] = caps.get(m, 0) + int(c)
         insts = list(s.execute(select(Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state,
                                       Instance.created_at, Instance.updated_at)
-                               .where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt))))
+                               .where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), mine(Instance.tenant_id))))
         subs = list(s.execute(select(Subscription.tenant_id, Subscription.gpu_model, Subscription.plan, Subscription.start_ms,
                                      Subscription.end_ms, Subscription.cancelled_ms)))
         transfers = list(s.execute(select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli)
-                                   .where(Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms)))
+                                   .where(Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms, mine(Transfer.tenant_id))))
     models = sorted({a.gpu_model for a in allocs} | {"-"})
     code = {m: i for i, m in enumerate(models)}
     n = len(allocs)
@@ -155,7 +161,7 @@ def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int) -> Reco
         milli=np.array([len(a.gpu_indices) * a.milli_per_gpu for a in allocs], dtype=np.int64).reshape(n),
         plan_code=np.array([PLANS.index(PLAN_OF_PRIORITY.get(a.priority, "on_demand")) for a in allocs], dtype=np.int64).reshape(n),
         start_ms=np.array([dt_to_ms(a.started_at) for a in allocs], dtype=np.int64).reshape(n),
-        end_ms=np.array([dt_to_ms(a.ended_at) if a.ended_at else metering.OPEN for a in allocs], dtype=np.int64).reshape(n),
+        end_ms=np.array([dt_to_ms(a.ended_at) if a.ended_at else open_end for a in allocs], dtype=np.int64).reshape(n),
         models=models,
     )
     capacity = {code[m]: c * 1000 for m, c in caps.items() if m in code}
@@ -170,7 +176,7 @@ def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int) -> Reco
         return out
 
     parts = [rate_gpu_intervals(iv, books, cutoff_ms, since_ms, period_ms, capacity, covered)]
-    parts.append(_storage(insts, books, cutoff_ms, since_ms, period_ms, parts[0]))
+    parts.append(_storage(insts, books, cutoff_ms, since_ms, period_ms, parts[0], open_end))
     parts.append(_transfers(transfers, books, period_ms, parts[0]))
     return _concat(parts)
 
@@ -181,10 +187,11 @@ def _same_model(node_model: str, sub_model: str) -> bool:
     return resolve_model(node_model, (sub_model,)) is not None
 
 
-def _storage(insts: list, books: list, cutoff_ms: int, since_ms: int, period_ms: int, like: Records) -> Records:
+def _storage(insts: list, books: list, cutoff_ms: int, since_ms: int, period_ms: int, like: Records,
+             open_end: int = metering.OPEN) -> Records:
     insts = [r for r in insts if r.disk_gib > 0]
     t0 = np.array([dt_to_ms(r.created_at) for r in insts], dtype=np.int64).reshape(len(insts))
-    t1 = np.array([dt_to_ms(r.updated_at) if r.state == "deleted" else metering.OPEN for r in insts], dtype=np.int64).reshape(len(insts))
+    t1 = np.array([dt_to_ms(r.updated_at) if r.state == "deleted" else open_end for r in insts], dtype=np.int64).reshape(len(insts))
     pc = metering.split(t0, t1, cutoff_ms, since_ms, period_ms)
     i = pc.index
     gib = np.array([r.disk_gib for r in insts], dtype=np.int64).reshape(len(insts))[i]

@@ -19,6 +19,12 @@ def _req(method: str, path: str, **kw):  # type: ignore[no-untyped-def]
     return client().request(method, path, **kw)
 
 
+def _dec(text: str, places: int) -> str:
+    from decimal import Decimal
+
+    return f"{Decimal(text):,.{places}f}"
+
+
 def _params(**kw) -> dict:  # type: ignore[no-untyped-def]
     return {k: v for k, v in kw.items() if v not in (None, False)}
 
@@ -50,12 +56,13 @@ def bill(
     if as_json:
         return print_json(b)
     typer.echo(f"tenant {b['tenant']} ({b['tenant_id']})  period {b['period']}")
-    typer.echo(f"balance: {b['balance_text']}    charges this month: {b['current_period_total_text']}")
+    typer.echo(f"balance: {b['balance_text']}    charges this month: {b['current_period_total_text']}"
+               f"    accruing, not yet rated: {b['accruing_text']}")
     if b["budget"]:
         bd = b["budget"]
         typer.echo(f"budget: {bd['limit']} {b['currency']}/month, alerts at {bd['thresholds']} %, hard cap {'on' if bd['hard_cap'] else 'off'}")
     table("Charges this month", ["KIND", "GPU", "PLAN", "BILLED S", "AMOUNT"],
-          [[c["kind"], c["gpu_model"] or "-", c["plan"], c["billed_seconds"], f"{c['amount']:.2f}"] for c in b["charges"]])
+          [[c["kind"], c["gpu_model"] or "-", c["plan"], c["billed_seconds"], f"{c['amount']:.4f}"] for c in b["charges"]])
     for n in b["notices"][:5]:
         typer.echo(f"[{n['kind']}] {n['message']}")
 
@@ -95,8 +102,8 @@ def prices_list(as_json: bool = typer.Option(False, "--json")) -> None:
         return print_json(p)
     b = p["book"]
     table(f"Price book v{p['version']} ({b['currency']})", ["GPU", "ON-DEMAND /h", "MONTHLY /GPU", "RESERVED /GPU-yr", "SPOT /h", "SOURCE"],
-          [[g["model"], g["on_demand"][:8], g["monthly"][:10], g["reserved"][:10], f"{g['spot_floor'][:6]}..{g['spot_cap'][:6]}",
-            g["sources"].get("on_demand", "")[:60]] for g in b["gpus"]])
+          [[g["model"], _dec(g["on_demand"], 4), _dec(g["monthly"], 2), _dec(g["reserved"], 2),
+            f"{_dec(g['spot_floor'], 4)}..{_dec(g['spot_cap'], 4)}", g["sources"].get("on_demand", "")[:60]] for g in b["gpus"]])
     typer.echo(f"storage {b['storage']['per_gib_month']}/GiB-month (stopped {b['storage']['stopped_per_gib_month']}), "
                f"transfer {b['transfer']['per_gib']}/GiB")
 
