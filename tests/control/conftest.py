@@ -21,7 +21,7 @@ _counter = iter(range(1_000_000))
 
 def _pg_reason() -> str | None:
     try:
-        engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         with engine.connect() as c:
             c.execute(text("SELECT 1"))
         engine.dispose()
