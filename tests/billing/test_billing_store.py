@@ -208,3 +208,17 @@ def test_bill_shows_what_is_accruing_before_it_is_rated(db_url: str) -> None:
     b = reports.bill(w.db, w.tenant_id, at_ms=HOUR + 1_800_000)
     h = default_book().gpu("H100").on_demand
     assert b["accruing_micros"] == (300 * 1000 * h + 300_000) // 600_000 + (100 * 1000 * h + 300_000) // 600_000
+
+
+def test_hard_capped_tenant_out_of_money_is_held(db_url: str) -> None:
+    w = world(db_url)
+    with w.db.transaction() as s:
+        s.get(Instance, w.instance_id).state = "pending"
+    store.set_budget(w.db, "acme", None, [], hard_cap=True, notice_s=0)
+    req = Request(cpu_milli=1, memory_mib=1, gpu_count=1, gpu_models=frozenset({"H100"}), priority=PriorityClass.ON_DEMAND)
+    with w.db.transaction() as s:
+        held, rejected = enforce.admission(s, [_W("instance", w.instance_id, req)])
+    assert "billing: prepaid balance is ¥0.00; top up" in held[("instance", w.instance_id)] and not rejected
+    store.topup(w.db, "acme", "1")
+    with w.db.transaction() as s:
+        assert enforce.admission(s, [_W("instance", w.instance_id, req)]) == ({}, {})
