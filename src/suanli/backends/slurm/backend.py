@@ -44,6 +44,11 @@ COMMAND = (
     'if [ -s "$SUANLI_TASK_DIR/setup.sh" ]; then bash "$SUANLI_TASK_DIR/setup.sh" || exit $?; fi\n'
     'exec bash "$SUANLI_TASK_DIR/run.sh"'
 )
+#: The notice (USR1) reaches the workload's whole process group; the shell running
+#: ``run.sh`` must survive it so that a program under it (``python train.py``) gets to
+#: act on it. A trap (not an ignore) is reset in children, and a run that sets its own
+#: USR1 trap replaces this one.
+RUN_PREAMBLE = "trap : USR1\n"
 #: Slurm job states that mean "the job died with its node", not "the workload exited".
 NODE_LOST_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
@@ -188,7 +193,7 @@ class SlurmBackend:
         Path(sb.workdir or tdir).mkdir(parents=True, exist_ok=True)
         (tdir / "preempt_deadline").unlink(missing_ok=True)
         (tdir / "setup.sh").write_text(spec.setup + "\n" if spec.setup else "")
-        (tdir / "run.sh").write_text(spec.run + "\n")
+        (tdir / "run.sh").write_text(RUN_PREAMBLE + spec.run + "\n")
         try:
             job_id = self.client.submit(sb)
         except SlurmError as exc:

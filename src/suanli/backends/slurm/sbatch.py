@@ -9,7 +9,7 @@ from ``squeue`` (``SlurmJob.gpu_indices``), so the allocation records what the j
 
 The batch script is a small wrapper rather than the workload itself, because Slurm's
 notice signals (``--signal=B:USR1@T``, ``scancel --batch``) reach only the batch shell:
-the wrapper forwards USR1 and TERM to the workload, writes the notice deadline to
+the wrapper forwards USR1 and TERM to the workload's process group, writes the notice deadline to
 ``$SUANLI_PREEMPT_DEADLINE_FILE`` when USR1 arrives, and exits with the workload's status.
 A job with a notice period always sees USR1 before TERM, even when Slurm's preemption
 (GraceTime=0) sends both at once.
@@ -161,7 +161,7 @@ def render_script(spec: SbatchSpec) -> str:
         # a signal that comes before the workload's pid is known is passed on right after
         "child='' notified=0 pending=''",
         "suanli_pass() {",
-        '  if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null; else pending="$pending $1"; fi',
+        '  if [ -n "$child" ]; then kill -"$1" -- -"$child" 2>/dev/null; else pending="$pending $1"; fi',
         "}",
         "suanli_notice() {  # USR1: the spot notice; record the deadline, pass it on",
         "  notified=1",
@@ -177,9 +177,13 @@ def render_script(spec: SbatchSpec) -> str:
         "}",
         "trap suanli_notice USR1",
         "trap suanli_term TERM",
+        # the workload in its own process group, so a forwarded signal reaches all of it
+        # (a Python trainer under a shell included) exactly once, like a local task's group
+        "set -m",
         f"/bin/bash -c {shlex.quote(spec.command)} &",
         "child=$!",
-        'for sig in $pending; do kill -"$sig" "$child" 2>/dev/null; done',
+        "set +m",
+        'for sig in $pending; do kill -"$sig" -- -"$child" 2>/dev/null; done',
         '# wait returns early when a trapped signal arrives; keep waiting for the workload',
         'while kill -0 "$child" 2>/dev/null; do wait "$child"; done',
         'wait "$child"',

@@ -1,0 +1,302 @@
+"""Live spot reclaim with notice, and node failover from checkpoints.
+
+The simulator (``sim/replay.py``) defines the behaviour; this is the same recipe on
+real backends, one ``Reclaimer.step`` per control-loop tick:
+
+1. **Health.** Slurm-backed nodes take their state from ``sinfo`` (``slurm_sync``);
+   local nodes are down when an operator marks them down.
+2. **Failover.** Running work with an allocation on a ``down`` node is stopped there
+   and requeued: a job with ``checkpoint_dir`` goes back to ``queued`` with
+   ``SUANLI_RESUME_FROM`` set, so the scheduler places it on a healthy node and it
+   resumes from its latest checkpoint; a job without one fails (nothing to resume
+   from, as in the simulator); an instance fails.
+3. **Expiry.** A spot victim whose notice deadline passed gets SIGTERM (then KILL after
+   the grace period), its allocation is released and it is requeued the same way
+   (instances: ``preempted`` then ``pending``) to resume when capacity returns.
+4. **Planning.** Waiting reserved/on-demand work that does not fit asks
+   ``plan_preemption`` (least lost work: GPU-seconds since each victim's newest
+   checkpoint file) for spot victims. Each victim is told at once: SIGUSR1, with the
+   deadline written to ``$SUANLI_PREEMPT_DEADLINE_FILE``; the request waits for the
+   notice to run out instead of choosing more victims meanwhile.
+
+A notice is stored in the victim's handles (``data.notice``: deadline, beneficiary),
+so a restarted server keeps the deadlines it promised. Every step appends events, so
+the event log shows each failover and reclaim with timestamps. Backend calls happen
+with no transaction open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import select
+
+from suanli.backends.base import Backend, BackendError, Handle
+from suanli.control import slurm_sync
+from suanli.control.capacity import give_back, snapshot, to_sched_allocation
+from suanli.control.launcher import checkpoint_dir
+from suanli.control.lifecycle import record_event, transition
+from suanli.control.scheduling import to_request
+from suanli.db.clock import utcnow
+from suanli.db.models import Allocation, Instance, Job, Node
+from suanli.db.session import Database
+from suanli.scheduler import PriorityClass
+from suanli.scheduler.framework import feasible_mask, node_ranks
+from suanli.scheduler.preemption import Candidate, plan_preemption
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NOTICE_S = 300.0
+
+
+@dataclass
+class ReclaimStats:
+    notices: int = 0
+    reclaimed: int = 0
+    failed_over: int = 0
+
+
+class Reclaimer:
+    """Runs health sync, failover, notice expiry and preemption planning."""
+
+    def __init__(
+        self,
+        db: Database,
+        backends: dict[str, Backend],
+        data_dir: Path,
+        *,
+        notice_s: float = DEFAULT_NOTICE_S,
+        grace_s: float = 10.0,
+        strategy: str = "least_lost_work",
+        health_interval_s: float = 1.0,
+    ) -> None:
+        if notice_s < 0 or grace_s < 0:
+            raise ValueError("notice_s and grace_s must be >= 0")
+        self.db = db
+        self.backends = backends
+        self.data_dir = Path(data_dir)
+        self.notice_s = notice_s
+        self.grace_s = grace_s
+        self.strategy = strategy
+        self.health_interval_s = health_interval_s
+        self._last_health = -float("inf")
+        self.stats = ReclaimStats()
+
+    # -- the tick ------------------------------------------------------------------------
+    def step(self) -> None:
+        """One pass; each part is independent, so one failing does not stop the others."""
+        for part in (self.sync_slurm, self.failover, self.expire_notices, self.plan):
+            try:
+                part()
+            except Exception:
+                log.exception("reclaim step %s failed", part.__name__)
+
+    def sync_slurm(self, force: bool = False) -> None:
+        """Slurm node health (every ``health_interval_s``) and GPU indices (every tick)."""
+        from suanli.backends.slurm.backend import SlurmBackend
+
+        for b in self.backends.values():
+            if isinstance(b, SlurmBackend):
+                if force or time.monotonic() - self._last_health >= self.health_interval_s:
+                    slurm_sync.sync_node_health(self.db, b)
+                slurm_sync.sync_placements(self.db, b)
+        if force or time.monotonic() - self._last_health >= self.health_interval_s:
+            self._last_health = time.monotonic()
+
+    # -- failover ------------------------------------------------------------------------
+    def failover(self) -> list[tuple[str, int]]:
+        """Requeue (or fail) running work that holds an allocation on a down node."""
+        with self.db.transaction() as s:
+            down = {n.id: n.name for n in s.scalars(select(Node).where(Node.state == "down"))}
+            if not down:
+                return []
+            hit: dict[tuple[str, int], str] = {}
+            for a in s.scalars(select(Allocation).where(Allocation.ended_at.is_(None), Allocation.node_id.in_(down))):
+                key = ("job", a.job_id) if a.job_id else ("instance", a.instance_id)
+                hit.setdefault(key, down[a.node_id])  # type: ignore[arg-type]
+        done = []
+        for (kind, wid), node in sorted(hit.items()):
+            if self._evict(kind, wid, "failover", f"node {node} is down"):
+                self.stats.failed_over += 1
+                done.append((kind, wid))
+        return done
+
+    # -- notices -------------------------------------------------------------------------
+    def expire_notices(self) -> list[tuple[str, int]]:
+        """Evict spot victims whose notice ran out."""
+        now = time.time()
+        due = []
+        with self.db.transaction() as s:
+            for model, kind in ((Job, "job"), (Instance, "instance")):
+                for row in s.scalars(select(model).where(model.state == "running", model.handles.is_not(None))):
+                    notice = _notice(row.handles)
+                    if notice is not None and notice["deadline"] <= now:
+                        due.append((kind, row.id, notice))
+        done = []
+        for kind, wid, notice in due:
+            why = f"spot reclaim for {notice['for']}: notice of {notice['notice_s']:.0f}s expired"
+            if self._evict(kind, wid, "reclaim", why):
+                self.stats.reclaimed += 1
+                done.append((kind, wid))
+        return done
+
+    def plan(self) -> list[tuple[str, int]]:
+        """Choose spot victims for waiting higher-class work that does not fit; notify them."""
+        now = time.time()
+        with self.db.transaction() as s:
+            snap = snapshot(s, list(self.backends))
+            names = {nid: name for name, nid in snap.node_ids.items()}
+            noticed_for: set[str] = set()
+            cands: list[Candidate] = []
+            handles: dict[tuple[str, int], list[Handle]] = {}
+            for model, kind in ((Job, "job"), (Instance, "instance")):
+                rows = s.scalars(select(model).where(model.state == "running", model.handles.is_not(None)))
+                for row in rows:
+                    notice = _notice(row.handles)
+                    if notice is not None:
+                        noticed_for.add(notice["for"])
+                        continue
+                    if row.priority != PriorityClass.SPOT.value:
+                        continue
+                    handles[(kind, row.id)] = [Handle.from_json(h) for h in row.handles]
+                    col = Allocation.job_id if kind == "job" else Allocation.instance_id
+                    for a in s.scalars(select(Allocation).where(col == row.id, Allocation.ended_at.is_(None))):
+                        started = a.started_at.timestamp()
+                        unsaved = now - max(started, self._last_checkpoint(row) or started)
+                        gpus = len(a.gpu_indices) * a.milli_per_gpu / 1000
+                        cands.append(Candidate((kind, row.id, a.node_rank), to_sched_allocation(a, names[a.node_id]),
+                                               PriorityClass.SPOT, unsaved * gpus, started))
+            waiting = []
+            for model, kind, state in ((Job, "job", "queued"), (Instance, "instance", "pending")):
+                q = select(model).where(model.state == state, model.launch_owner.is_(None), model.priority != PriorityClass.SPOT.value)
+                for row in s.scalars(q.order_by(model.created_at)):
+                    if f"{kind}-{row.id}" in noticed_for or (kind == "job" and row.num_nodes > 1):
+                        continue  # already waiting for victims; gangs are not preempted for (yet)
+                    if kind == "job" and row.cancel_requested or kind == "instance" and row.desired != "running":
+                        continue
+                    waiting.append((kind, row.id, to_request(row)))
+        if not cands or not waiting:
+            return []
+        state = snap.state
+        ranks = node_ranks([n.name for n in state.nodes], 0)
+        told: list[tuple[str, int]] = []
+        for kind, wid, req in sorted(waiting, key=lambda w: -w[2].priority.rank):
+            if feasible_mask(state, req).any():
+                continue  # it fits: the scheduling pass will place it
+            plan = plan_preemption(state, req, cands, ranks, self.strategy)
+            if plan is None:
+                continue
+            victims = sorted({(v.key[0], v.key[1]) for v in plan.victims})
+            cands = [c for c in cands if (c.key[0], c.key[1]) not in victims]
+            for vkind, vid in victims:
+                if self._notify(vkind, vid, handles[(vkind, vid)], f"{kind}-{wid}", plan.node):
+                    told.append((vkind, vid))
+        return told
+
+    def _notify(self, kind: str, wid: int, handles: list[Handle], beneficiary: str, node: str) -> bool:
+        """Record the notice (transaction), then deliver SIGUSR1 (no transaction)."""
+        deadline = time.time() + self.notice_s
+        notice = {"deadline": deadline, "for": beneficiary, "notice_s": self.notice_s, "at": time.time()}
+        with self.db.transaction() as s:
+            row = s.get(Job if kind == "job" else Instance, wid)
+            if row is None or row.state != "running" or not row.handles or _notice(row.handles) is not None:
+                return False
+            row.handles = [{**h, "data": {**h["data"], "notice": notice}} for h in row.handles]
+            when = datetime.fromtimestamp(deadline, tz=timezone.utc).isoformat(timespec="seconds")
+            record_event(s, kind, wid, "running", "noticed",
+                         f"spot reclaim for {beneficiary} on {node}: SIGUSR1 now, SIGTERM at {when} ({self.notice_s:.0f}s notice)")
+        for h in handles:
+            try:
+                deliver_notice(self.backends[h.backend], h, deadline)
+            except (BackendError, KeyError, OSError) as exc:
+                log.warning("notice to %s failed: %s", h.key, exc)
+        self.stats.notices += 1
+        return True
+
+    # -- eviction ------------------------------------------------------------------------
+    def _evict(self, kind: str, wid: int, cause: str, why: str) -> bool:
+        """Stop every task of the row (no transaction), then release and requeue it."""
+        model = Job if kind == "job" else Instance
+        with self.db.transaction() as s:
+            row = s.get(model, wid)
+            if row is None or row.state != "running":
+                return False
+            handles = [Handle.from_json(h) for h in row.handles or []]
+        for h in handles:
+            b = self.backends.get(h.backend)
+            if b is not None:
+                try:
+                    b.stop(h, grace_s=self.grace_s if cause == "reclaim" else 0.0)
+                except BackendError as exc:  # a dead node may not answer; its work is gone anyway
+                    log.warning("stopping %s for %s: %s", h.key, cause, exc)
+        with self.db.transaction() as s:
+            row = s.get(model, wid)
+            if row is None or row.state != "running":
+                return False
+            give_back(s, row)
+            row.handles = None
+            if isinstance(row, Instance):
+                transition(s, row, "failed" if cause == "failover" else "preempted", why)
+                if cause != "failover":
+                    transition(s, row, "pending", "waits for capacity to start again")
+                return True
+            ckpt = row.spec.get("checkpoint_dir")
+            if cause == "failover" and not ckpt:
+                row.finished_at = utcnow()
+                transition(s, row, "failed", f"{why}; no checkpoint_dir to resume from")
+                return True
+            transition(s, row, "requeued", why)
+            envs = dict(row.spec.get("envs") or {})
+            envs["SUANLI_REQUEUES"] = str(int(envs.get("SUANLI_REQUEUES", "0")) + 1)
+            resume = ""
+            if ckpt:
+                envs["SUANLI_RESUME_FROM"] = resume = str(checkpoint_dir(self.data_dir, row.id, ckpt))
+            row.spec = {**row.spec, "envs": envs}
+            row.exit_code = None
+            transition(s, row, "queued", f"requeued; resumes from {resume}" if resume else "requeued; starts over")
+        return True
+
+    def _last_checkpoint(self, row: Job | Instance) -> float | None:
+        """mtime of the newest file under the job's checkpoint directory (None: none)."""
+        if not isinstance(row, Job) or not row.spec.get("checkpoint_dir"):
+            return None
+        root = checkpoint_dir(self.data_dir, row.id, row.spec["checkpoint_dir"])
+        newest = None
+        try:
+            for entry in os.scandir(root):
+                m = entry.stat().st_mtime
+                newest = m if newest is None or m > newest else newest
+        except OSError:
+            return None
+        return newest
+
+
+def _notice(handles: list | None) -> dict | None:
+    for h in handles or []:
+        notice = (h.get("data") or {}).get("notice")
+        if notice:
+            return notice
+    return None
+
+
+def deliver_notice(backend: Backend, handle: Handle, deadline: float) -> None:
+    """SIGUSR1 with the deadline written where the task reads it
+    (``$SUANLI_PREEMPT_DEADLINE_FILE``, in the task's directory). Backends with their own
+    notice delivery (Slurm: through the batch wrapper) implement ``notice``."""
+    notice = getattr(backend, "notice", None)
+    if callable(notice):
+        notice(handle, deadline)
+        return
+    task_dir = handle.data.get("dir")
+    if task_dir:
+        Path(task_dir, "preempt_deadline").write_text(f"{int(deadline)}\n")
+    backend.signal(handle, signal.SIGUSR1)
+
+
+__all__ = ["DEFAULT_NOTICE_S", "Reclaimer", "ReclaimStats", "deliver_notice"]
