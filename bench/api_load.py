@@ -172,11 +172,13 @@ def main() -> None:
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
-        # the benchmark's instances are processes on this host: stop what the server left
-        for handle in (tmp / "data" / "workloads").glob("*/handle.json"):
+        # the benchmark's instances are processes on this host: stop every process
+        # group whose command line names this run's directory
+        for proc in Path("/proc").iterdir():
             try:
-                os.killpg(int(json.loads(handle.read_text())["pgid"]), 9)
-            except (ProcessLookupError, ValueError, KeyError):
+                if proc.name.isdigit() and str(tmp) in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                    os.killpg(os.getpgid(int(proc.name)), 9)
+            except (OSError, ProcessLookupError):
                 pass
         if drop is not None:
             drop()

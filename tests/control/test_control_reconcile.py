@@ -140,3 +140,17 @@ def test_counter_drift_is_repaired(db_url: str, tmp_path: Path) -> None:
         assert all(g["free"] == g["total"] for g in srv.get("/v1/gpus"))
     finally:
         srv.close()
+
+
+def test_shutdown_gives_back_claims_it_will_not_launch(db_url: str, tmp_path: Path) -> None:
+    srv = start_server(tmp_path / "data", db_url, start_loop=False)
+    try:
+        job = srv.post("/v1/jobs", {"resources": {"accelerators": "H100:1"}, "run": "true"}, expect=201).json()
+        loop = srv.ctx.loop
+        loop._halt.set()  # as stop() does, before the tick that claimed it launches
+        loop.tick()
+        row = srv.get(f"/v1/jobs/{job['id']}")
+        assert row["state"] == "queued" and row["allocations"] == []
+        assert _active_gpu_milli(db_url) == 0
+    finally:
+        srv.close()

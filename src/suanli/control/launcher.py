@@ -148,3 +148,14 @@ def fail_launch(db: Database, kind: str, workload_id: int, owner: str, error: st
         transition(s, row, "failed", f"launch failed: {error}")
         if isinstance(row, Job):
             row.finished_at = utcnow()
+
+
+def unclaim(db: Database, kind: str, workload_id: int, owner: str) -> None:
+    """Give back a claim this server will not launch (it is shutting down): the
+    row keeps waiting and is placed again, by this server's next start or another."""
+    with db.transaction() as s:
+        row = s.get(_model(kind), workload_id)
+        if row is None or row.launch_owner != owner or row.handles is not None:
+            return
+        row.launch_owner = None
+        give_back(s, row)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from suanli.backends.base import Backend
 from suanli.control import reconcile
-from suanli.control.launcher import fail_launch, launch
+from suanli.control.launcher import fail_launch, launch, unclaim
 from suanli.control.scheduling import PassMemo, PassResult, schedule_pass
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
@@ -87,6 +87,9 @@ class ControlLoop:
             reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s, only_stops=not poll)  # 1
             result = schedule_pass(self.db, self.policy, list(self.backends), self.owner, memo=self._memo)  # 2
             for kind, wid in result.claimed:  # 3
+                if self._halt.is_set():  # shutting down: leave it for the next start
+                    unclaim(self.db, kind, wid, self.owner)
+                    continue
                 try:
                     launch(self.db, self.backends, kind, wid, self.owner, self.data_dir)
                 except Exception as exc:
