@@ -84,6 +84,6 @@ def test_online_fgd_learns_the_mix():
     state = cluster(node("a", gpus=2), node("b", gpus=2), used={"a": [700, 0]})
     s = scheduler("fgd_online", state)
     for _ in range(40):  # the mix it sees is all 500-milli pods
-        s.policy.observe(share(500))
+        s.observe(share(500))
     assert [sh.milli_per_gpu for sh in s.policy.target.shapes] == [500]
     assert s.place(share(300)).allocation.gpu_indices == (0,)

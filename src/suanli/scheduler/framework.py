@@ -90,9 +90,14 @@ class Scheduler:
         self.ranks = node_ranks([n.name for n in state.nodes], seed)
         self._reserved: dict[Hashable, Allocation] = {}
 
+    def observe(self, req: Request) -> None:
+        """A request arrived: policies that learn the request mix online count it.
+        Call once per request, not once per placement attempt, or work that waits
+        (and is retried every pass) would weigh more than work that fits at once."""
+        self.policy.observe(req)
+
     def place(self, req: Request) -> Placement:
         """Decide where ``req`` would go; changes nothing."""
-        self.policy.observe(req)
         feasible = np.flatnonzero(feasible_mask(self.state, req))
         if feasible.size == 0:
             return Placement(None, failure_reason(self.state, req))
@@ -121,7 +126,9 @@ class Scheduler:
             self.state.unbind(alloc)
 
     def schedule(self, req: Request, key: Hashable | None = None) -> Placement:
-        """One full cycle: place, then reserve under ``key`` (default: a fresh key)."""
+        """A request that arrives and is placed at once or never (the fill
+        experiment): observe, place, then reserve under ``key`` (default: a fresh key)."""
+        self.observe(req)
         placement = self.place(req)
         if placement.allocation is not None:
             self.reserve(key if key is not None else object(), placement.allocation)

@@ -245,6 +245,7 @@ class Replay:
         """Apply one event; return the number of jobs it ended (finished or failed)."""
         if kind is EventKind.ARRIVAL:
             job = self.jobs[payload]
+            self.scheduler.observe(job.request)
             self.queue.push(job.key, job.request, job.arrival)
             self.new_arrivals.append(job.key)
         elif kind is EventKind.FINISH:
