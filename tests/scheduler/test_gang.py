@@ -217,3 +217,26 @@ def test_island_aware_random_policy_is_deterministic_too():
     picks = [IslandAware(make_policy("random", None, 1)).scores(state, gang(1, 4), np.arange(4)).tolist()
              for _ in range(2)]
     assert picks[0] == picks[1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    reqs=st.lists(st.one_of(
+        st.builds(lambda m: Request(cpu_milli=1000, gpu_milli=m), st.integers(1, 999)),
+        st.builds(lambda k: Request(cpu_milli=1000, gpu_count=k), st.integers(1, 8)),
+    ), min_size=1, max_size=40),
+    policy=st.sampled_from(["best_fit", "fgd", "gpu_packing", "dot_product"]),
+    seed=st.integers(0, 3),
+)
+def test_island_wrapper_changes_nothing_without_declared_islands(reqs, policy, seed):
+    # No node declares islands (as in the openb traces): every feasible node "fits one
+    # island", so the wrapper's band is the same everywhere and its GPU pick is the
+    # lowest free indices, i.e. the plain policy's choices exactly.
+    def run(wrap: bool) -> list:
+        state = ClusterState([tnode(f"n{i}", gpus=g) for i, g in enumerate([8, 8, 4, 2, 8])])
+        s = scheduler(policy, state, target=reqs, seed=seed)
+        if wrap:
+            s.policy = IslandAware(s.policy)
+        return [s.schedule(r, key=k).allocation for k, r in enumerate(reqs)]
+
+    assert run(True) == run(False)
