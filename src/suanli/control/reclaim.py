@@ -42,7 +42,8 @@ from suanli.control import slurm_sync
 from suanli.control.capacity import give_back, snapshot, to_sched_allocation
 from suanli.control.launcher import checkpoint_dir
 from suanli.control.lifecycle import record_event, transition
-from suanli.control.scheduling import to_request
+from suanli.billing.enforce import admission
+from suanli.control.scheduling import waiting_work
 from suanli.db.clock import utcnow
 from suanli.db.models import Allocation, Instance, Job, Node
 from suanli.db.session import Database
@@ -147,55 +148,56 @@ class Reclaimer:
         return done
 
     def plan(self) -> list[tuple[str, int]]:
-        """Choose spot victims for waiting higher-class work that does not fit; notify them."""
+        """Choose spot victims for waiting higher-class work that does not fit; notify them.
+
+        Work held by quotas or budgets (``billing.enforce.admission``) is not preempted
+        for: evicting a spot job would not let it start."""
         now = time.time()
         with self.db.transaction() as s:
-            snap = snapshot(s, list(self.backends))
-            names = {nid: name for name, nid in snap.node_ids.items()}
             noticed_for: set[str] = set()
-            cands: list[Candidate] = []
-            handles: dict[tuple[str, int], list[Handle]] = {}
+            spot_rows: list[tuple[str, Job | Instance]] = []
             for model, kind in ((Job, "job"), (Instance, "instance")):
-                rows = s.scalars(select(model).where(model.state == "running", model.handles.is_not(None)))
-                for row in rows:
+                for row in s.scalars(select(model).where(model.state == "running", model.handles.is_not(None))):
                     notice = _notice(row.handles)
                     if notice is not None:
                         noticed_for.add(notice["for"])
-                        continue
-                    if row.priority != PriorityClass.SPOT.value:
-                        continue
-                    handles[(kind, row.id)] = [Handle.from_json(h) for h in row.handles]
-                    col = Allocation.job_id if kind == "job" else Allocation.instance_id
-                    for a in s.scalars(select(Allocation).where(col == row.id, Allocation.ended_at.is_(None))):
-                        started = a.started_at.timestamp()
-                        unsaved = now - max(started, self._last_checkpoint(row) or started)
-                        gpus = len(a.gpu_indices) * a.milli_per_gpu / 1000
-                        cands.append(Candidate((kind, row.id, a.node_rank), to_sched_allocation(a, names[a.node_id]),
-                                               PriorityClass.SPOT, unsaved * gpus, started))
-            waiting = []
-            for model, kind, state in ((Job, "job", "queued"), (Instance, "instance", "pending")):
-                q = select(model).where(model.state == state, model.launch_owner.is_(None), model.priority != PriorityClass.SPOT.value)
-                for row in s.scalars(q.order_by(model.created_at)):
-                    if f"{kind}-{row.id}" in noticed_for or (kind == "job" and row.num_nodes > 1):
-                        continue  # already waiting for victims; gangs are not preempted for (yet)
-                    if kind == "job" and row.cancel_requested or kind == "instance" and row.desired != "running":
-                        continue
-                    waiting.append((kind, row.id, to_request(row)))
-        if not cands or not waiting:
-            return []
+                    elif row.priority == PriorityClass.SPOT.value:
+                        spot_rows.append((kind, row))
+            if not spot_rows:
+                return []
+            waiting = [w for w in waiting_work(s)
+                       if w.request.priority is not PriorityClass.SPOT and w.num_nodes == 1  # gangs: not yet
+                       and f"{w.kind}-{w.id}" not in noticed_for]  # already waiting for its victims
+            held, rejected = admission(s, waiting) if waiting else ({}, {})
+            waiting = [w for w in waiting if (w.kind, w.id) not in held and (w.kind, w.id) not in rejected]
+            if not waiting:
+                return []
+            snap = snapshot(s, list(self.backends))
+            names = {nid: name for name, nid in snap.node_ids.items()}
+            cands: list[Candidate] = []
+            handles: dict[tuple[str, int], list[Handle]] = {}
+            for kind, row in spot_rows:
+                handles[(kind, row.id)] = [Handle.from_json(h) for h in row.handles or []]
+                col = Allocation.job_id if kind == "job" else Allocation.instance_id
+                for a in s.scalars(select(Allocation).where(col == row.id, Allocation.ended_at.is_(None))):
+                    started = a.started_at.timestamp()
+                    unsaved = now - max(started, self._last_checkpoint(row) or started)
+                    gpus = len(a.gpu_indices) * a.milli_per_gpu / 1000
+                    cands.append(Candidate((kind, row.id, a.node_rank), to_sched_allocation(a, names[a.node_id]),
+                                           PriorityClass.SPOT, unsaved * gpus, started))
         state = snap.state
         ranks = node_ranks([n.name for n in state.nodes], 0)
         told: list[tuple[str, int]] = []
-        for kind, wid, req in sorted(waiting, key=lambda w: -w[2].priority.rank):
-            if feasible_mask(state, req).any():
+        for w in waiting:  # highest class first, then oldest (waiting_work's order)
+            if feasible_mask(state, w.request).any():
                 continue  # it fits: the scheduling pass will place it
-            plan = plan_preemption(state, req, cands, ranks, self.strategy)
+            plan = plan_preemption(state, w.request, cands, ranks, self.strategy)
             if plan is None:
                 continue
             victims = sorted({(v.key[0], v.key[1]) for v in plan.victims})
             cands = [c for c in cands if (c.key[0], c.key[1]) not in victims]
             for vkind, vid in victims:
-                if self._notify(vkind, vid, handles[(vkind, vid)], f"{kind}-{wid}", plan.node):
+                if self._notify(vkind, vid, handles[(vkind, vid)], f"{w.kind}-{w.id}", plan.node):
                     told.append((vkind, vid))
         return told
 
