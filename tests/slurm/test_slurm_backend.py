@@ -100,3 +100,17 @@ def test_bad_requests_are_refused_with_a_clear_error(backend: SlurmBackend) -> N
     with pytest.raises(BackendError, match="bad task key"):
         backend.submit(spec("../x", backend.discover_inventory().nodes[0].name))
     assert backend.status(Handle("slurm", "job-9-0", {"job_id": 999_999})).state == TaskState.LOST
+
+
+def test_cli_prints_the_cluster_as_an_inventory_suanli_accepts(slurm: SlurmClient) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from suanli.cli import slurm as slurm_cli
+    from suanli.inventory import Inventory
+
+    out = CliRunner().invoke(slurm_cli.app, ["inventory", "--slurm-conf", str(slurm.slurm_conf)])
+    assert out.exit_code == 0, out.output
+    inv = Inventory.model_validate(yaml.safe_load(out.output))
+    assert {n.name for n in inv.nodes} == {n.name for n in slurm.nodes()}
+    assert all(n.backend == "slurm" for n in inv.nodes)
