@@ -215,7 +215,8 @@ class Reclaimer:
                          f"spot reclaim for {beneficiary} on {node}: SIGUSR1 now, SIGTERM at {when} ({self.notice_s:.0f}s notice)")
         for h in handles:
             try:
-                deliver_notice(self.backends[h.backend], h, deadline)
+                # an instance's keeper process would die of USR1: it gets the deadline file only
+                deliver_notice(self.backends[h.backend], h, deadline, send_signal=kind == "job")
             except (BackendError, KeyError, OSError) as exc:
                 log.warning("notice to %s failed: %s", h.key, exc)
         self.stats.notices += 1
@@ -287,18 +288,19 @@ def _notice(handles: list | None) -> dict | None:
     return None
 
 
-def deliver_notice(backend: Backend, handle: Handle, deadline: float) -> None:
+def deliver_notice(backend: Backend, handle: Handle, deadline: float, send_signal: bool = True) -> None:
     """SIGUSR1 with the deadline written where the task reads it
     (``$SUANLI_PREEMPT_DEADLINE_FILE``, in the task's directory). Backends with their own
     notice delivery (Slurm: through the batch wrapper) implement ``notice``."""
     notice = getattr(backend, "notice", None)
-    if callable(notice):
+    if send_signal and callable(notice):
         notice(handle, deadline)
         return
     task_dir = handle.data.get("dir")
     if task_dir:
         Path(task_dir, "preempt_deadline").write_text(f"{int(deadline)}\n")
-    backend.signal(handle, signal.SIGUSR1)
+    if send_signal:
+        backend.signal(handle, signal.SIGUSR1)
 
 
 __all__ = ["DEFAULT_NOTICE_S", "Reclaimer", "ReclaimStats", "deliver_notice"]

@@ -1,0 +1,95 @@
+"""The same spot reclaim and node failover on the embedded local backend (no Slurm needed).
+
+Two local nodes with declared (virtual) GPUs; "node down" on the local backend is the
+node marked down (by an operator, or by a lost heartbeat).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from platform_helpers import ADMIN, Platform, make_platform
+
+from suanli.control import nodes
+from suanli.inventory import Inventory, NodeDecl
+
+WORKLOAD = (
+    'ckpt="$SUANLI_CHECKPOINT_DIR/step"; log="$SUANLI_CHECKPOINT_DIR/log"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
+    'echo "start from=$step resume=${SUANLI_RESUME_FROM:-none} node=$SUANLI_NODE_NAME" >> "$log"; '
+    'trap \'echo "$step" > "$ckpt"; echo "USR1 checkpoint=$step deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE) at=$(date +%s.%N)" >> "$log"\' USR1; '
+    "trap 'echo \"TERM at=$(date +%s.%N)\" >> \"$log\"; exit 0' TERM; "
+    'while true; do step=$((step + 1)); [ $((step % 3)) = 0 ] && [ -n "${PERIODIC:-}" ] && echo "$step" > "$ckpt"; sleep 0.1; done'
+)
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    inv = Inventory(nodes=[NodeDecl(name=f"local{i}", gpu_model="H100", gpu_count=4, cpu_cores=16, memory_gib=64)
+                           for i in (1, 2)])
+    p = make_platform(tmp_path / "data", {}, inv, notice_s=2.0)
+    yield p
+    p.close()
+
+
+def log_lines(p: Platform, job_id: int) -> list[str]:
+    path = p.data_dir / "checkpoints" / f"job-{job_id}" / "ckpt" / "log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def starts(p: Platform, job_id: int) -> list[str]:
+    return [x for x in log_lines(p, job_id) if x.startswith("start")]
+
+
+def test_local_node_down_fails_over_from_the_checkpoint(platform: Platform) -> None:
+    p = platform
+    job = p.submit(name="fo", resources={"accelerators": "H100:1"}, run=WORKLOAD, checkpoint_dir="ckpt", envs={"PERIODIC": "1"})
+    first = p.until(lambda: starts(p, job), 20, "job running")[0]
+    node = first.split("node=")[1]
+    time.sleep(0.8)
+    t0 = time.monotonic()
+    nodes.set_state(p.db, ADMIN, node, "down")
+    resumed = p.until(lambda: starts(p, job)[1:], 20, "resumed on the other node")[0]
+    print(f"local failover: {time.monotonic() - t0:.2f}s")
+    assert "node=local" in resumed and f"node={node}" not in resumed
+    assert int(resumed.split("from=")[1].split()[0]) > 0
+    assert [e.to_state for e in p.events("job", job)][-3:] == ["requeued", "queued", "running"]
+
+
+def test_failover_without_checkpoint_dir_fails_the_job(platform: Platform) -> None:
+    p = platform
+    job = p.submit(name="nockpt", resources={"accelerators": "H100:1"}, run="sleep 30")
+    p.until(lambda: p.state(job, "running"), 20, "job running")
+    node = p.node_name(p.allocations(job)[0].node_id)
+    nodes.set_state(p.db, ADMIN, node, "down")
+    failed = p.until(lambda: p.state(job, "failed"), 20, "job failed")
+    assert "no checkpoint_dir" in failed.reason and p.allocations(job) == []
+
+
+def test_local_spot_instance_is_preempted_after_its_notice_and_starts_again(platform: Platform) -> None:
+    from suanli.control import instances
+    from suanli.db.models import Instance
+
+    p = platform
+    p.only_nodes({"local1"})
+    inst = instances.create(p.db, ADMIN, instances.InstanceRequest("spot-box", "H100", 4, 0, None, None, "ubuntu:22.04",
+                                                                    10, "spot")).id
+
+    def row() -> Instance:
+        with p.db.transaction() as s:
+            return s.get(Instance, inst)  # type: ignore[return-value]
+
+    p.until(lambda: row().state == "running", 20, "instance running")
+    task_dir = Path(row().handles[0]["data"]["dir"])
+    urgent = p.submit(name="urgent", resources={"accelerators": "H100:4"}, run="sleep 0.5")
+    deadline = p.until(lambda: (task_dir / "preempt_deadline").exists() and int((task_dir / "preempt_deadline").read_text()),
+                       15, "deadline file")
+    assert row().state == "running"  # the notice does not kill the instance's keeper
+    assert deadline >= time.time() + 0.5
+    p.until(lambda: p.state(urgent, "running", "succeeded"), 30, "on-demand job placed")
+    p.until(lambda: p.state(urgent, "succeeded"), 30, "on-demand job done")
+    p.until(lambda: row().state == "running", 30, "instance running again")
+    states = [e.to_state for e in p.events("instance", inst)]
+    assert states == ["pending", "running", "noticed", "preempted", "pending", "running"], states
