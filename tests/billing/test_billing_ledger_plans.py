@@ -120,3 +120,19 @@ def test_budget_alerts_and_cap() -> None:
     soft = budgets.Budget(1, limit=100, hard_cap=False)
     assert budgets.cap_action(soft, 1000, -5, 0, 10**9).action == "ok"
     assert budgets.period_of(0) == "1970-01"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 100), st.integers(1, 50), st.sampled_from([500, 1000, 2000, 8000])), max_size=25),
+       st.sampled_from([0, 1000, 2000, 8000]))
+def test_subscription_coverage_never_exceeds_its_gpus(pieces: list, capacity: int) -> None:
+    import numpy as np
+
+    start = np.array([a for a, _, _ in pieces], dtype=np.int64)
+    end = start + np.array([d for _, d, _ in pieces], dtype=np.int64)
+    milli = np.array([m for *_, m in pieces], dtype=np.int64)
+    ok = plans.cover(start, end, milli, start, capacity)
+    for t in range(0, 151):  # at every instant the covered GPUs fit the subscription
+        assert milli[ok & (start <= t) & (end > t)].sum() <= capacity
+    if capacity >= milli.sum():
+        assert ok.all()

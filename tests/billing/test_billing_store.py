@@ -222,3 +222,17 @@ def test_hard_capped_tenant_out_of_money_is_held(db_url: str) -> None:
     store.topup(w.db, "acme", "1")
     with w.db.transaction() as s:
         assert enforce.admission(s, [_W("instance", w.instance_id, req)]) == ({}, {})
+
+
+def test_subscription_covers_only_its_gpu_count(db_url: str) -> None:
+    w = world(db_url)
+    store.topup(w.db, "acme", "200000")
+    store.subscribe(w.db, "acme", "reserved", "H100", 2, start_ms=0)
+    a = allocate(w, 0, HOUR, gpus=2, priority="reserved")             # fits the 2 GPUs
+    b = allocate(w, 60_000, HOUR, gpus=1, priority="reserved")        # overlaps a: no room left
+    c = allocate(w, 2 * HOUR, 3 * HOUR, gpus=1, priority="reserved")  # later, alone: covered
+    d = allocate(w, 0, HOUR, gpus=1, model="H100", priority="on-demand")  # not reserved: billed
+    rater.run(w.db, cutoff_ms=4 * HOUR)
+    by = {u.source_id: u for u in _usage(w) if u.kind == "gpu"}
+    assert (by[a].plan, by[a].amount) == ("reserved", 0) and (by[c].plan, by[c].amount) == ("reserved", 0)
+    assert by[b].plan == "on_demand" and by[b].amount > 0 and by[d].amount > 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from suanli.billing.pricebook import PriceBook
 
 HOUR_MS = 3_600_000
@@ -55,6 +57,22 @@ def refund(plan: str, fee: int, start_ms: int, end_ms: int, cancel_ms: int) -> i
         raise PlanError("empty term")
     left = min(max(end_ms - max(cancel_ms, start_ms), 0), term)
     return (fee * left + term // 2) // term
+
+
+def cover(start: np.ndarray, end: np.ndarray, milli: np.ndarray, order: np.ndarray, capacity: int) -> np.ndarray:
+    """Which reserved-priority pieces a subscription of ``capacity`` milli-GPUs pays for.
+
+    Greedy, earliest first (by ``order``): a piece is covered if its GPUs plus those of
+    every covered piece overlapping it fit the capacity; the rest is billed on demand.
+    Conservative: overlapping pieces are summed, not their peak. Deterministic as far
+    as billing needs: a piece's decision depends only on pieces that started before it,
+    and learning an earlier piece's end can only free capacity, never take it."""
+    n = start.size
+    covered = np.zeros(n, dtype=bool)
+    for k in np.argsort(order, kind="stable"):
+        load = milli[covered & (start < end[k]) & (end > start[k])].sum()
+        covered[k] = load + milli[k] <= capacity
+    return covered
 
 
 def on_demand_equivalent(book: PriceBook, model: str, gpu_count: int, hours: float) -> int:

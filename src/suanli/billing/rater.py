@@ -23,7 +23,7 @@ import numpy as np
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 
-from suanli.billing import metering, rating
+from suanli.billing import metering, plans, rating
 from suanli.billing.posting import PostResult, Records, post
 from suanli.billing.pricebook import PLANS, PriceBook
 from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms, versions
@@ -88,13 +88,16 @@ def utilisation(iv: Intervals, capacity: dict[int, int], model_code: np.ndarray,
 
 def rate_gpu_intervals(iv: Intervals, books: list[tuple[int, int, PriceBook]], cutoff_ms: int, since_ms: int,
                        period_ms: int, capacity: dict[int, int] | None = None,
-                       covered: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None) -> Records:
-    """Pure: intervals -> rated records (``covered(tenant, model, period)`` -> subscription plan code or -1)."""
+                       covered: Callable[[Intervals, np.ndarray, np.ndarray], np.ndarray] | None = None) -> Records:
+    """Pure: intervals -> rated records. ``covered(iv, index, period)`` gives, per
+    reserved-priority record, the plan code of the subscription paying for it, or -1."""
     pc = metering.split(iv.start_ms, iv.end_ms, cutoff_ms, since_ms, period_ms)
     i = pc.index
     model, plan = iv.model_code[i], iv.plan_code[i].copy()
     reserved = plan == PLANS.index("reserved")
-    sub_plan = covered(iv.tenant_id[i], model, pc.period_start) if covered is not None and reserved.any() else np.full(i.size, -1)
+    sub_plan = np.full(i.size, -1, dtype=np.int64)
+    if covered is not None and reserved.any():
+        sub_plan[reserved] = covered(iv, i[reserved], pc.period_start[reserved])
     plan_out = np.where(reserved, np.where(sub_plan >= 0, sub_plan, PLANS.index("on_demand")), plan)
     rate_plan = np.where(reserved & (sub_plan >= 0), rating.COVERED, plan_out)
     spot = plan == PLANS.index("spot")
@@ -145,8 +148,8 @@ def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int, tenant_
         insts = list(s.execute(select(Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state,
                                       Instance.created_at, Instance.updated_at)
                                .where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), mine(Instance.tenant_id))))
-        subs = list(s.execute(select(Subscription.tenant_id, Subscription.gpu_model, Subscription.plan, Subscription.start_ms,
-                                     Subscription.end_ms, Subscription.cancelled_ms)))
+        subs = list(s.execute(select(Subscription.tenant_id, Subscription.gpu_model, Subscription.plan, Subscription.gpu_count,
+                                     Subscription.start_ms, Subscription.end_ms, Subscription.cancelled_ms)))
         transfers = list(s.execute(select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli)
                                    .where(Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms, mine(Transfer.tenant_id))))
     models = sorted({a.gpu_model for a in allocs} | {"-"})
@@ -166,13 +169,24 @@ def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int, tenant_
     )
     capacity = {code[m]: c * 1000 for m, c in caps.items() if m in code}
 
-    def covered(tenant: np.ndarray, model: np.ndarray, period: np.ndarray) -> np.ndarray:
-        out = np.full(tenant.size, -1, dtype=np.int64)
-        for t, m, plan, a, b, cancel in subs:
-            end = b if cancel is None or plan == "monthly" else min(b, cancel)
-            mc = [code[x] for x in models if _same_model(x, m)]
-            hit = (tenant == t) & np.isin(model, mc) & (period >= a // period_ms * period_ms) & (period < end)
-            out[hit & (out < 0)] = PLANS.index(plan)
+    def covered(iv: Intervals, index: np.ndarray, period: np.ndarray) -> np.ndarray:
+        """Per (tenant, model, period): the active subscriptions' GPUs cover reserved work,
+        earliest first (``plans.cover``); the plan code of the first such subscription."""
+        out = np.full(index.size, -1, dtype=np.int64)
+        res = iv.plan_code == PLANS.index("reserved")
+        for t, mcode, p in {(int(a), int(b), int(c)) for a, b, c in zip(iv.tenant_id[index], iv.model_code[index], period)}:
+            active = [(plan, cnt) for st, m, plan, cnt, a, b, cancel in subs
+                      if st == t and _same_model(models[mcode], m) and a < p + period_ms
+                      and p < (b if cancel is None or plan == "monthly" else min(b, cancel))]
+            if not active:
+                continue
+            cand = np.flatnonzero(res & (iv.tenant_id == t) & (iv.model_code == mcode) & (iv.start_ms < p + period_ms) & (iv.end_ms > p))
+            ok = plans.cover(np.maximum(iv.start_ms[cand], p), np.minimum(iv.end_ms[cand], p + period_ms), iv.milli[cand],
+                             iv.start_ms[cand] * 2**20 + iv.source_id[cand] % 2**20, sum(c for _, c in active) * 1000)
+            covered_ids = set(iv.source_id[cand[ok]].tolist())
+            here = (iv.tenant_id[index] == t) & (iv.model_code[index] == mcode) & (period == p)
+            hit = here & np.isin(iv.source_id[index], list(covered_ids))
+            out[hit] = PLANS.index(active[0][0])
         return out
 
     parts = [rate_gpu_intervals(iv, books, cutoff_ms, since_ms, period_ms, capacity, covered)]
