@@ -134,7 +134,7 @@ def test_stale_snapshots_cannot_double_allocate(which: str, tmp_path: Path, requ
         srv.close()
 
 
-def test_unchanged_cluster_skips_what_just_failed(tmp_path: Path) -> None:
+def test_unchanged_cluster_skips_what_just_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full cluster with a long queue costs one fingerprint per pass, not one
     placement per waiting request; any change (a release, a new node) retries all."""
     from suanli.control.scheduling import PassMemo, schedule_pass
@@ -144,12 +144,14 @@ def test_unchanged_cluster_skips_what_just_failed(tmp_path: Path) -> None:
     try:
         for _ in range(6):
             srv.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 2}, expect=201)
-        memo, policy = PassMemo(), make_policy("suanli")
+        memo, policy = PassMemo(), make_policy("best_fit")
         first = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
         assert len(first.claimed) == 2 and len(first.unplaced) == 4
+        import suanli.control.scheduling as scheduling
+
         calls = []
-        real = policy.observe  # called at the start of every placement attempt
-        policy.observe = lambda *a, **k: calls.append(1) or real(*a, **k)  # type: ignore[method-assign]
+        real = scheduling.plan_gang
+        monkeypatch.setattr(scheduling, "plan_gang", lambda *a, **k: calls.append(1) or real(*a, **k))
         again = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
         assert again.claimed == [] and again.unplaced == first.unplaced and calls == []
         with srv.ctx.db.transaction() as s:  # one instance gives its GPUs back
@@ -158,5 +160,33 @@ def test_unchanged_cluster_skips_what_just_failed(tmp_path: Path) -> None:
             give_back(s, s.get(Instance, 1))
         third = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
         assert len(third.claimed) == 1 and len(third.unplaced) == 3 and len(calls) == 4
+    finally:
+        srv.close()
+
+
+def test_a_failing_policy_falls_back_and_leaves_state_clean(tmp_path: Path) -> None:
+    from suanli.control.scheduling import schedule_pass
+    from suanli.scheduler import make_policy
+
+    srv = start_server(tmp_path / "d", f"sqlite:///{tmp_path / 'fb.db'}", inventory=SMALL, start_loop=False)
+    try:
+        srv.post("/v1/jobs", {"resources": {"accelerators": "H100:1"}, "num_nodes": 2, "run": "true"}, expect=201)
+        broken = make_policy("best_fit")
+        calls = []
+        real = broken.pick_gpus  # called for every placement found
+
+        def explode(state, req, i):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            if len(calls) == 2:  # fail on the second rank, after the first was bound
+                raise RuntimeError("policy bug")
+            return real(state, req, i)
+
+        broken.pick_gpus = explode  # type: ignore[method-assign]
+        result = schedule_pass(srv.ctx.db, broken, ["local"], "me", fallback=make_policy("best_fit"))
+        assert result.policy_errors == 1 and len(result.claimed) == 1
+        assert _check_no_overallocation(srv.ctx.db) == 2
+        with srv.ctx.db.sessions() as s:
+            nodes = {a.node_id for a in s.scalars(select(Allocation))}
+        assert len(nodes) == 2
     finally:
         srv.close()

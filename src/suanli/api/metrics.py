@@ -50,6 +50,7 @@ class ClusterCollector:
                 ("suanli_control_ticks", "Control loop ticks since start", stats.ticks),
                 ("suanli_control_launched", "Workloads launched since start", stats.launched),
                 ("suanli_control_conflicts", "Allocation conflicts (stale snapshots) since start", stats.conflicts),
+                ("suanli_control_policy_errors", "Placements the policy failed on (done by the fallback)", stats.policy_errors),
                 ("suanli_control_last_tick_seconds", "Duration of the last control loop tick", stats.last_tick_s),
                 ("suanli_control_waiting", "Work the last pass could not place", len(stats.unplaced)),
             ):

@@ -36,6 +36,7 @@ class LoopStats:
     ticks: int = 0
     launched: int = 0
     conflicts: int = 0
+    policy_errors: int = 0
     last_tick_s: float = 0.0
     unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -55,6 +56,8 @@ class ControlLoop:
         self.backends = backends
         self.data_dir = Path(data_dir)
         self.policy = make_policy(policy)
+        #: places a request if ``policy`` raises on it (see ``schedule_pass``)
+        self.fallback = make_policy("best_fit")
         self.interval_s = interval_s
         self.stop_grace_s = stop_grace_s
         #: how often every running task's status is asked of its backend (it costs
@@ -85,7 +88,7 @@ class ControlLoop:
             if poll:
                 self._last_poll = time.monotonic()
             reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s, only_stops=not poll)  # 1
-            result = schedule_pass(self.db, self.policy, list(self.backends), self.owner, memo=self._memo)  # 2
+            result = schedule_pass(self.db, self.policy, list(self.backends), self.owner, memo=self._memo, fallback=self.fallback)  # 2
             for kind, wid in result.claimed:  # 3
                 if self._halt.is_set():  # shutting down: leave it for the next start
                     unclaim(self.db, kind, wid, self.owner)
@@ -98,6 +101,7 @@ class ControlLoop:
             self.stats.ticks += 1
             self.stats.launched += len(result.claimed)
             self.stats.conflicts += result.conflicts
+            self.stats.policy_errors += result.policy_errors
             self.stats.unplaced = result.unplaced or {}
             self.stats.last_tick_s = time.perf_counter() - t0
             if result.conflicts:

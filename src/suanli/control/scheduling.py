@@ -63,6 +63,7 @@ def fingerprint(state: ClusterState) -> bytes:
 class PassResult:
     claimed: list[tuple[str, int]]
     conflicts: int = 0
+    policy_errors: int = 0
     unplaced: dict[tuple[str, int], str] | None = None
 
 
@@ -93,27 +94,34 @@ def waiting_work(session) -> list[Waiting]:  # type: ignore[no-untyped-def]
 
 def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allocation] | None, str | None]:
     """Place ``num_nodes`` copies of ``req`` on distinct nodes, all or nothing.
-    Binds into ``sched.state`` on success; leaves it unchanged on failure."""
+    Binds into ``sched.state`` on success; leaves it unchanged on failure, and on
+    an exception from the policy."""
     state = sched.state
     taken: list[Allocation] = []
     hidden: list[tuple[str, bool]] = []
     reason = None
-    for _ in range(num_nodes):
-        placement = sched.place(req)
-        if placement.allocation is None:
-            reason = placement.reason
-            break
-        state.bind(placement.allocation)
-        taken.append(placement.allocation)
-        if num_nodes > 1:  # one share per node: hide this node from the next rank
-            i = state.index[placement.allocation.node]
-            hidden.append((placement.allocation.node, bool(state.schedulable[i])))
-            state.set_schedulable(placement.allocation.node, False)
-    for name, was in reversed(hidden):
-        state.set_schedulable(name, was)
+    try:
+        for _ in range(num_nodes):
+            placement = sched.place(req)
+            if placement.allocation is None:
+                reason = placement.reason
+                break
+            state.bind(placement.allocation)
+            taken.append(placement.allocation)
+            if num_nodes > 1:  # one share per node: hide this node from the next rank
+                i = state.index[placement.allocation.node]
+                hidden.append((placement.allocation.node, bool(state.schedulable[i])))
+                state.set_schedulable(placement.allocation.node, False)
+    except Exception:
+        reason = "error"
+        raise
+    finally:
+        for name, was in reversed(hidden):
+            state.set_schedulable(name, was)
+        if reason is not None:
+            for a in reversed(taken):
+                state.unbind(a)
     if reason is not None:
-        for a in reversed(taken):
-            state.unbind(a)
         return None, reason
     return taken, None
 
@@ -139,7 +147,18 @@ def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, ow
     return True
 
 
-def schedule_pass(db: Database, policy: Policy, backends: list[str], owner: str, seed: int = 0, memo: PassMemo | None = None) -> PassResult:
+def schedule_pass(
+    db: Database,
+    policy: Policy,
+    backends: list[str],
+    owner: str,
+    seed: int = 0,
+    memo: PassMemo | None = None,
+    fallback: Policy | None = None,
+) -> PassResult:
+    """Place waiting work and claim it. If the policy raises, the request is placed
+    by ``fallback`` (a simple policy) and the error is logged and counted: a bug in
+    a scoring plugin must not stop all placement."""
     with db.transaction() as s:
         snap = snapshot(s, backends)
         work = waiting_work(s)
@@ -150,13 +169,21 @@ def schedule_pass(db: Database, policy: Policy, backends: list[str], owner: str,
     if not work:
         return result
     sched = Scheduler(policy, snap.state, seed=seed)
+    backup = Scheduler(fallback, snap.state, seed=seed) if fallback is not None else None
     unchanged = memo is not None and memo.fingerprint == fingerprint(snap.state)
     for w in work:
         key = (w.kind, w.id)
         if unchanged and key in memo.unplaced:  # type: ignore[union-attr]
             result.unplaced[key] = memo.unplaced[key]  # type: ignore[union-attr]
             continue
-        allocs, reason = plan_gang(sched, w.request, w.num_nodes)
+        try:
+            allocs, reason = plan_gang(sched, w.request, w.num_nodes)
+        except Exception:
+            if backup is None:
+                raise
+            log.exception("policy %s failed on %s %s; placing it with %s", type(policy).__name__, w.kind, w.id, type(fallback).__name__)
+            result.policy_errors += 1
+            allocs, reason = plan_gang(backup, w.request, w.num_nodes)
         if allocs is None:
             result.unplaced[(w.kind, w.id)] = reason or "unschedulable"  # type: ignore[index]
             continue
