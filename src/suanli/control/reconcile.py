@@ -58,10 +58,6 @@ def _observe(db: Database, only_stops: bool) -> list[Observed]:
     return out
 
 
-def _backend(backends: dict[str, Backend], h: Handle) -> Backend | None:
-    return backends.get(h.backend)
-
-
 def reconcile_running(db: Database, backends: dict[str, Backend], data_dir: Path, grace_s: float = 10.0, only_stops: bool = False) -> int:
     """Settle finished, failed and to-be-stopped work; returns how many rows
     changed. ``only_stops``: just act on stop/cancel requests (cheap; the status
@@ -72,38 +68,36 @@ def reconcile_running(db: Database, backends: dict[str, Backend], data_dir: Path
             continue  # run by a backend this server does not drive: not ours to judge
         if ob.stop_wanted:
             for h in ob.handles:
-                b = _backend(backends, h)
-                if b is not None:
-                    b.stop(h, grace_s=grace_s)
+                backends[h.backend].stop(h, grace_s=grace_s)
             changed += _finish(db, ob, stopped=True, exit_code=None, message="", data_dir=data_dir)
             continue
-        statuses = []
-        for h in ob.handles:
-            b = _backend(backends, h)
-            statuses.append(b.status(h) if b is not None else None)
-        if all(st is not None and st.state == TaskState.RUNNING for st in statuses):
-            continue
-        if ob.kind == "job" and all(st is not None and st.state == TaskState.EXITED for st in statuses):
-            codes = [st.exit_code for st in statuses]  # type: ignore[union-attr]
-            bad = [c for c in codes if c != 0]
-            code = bad[0] if bad else 0
-            msg = "" if code == 0 else f"exited with code {code}"
-            changed += _finish(db, ob, stopped=False, exit_code=code, message=msg, data_dir=data_dir)
-            continue
-        # Some task ended (or vanished) while others run: the workload as a whole failed.
-        dead = [h.key for h, st in zip(ob.handles, statuses) if st is None or st.state != TaskState.RUNNING]
-        failed_code = next((st.exit_code for st in statuses if st is not None and st.state == TaskState.EXITED and st.exit_code), None)
-        if ob.kind == "job" and any(st is not None and st.state == TaskState.EXITED for st in statuses) and failed_code is None:
-            # a rank finished cleanly while others still run: wait for the rest
-            if all(st is not None and st.state != TaskState.LOST for st in statuses):
-                continue
-        for h, st in zip(ob.handles, statuses):
-            b = _backend(backends, h)
-            if b is not None and st is not None and st.state == TaskState.RUNNING:
-                b.stop(h, grace_s=grace_s)
-        what = "exited" if ob.kind == "instance" else "failed"
-        changed += _finish(db, ob, stopped=False, exit_code=failed_code, message=f"task {', '.join(dead)} {what} or was lost", data_dir=data_dir, failed=True)
+        changed += _settle(db, backends, ob, data_dir, grace_s)
     return changed
+
+
+def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: Path, grace_s: float) -> int:
+    """Compare one running row with its tasks. A job succeeds when every node
+    exited 0 and fails on the first non-zero exit or lost task (the other nodes
+    are stopped: a gang lives and dies together); an instance fails when its
+    task is gone. A node that exited 0 while others run is waited for."""
+    statuses = [backends[h.backend].status(h) for h in ob.handles]
+    states = [st.state for st in statuses]
+    if all(st == TaskState.RUNNING for st in states):
+        return 0
+    if ob.kind == "job" and all(st == TaskState.EXITED for st in states):
+        bad = [st.exit_code for st in statuses if st.exit_code != 0]
+        code = bad[0] if bad else 0
+        msg = "" if code == 0 else f"exited with code {code}"
+        return _finish(db, ob, stopped=False, exit_code=code, message=msg, data_dir=data_dir)
+    failed_code = next((st.exit_code for st in statuses if st.state == TaskState.EXITED and st.exit_code != 0), None)
+    if ob.kind == "job" and TaskState.LOST not in states and failed_code is None:
+        return 0  # some nodes finished cleanly, the others still run
+    for h, st in zip(ob.handles, statuses):
+        if st.state == TaskState.RUNNING:
+            backends[h.backend].stop(h, grace_s=grace_s)
+    dead = [h.key for h, st in zip(ob.handles, statuses) if st.state != TaskState.RUNNING]
+    what = "exited" if ob.kind == "instance" else "failed"
+    return _finish(db, ob, stopped=False, exit_code=failed_code, message=f"task {', '.join(dead)} {what} or was lost", data_dir=data_dir, failed=True)
 
 
 def _finish(db: Database, ob: Observed, *, stopped: bool, exit_code: int | None, message: str, data_dir: Path, failed: bool = False) -> int:
