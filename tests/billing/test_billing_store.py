@@ -236,3 +236,13 @@ def test_subscription_covers_only_its_gpu_count(db_url: str) -> None:
     by = {u.source_id: u for u in _usage(w) if u.kind == "gpu"}
     assert (by[a].plan, by[a].amount) == ("reserved", 0) and (by[c].plan, by[c].amount) == ("reserved", 0)
     assert by[b].plan == "on_demand" and by[b].amount > 0 and by[d].amount > 0
+
+
+def test_stopped_disks_pay_the_stopped_price(db_url: str) -> None:
+    w = world(db_url, disk_gib=720)
+    store.set_price(w.db, "op", None, "storage_stopped", "0.4", effective_ms=0)  # half price while stopped
+    allocate(w, 0, 1_800_000)  # GPUs held for the first half hour, then stopped
+    rater.run(w.db, cutoff_ms=HOUR + 1)
+    (disk,) = [u for u in _usage(w) if u.kind == "storage"]
+    full = 720 * default_book().storage // 720  # 720 GiB for an hour at 0.8/GiB-month = 0.8
+    assert disk.amount == full // 2 + full // 4  # half an hour running, half an hour at half price

@@ -190,7 +190,11 @@ def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int, tenant_
         return out
 
     parts = [rate_gpu_intervals(iv, books, cutoff_ms, since_ms, period_ms, capacity, covered)]
-    parts.append(_storage(insts, books, cutoff_ms, since_ms, period_ms, parts[0], open_end))
+    held: dict[int, list[tuple[int, int]]] = {}
+    for a, s0, s1 in zip(allocs, iv.start_ms.tolist(), iv.end_ms.tolist()):
+        if a.instance_id:
+            held.setdefault(a.instance_id, []).append((s0, s1))
+    parts.append(_storage(insts, books, cutoff_ms, since_ms, period_ms, parts[0], open_end, held))
     parts.append(_transfers(transfers, books, period_ms, parts[0]))
     return _concat(parts)
 
@@ -201,8 +205,20 @@ def _same_model(node_model: str, sub_model: str) -> bool:
     return resolve_model(node_model, (sub_model,)) is not None
 
 
+def _running_units(t0: int, a: int, b: int, held: list[tuple[int, int]]) -> int:
+    """Storage units (counted from ``t0``) starting in [a, b) while the instance held GPUs."""
+    n = 0
+    for s0, s1 in held:
+        lo, hi = max(a, s0), min(b, s1)
+        if hi > lo:
+            n += int(metering.units_before(np.array([hi]), np.array([t0]))[0] - metering.units_before(np.array([lo]), np.array([t0]))[0])
+    return n
+
+
 def _storage(insts: list, books: list, cutoff_ms: int, since_ms: int, period_ms: int, like: Records,
-             open_end: int = metering.OPEN) -> Records:
+             open_end: int = metering.OPEN, held: dict[int, list[tuple[int, int]]] | None = None) -> Records:
+    """Disks bill from creation to deletion: at the running price while the instance
+    holds GPUs (an allocation), at the stopped price otherwise."""
     insts = [r for r in insts if r.disk_gib > 0]
     t0 = np.array([dt_to_ms(r.created_at) for r in insts], dtype=np.int64).reshape(len(insts))
     t1 = np.array([dt_to_ms(r.updated_at) if r.state == "deleted" else open_end for r in insts], dtype=np.int64).reshape(len(insts))
@@ -212,9 +228,14 @@ def _storage(insts: list, books: list, cutoff_ms: int, since_ms: int, period_ms:
     eff = np.array([e for _, e, _ in books], dtype=np.int64)
     vi = version_index(eff, pc.period_start)
     price = np.array([b.storage for _, _, b in books], dtype=np.int64)[vi]
+    stopped = np.array([b.storage_stopped for _, _, b in books], dtype=np.int64)[vi]
     hpm = np.array([b.hours_per_month for _, _, b in books], dtype=np.int64)[vi]
-    amount = (pc.units * gib * price + 300 * hpm) // (600 * hpm)
     ids = np.array([r.id for r in insts], dtype=np.int64).reshape(len(insts))[i]
+    held = held or {}
+    run = np.array([_running_units(int(t0[k]), int(a), int(b), held.get(int(iid), []))
+                    for k, a, b, iid in zip(i.tolist(), pc.start.tolist(), pc.end.tolist(), ids.tolist())], dtype=np.int64).reshape(i.size)
+    amount = (run * gib * price + (pc.units - run) * gib * stopped + 300 * hpm) // (600 * hpm)
+    price = np.where(run * 2 >= pc.units, price, stopped)  # the price of most of the record's units
     cols = {"tenant_id": np.array([r.tenant_id for r in insts], dtype=np.int64).reshape(len(insts))[i],
             "kind": np.ones(i.size, np.int64), "source_id": ids, "period_ms": pc.period_start,
             "workload_kind": np.zeros(i.size, np.int64), "workload_id": ids,
