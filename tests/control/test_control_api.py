@@ -247,3 +247,12 @@ def test_cordoned_nodes_get_no_new_work(server: Server) -> None:
     assert server.http.patch("/v1/nodes/nope", json={"state": "ready"}, headers=server.headers).status_code == 404
     states = [(e["from_state"], e["to_state"]) for e in server.get("/v1/events", params={"kind": "node"})]
     assert states == [("ready", "cordoned"), ("ready", "cordoned"), ("cordoned", "ready")]
+
+
+def test_one_failing_node_fails_the_gang_and_stops_the_rest(server: Server) -> None:
+    run = 'if [ "$NODE_RANK" = 1 ]; then sleep 0.5; exit 4; fi; echo $$ > leader.pid; exec sleep 300'
+    job = server.post("/v1/jobs", {"resources": {"accelerators": "H100:1"}, "num_nodes": 2, "run": run}, expect=201).json()
+    job = wait_state(server, "job", job["id"], ("failed", "succeeded"), 30)
+    assert job["state"] == "failed" and job["exit_code"] == 4 and job["allocations"] == []
+    pid_file = server.data_dir / "workloads" / f"job-{job['id']}-0" / "work" / "leader.pid"
+    assert not _alive(int(pid_file.read_text()))
