@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from unittest.mock import patch
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -186,8 +187,8 @@ def test_every_plan_applies_and_frees_the_request(gpus, shares, g, max_moves):
     req_cpu=st.integers(0, 6),
 )
 def test_the_screen_never_changes_the_answer(gpus, shares, cpu, g, req_cpu):
-    # The pre-simulation screen is meant as a necessary condition only: planning with it
-    # switched off (every node simulated) must give the same plan.
+    # Both screens (per GPU slot, per node) are meant as necessary conditions only:
+    # planning with them switched off (every node simulated) must give the same plan.
     from suanli.scheduler import defrag
 
     nodes = [node(f"n{i}", gpus=k, cpu=cpu[i] * 1000) for i, k in enumerate(gpus)]
@@ -199,5 +200,21 @@ def test_the_screen_never_changes_the_answer(gpus, shares, cpu, g, req_cpu):
             state.bind(alloc)
             movable[k] = alloc
     screened = plan_defrag(state, need(g, cpu=req_cpu * 1000), movable, 6)
-    with patch.object(defrag._Destinations, "possible", lambda self, node, target, keys: True):
+    everything = lambda state, movable, idx: np.ones((len(idx), state.gpu_free.shape[1]), dtype=bool)  # noqa: E731
+    with patch.object(defrag._Destinations, "possible", lambda self, node, target, keys: True), \
+            patch.object(defrag, "_slot_screen", everything):
         assert plan_defrag(state, need(g, cpu=req_cpu * 1000), movable, 6) == screened
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=9))
+def test_prefix_top2_against_brute_force(values):
+    from suanli.scheduler.defrag import _prefix_top2
+
+    v = np.array(values)
+    best, where, second = _prefix_top2(v)
+    for k in range(v.size):
+        prefix = v[: k + 1]
+        rest = np.delete(prefix, where[k])
+        assert best[k] == prefix.max() == v[where[k]] and where[k] <= k
+        assert second[k] == (rest.max() if rest.size else -1)

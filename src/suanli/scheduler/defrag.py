@@ -74,6 +74,9 @@ class MovableSet(Mapping[Hashable, Allocation]):
         self.count = np.zeros(shape, np.int64)  # movable allocations per GPU slot
         self.cpu = np.zeros(shape, np.int64)  # their CPU, charged to their GPU
         self.mem = np.zeros(shape, np.int64)
+        #: Component-wise smallest share per GPU slot (milli, CPU, memory): ``_slot_screen``
+        #: rejects a GPU whose smallest share fits nowhere, for the price of one array pass.
+        self.least = np.full((3, *shape), np.iinfo(np.int64).max, np.int64)
         self._items: dict[Hashable, Allocation] = {}
         self.models: dict[Hashable, frozenset[str] | None] = {}
         self._on: dict[tuple[int, int], dict[Hashable, None]] = {}
@@ -107,13 +110,24 @@ class MovableSet(Mapping[Hashable, Allocation]):
         self.discard(key)
         self._items[key] = alloc
         self.models[key] = keep
-        self._on.setdefault(self._charge(alloc, +1), {})[key] = None
+        slot = self._charge(alloc, +1)
+        self._on.setdefault(slot, {})[key] = None
+        self._refresh_least(slot)
 
     def discard(self, key: Hashable) -> None:
         alloc = self._items.pop(key, None)
         self.models.pop(key, None)
         if alloc is not None:
-            self._on[self._charge(alloc, -1)].pop(key)
+            slot = self._charge(alloc, -1)
+            self._on[slot].pop(key)
+            self._refresh_least(slot)
+
+    def _refresh_least(self, slot: tuple[int, int]) -> None:
+        shares = [self._items[k] for k in self._on.get(slot, ())]
+        for row, values in enumerate(zip(*((a.milli_per_gpu, a.cpu_milli, a.memory_mib) for a in shares))):
+            self.least[(row, *slot)] = min(values)
+        if not shares:
+            self.least[(slice(None), *slot)] = np.iinfo(np.int64).max
 
     def on_gpu(self, node: int, gpu: int) -> list[Hashable]:
         return list(self._on.get((node, gpu), ()))
@@ -135,7 +149,7 @@ def _candidates(
         return []
     free = state.gpu_free[idx].astype(np.int64)
     used = state.gpu_total[idx].astype(np.int64) - free
-    clearable = (used > 0) & (used == movable.milli[idx])
+    clearable = (used > 0) & (used == movable.milli[idx]) & _slot_screen(state, movable, idx)
     need = np.maximum(g - (free == MILLI_PER_GPU).sum(axis=1), 0)
     keep = (need <= clearable.sum(axis=1)) & (need <= max_moves)
     idx, need, clearable = idx[keep], need[keep], clearable[keep]
@@ -157,6 +171,55 @@ def _candidates(
     keep = np.flatnonzero((moves <= max_moves) & cpu_ok & mem_ok)
     keep = keep[np.lexsort((idx[keep], moved[keep], moves[keep]))]
     return [(int(moves[j]), int(moved[j]), int(idx[j]), np.sort(order[j, : need[j]])) for j in keep]
+
+
+def _prefix_top2(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each prefix of ``values`` (>= 0): its maximum, the position holding it and
+    the largest value at any other position (-1 if none)."""
+    n = values.size
+    best = np.maximum.accumulate(values)
+    record = np.ones(n, dtype=bool)
+    record[1:] = best[1:] > best[:-1]
+    where = np.maximum.accumulate(np.where(record, np.arange(n), 0))
+    segment = np.cumsum(record) - 1
+    big = int(values.max(initial=0)) + 2
+    # The best of each run between records, the record itself left out.
+    inside = np.maximum.accumulate(np.where(record, -1, values) + segment * big) - segment * big
+    before = np.where(where > 0, best[np.maximum(where - 1, 0)], -1)
+    return best, where, np.maximum(inside, before)
+
+
+def _slot_screen(state: ClusterState, movable: MovableSet, idx: np.ndarray) -> np.ndarray:
+    """(len(idx), G) mask of GPU slots that may be clearable: a necessary condition,
+    relaxed (any model, memory ignored, the own node's CPU ignored) so it never
+    rejects a plan. A slot fails when even its component-wise smallest share has no
+    other node with a GPU of that much room *and* that much CPU, nor room on its own
+    node's other GPUs. Nodes sorted by room, the best CPU among those with enough
+    room is a prefix maximum (the second best when the best is the share's own
+    node), so the check is one ``searchsorted`` over all slots."""
+    least = movable.least[:, idx, :]  # (3, K, G)
+    if state.gpu_free.size == 0:
+        return np.zeros(least.shape[1:], dtype=bool)
+    top = state.gpu_free.max(axis=1).astype(np.int64)
+    cpu = np.where(state.schedulable, state.cpu_free, -1).astype(np.int64)
+    order = np.argsort(-top, kind="stable")
+    best, where, second = _prefix_top2(np.maximum(cpu[order], -1) + 1)  # shift: "none" is 0
+    # Nodes with top >= milli are the first n of `order`.
+    n = np.searchsorted(-top[order], -np.minimum(least[0], np.iinfo(np.int32).max), side="right")
+    last = np.maximum(n - 1, 0)
+    own = order[where[last]] == idx[:, None]
+    cpu_there = np.where(own, second[last], best[last]) - 1
+    ok = (n > 0) & (cpu_there >= least[1])
+    # Or the share's own node, ignoring CPU and memory (they grow as shares leave it):
+    # its other GPUs except the fully free ones, which the request takes (a candidate
+    # needs clearing only while it has fewer free GPUs than the request).
+    free = np.where(state.gpu_free[idx] == MILLI_PER_GPU, -1, state.gpu_free[idx]).astype(np.int64)
+    ranked = -np.sort(-free, axis=1)
+    first = ranked[:, :1]
+    other = ranked[:, 1:2] if ranked.shape[1] > 1 else np.full_like(first, -1)
+    alone = (free == first) & ((free == first).sum(axis=1, keepdims=True) == 1)
+    ok |= least[0] <= np.where(alone, other, first)
+    return ok
 
 
 class _Destinations:
