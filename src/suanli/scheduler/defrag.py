@@ -28,7 +28,7 @@ model unless the caller says which models its workload accepts (``MovableSet.add
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,11 +123,8 @@ class MovableSet(Mapping[Hashable, Allocation]):
             self._refresh_least(slot)
 
     def _refresh_least(self, slot: tuple[int, int]) -> None:
-        shares = [self._items[k] for k in self._on.get(slot, ())]
-        for row, values in enumerate(zip(*((a.milli_per_gpu, a.cpu_milli, a.memory_mib) for a in shares))):
-            self.least[(row, *slot)] = min(values)
-        if not shares:
-            self.least[(slice(None), *slot)] = np.iinfo(np.int64).max
+        shares = [(a.milli_per_gpu, a.cpu_milli, a.memory_mib) for a in map(self._items.get, self._on.get(slot, ()))]
+        self.least[(slice(None), *slot)] = np.min(shares, axis=0) if shares else np.iinfo(np.int64).max
 
     def on_gpu(self, node: int, gpu: int) -> list[Hashable]:
         return list(self._on.get((node, gpu), ()))
@@ -239,24 +236,22 @@ class _Destinations:
         self.masks: dict[object, np.ndarray] = {}
         self.hosts_cache: dict[tuple, np.ndarray] = {}
 
+    def _tag(self, key: Hashable, node: int) -> object:
+        models = self.movable.models.get(key)
+        return ("same", int(self.state.model_id[node])) if models is None else models
+
     def allowed(self, key: Hashable, node: int) -> np.ndarray:
         """Schedulable nodes of a model the share ``key`` (now on ``node``) accepts."""
-        models = self.movable.models.get(key)
-        tag = ("same", int(self.state.model_id[node])) if models is None else models
+        tag, s = self._tag(key, node), self.state
         if tag not in self.masks:
-            s = self.state
-            if models is None:
-                mask = s.model_id == s.model_id[node]
-            else:
-                mask = s.model_mask(models)
+            models = self.movable.models.get(key)
+            mask = s.model_id == s.model_id[node] if models is None else s.model_mask(models)
             self.masks[tag] = s.schedulable & mask
         return self.masks[tag]
 
     def hosts(self, key: Hashable, node: int) -> np.ndarray:
         a = self.movable[key]
-        models = self.movable.models.get(key)
-        tag = ("same", int(self.state.model_id[node])) if models is None else models
-        cache_key = (a.milli_per_gpu, a.cpu_milli, a.memory_mib, tag)
+        cache_key = (a.milli_per_gpu, a.cpu_milli, a.memory_mib, self._tag(key, node))
         if cache_key not in self.hosts_cache:
             s = self.state
             mask = self.allowed(key, node) & (self.top >= a.milli_per_gpu)
@@ -363,28 +358,25 @@ def apply_plan(target: Scheduler | ClusterState, plan: DefragPlan, movable: Mova
     far are undone and ``OverAllocation`` is raised: all or nothing. ``movable`` is
     updated to the new places when given.
     """
-    if isinstance(target, Scheduler):
+    on_scheduler = isinstance(target, Scheduler)
+    if on_scheduler:
         held = target.reservations
         stale = [m.key for m in plan.migrations if held.get(m.key) != m.old]
         if stale:
             raise OverAllocation(f"stale defragmentation plan: {stale[0]!r} is not where the plan found it")
 
-        def move(key: Hashable, src: Allocation, dst: Allocation) -> None:
+    def move(key: Hashable, src: Allocation, dst: Allocation) -> None:
+        if on_scheduler:
             target.unreserve(key)
-            try:
-                target.reserve(key, dst)
-            except OverAllocation:
-                target.reserve(key, src)
-                raise
-    else:
-
-        def move(key: Hashable, src: Allocation, dst: Allocation) -> None:
+            put: Callable[[Allocation], None] = lambda alloc: target.reserve(key, alloc)  # noqa: E731
+        else:
             target.unbind(src)
-            try:
-                target.bind(dst)
-            except OverAllocation:
-                target.bind(src)
-                raise
+            put = target.bind
+        try:
+            put(dst)
+        except OverAllocation:
+            put(src)  # back where it was: this step changed nothing
+            raise
 
     done: list[Migration] = []
     try:
