@@ -169,18 +169,20 @@ def test_concurrent_rating_runs_post_once(db_url: str) -> None:
         allocate(w, k * 90_000, k * 90_000 + 3 * HOUR, gpus=1 + k % 8, priority=["on-demand", "spot"][k % 2])
     errors: list[BaseException] = []
 
-    def go() -> None:
+    def go(cutoff: int, batch: int) -> None:
         try:
-            rater.run(w.db, cutoff_ms=6 * HOUR, batch=7)
+            rater.run(w.db, cutoff_ms=cutoff, batch=batch)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=go) for _ in range(3)]
+    # different cutoffs and batch sizes: the runs' batches overlap in different ways
+    threads = [threading.Thread(target=go, args=a) for a in ((6 * HOUR, 7), (4 * HOUR, 5), (6 * HOUR, 11), (5 * HOUR, 3))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors
+    rater.run(w.db, cutoff_ms=6 * HOUR)
     expected = rater.collect(w.db, 0, 6 * HOUR, 3_600_000)
     usage, charged, trial = _totals(w)
     assert len(_usage(w)) == len(expected) and usage == charged == int(expected.cols["amount"].sum()) and trial == 0

@@ -13,13 +13,17 @@ once: what committed is skipped by its key, what did not commit never happened.
 
 from __future__ import annotations
 
+import random
+import time
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import psycopg
 from psycopg.errors import UniqueViolation
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from suanli.billing import ledger, pgcopy
@@ -175,6 +179,21 @@ def _post_batch(db: Database, part: Records, run_id: str, b: int) -> tuple[int, 
         return n_inserted, sum(int(a) for _, _, a in inserted), posted
 
 
+def _retrying(fn: Callable[[], tuple[int, int, int]], attempts: int = 5) -> tuple[int, int, int]:
+    """Concurrent runs whose batches overlap can deadlock on each other's uncommitted
+    keys; the database aborts one transaction, which changed nothing, so try again."""
+    for k in range(attempts):
+        try:
+            return fn()
+        except (OperationalError, psycopg.OperationalError) as exc:  # raw psycopg errors come from COPY
+            orig = getattr(exc, "orig", exc)
+            code = getattr(orig, "sqlstate", None)
+            if k == attempts - 1 or not (code in ("40P01", "40001") or "locked" in str(orig)):
+                raise
+            time.sleep(0.05 * (k + 1) * (1 + random.random()))
+    raise AssertionError("unreachable")
+
+
 def post(
     db: Database,
     recs: Records,
@@ -190,7 +209,7 @@ def post(
 
     def one(item: tuple[int, Records]) -> tuple[int, int, int, int]:
         b, part = item
-        n, amount, entries = _post_batch(db, part, run_id, b)
+        n, amount, entries = _retrying(lambda: _post_batch(db, part, run_id, b))
         if after_batch is not None:
             after_batch(b)
         return len(part), n, amount, entries
