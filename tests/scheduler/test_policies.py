@@ -87,3 +87,38 @@ def test_online_fgd_learns_the_mix():
         s.observe(share(500))
     assert [sh.milli_per_gpu for sh in s.policy.target.shapes] == [500]
     assert s.place(share(300)).allocation.gpu_indices == (0,)
+
+
+def _choices(policy, state, req, target, seeds=range(6)):
+    return {scheduler(policy, state, target=target, seed=s).place(req).allocation.node for s in seeds}
+
+
+def test_suanli_spends_cpu_where_no_gpu_is_left():
+    # Target: 1 GPU + 2 cores. A 1-core CPU-only pod leaves both nodes able to host the
+    # target, so FGD scores both 50 and the seeded order decides. Suanli prefers the node
+    # with no idle GPU (its CPU can serve nothing else): level 2 against level 1.
+    state = cluster(node("idle", gpus=1, cpu=4000), node("full", gpus=1, cpu=4000), used={"full": [1000]})
+    target, pod = [whole(1, cpu=2000)], Request(cpu_milli=1000)
+    assert _choices("suanli", state, pod, target) == {"full"}
+    assert _choices("fgd", state, pod, target) == {"idle", "full"}
+
+
+def test_suanli_keeps_cpu_next_to_idle_gpus():
+    # Target: 1 GPU + 8 cores: r = 8 CPU milli per GPU milli. A 1-GPU, 4-core pod:
+    # poor (20 cores): 16 cores left for 3000 idle milli < 8 * 3000 -> no surplus;
+    # rich (40 cores): 36 cores >= 24 -> surplus. FGD: both still host the target -> 50.
+    state = cluster(node("poor", gpus=4, cpu=20_000), node("rich", gpus=4, cpu=40_000))
+    target, pod = [whole(1, cpu=8000)], whole(1, cpu=4000)
+    assert _choices("suanli", state, pod, target) == {"rich"}
+    assert _choices("fgd", state, pod, target) == {"poor", "rich"}
+
+
+def test_suanli_leaves_scarce_gpu_models_to_restricted_work():
+    # 2 % of the mix may only run on V100: V100 has pressure > 0, T4 none. A 1-GPU pod
+    # that may run anywhere: on T4, FGD's measure improves by 0.02 * 1000 = 20 milli (idle
+    # the V100-only task can never use shrinks): floor(100*sigmoid(0.02)) = 50, the same
+    # as on V100 (no change), so FGD leaves it to the node order. Suanli picks T4.
+    state = cluster(node("v100", gpus=2, model="V100"), node("t4", gpus=2, model="T4"))
+    target = [Request(cpu_milli=1000, gpu_count=1, gpu_models=frozenset({"V100"}))] + [whole(1)] * 49
+    assert _choices("suanli", state, whole(1), target) == {"t4"}
+    assert _choices("fgd", state, whole(1), target) == {"v100", "t4"}

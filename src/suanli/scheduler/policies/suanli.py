@@ -1,33 +1,39 @@
-"""Suanli's default policy: FGD, with CPU-only requests steered by CPU surplus.
+"""Suanli's default policy: FGD, with ties broken by scarce GPU models and stranded CPU.
 
-The node choice is FGD's (``fgd.py``): the integer ``floor(100 * sigmoid(dF / 1000))``
-score of the target workload's expected fragmentation stays the primary key, so GPU
-requests are placed exactly as FGD places them and the seeded node order still breaks
-their ties (that tie-break is what packs; FGD_PROTOCOL.md).
+The primary key is FGD's (``fgd.py``): the integer ``floor(100 * sigmoid(dF / 1000))``
+score of the target workload's expected fragmentation. Because that score is
+quantised, many nodes tie, and FGD leaves the tie to the seeded node order. Ties are
+the rule, not the exception: a CPU-only pod changes no node's fragmentation until the
+cluster is nearly full, so nearly every node scores 50, and a whole-GPU pod ties on
+every node that has a free GPU and enough CPU. This policy keeps FGD's score (it never
+overrides it) and breaks its ties with two facts about the future that FGD's per-node
+fragmentation does not see; only what is still tied after them goes to the seeded node
+order, which keeps FGD's packing.
 
-What changes is how ties are broken for CPU-only requests. FGD scores a CPU-only pod
-by the GPU milli it would strand, which is zero on almost every node until the
-cluster is nearly full, so nearly all nodes tie at 50 and the pod lands on the first
-node of the seeded order, wherever that is: often a CPU-poor 8-GPU node whose CPU
-later turns out to be what its last free GPUs needed. Among FGD's best nodes this
-policy prefers, in order:
+1. **Scarce GPU models** (GPU requests). Some requests of the mix may run only on
+   certain GPU models (``gpu_spec``). For each model, the pressure is the GPU milli
+   those restricted requests bring per GPU of capacity they may use, summed over the
+   requests allowed on the model. A GPU request that may run on several models prefers
+   the one with the least pressure, leaving scarce models to the requests that have
+   nowhere else to go. With no restricted request in the mix every model's pressure is
+   0 and this key does nothing.
 
-1. nodes with no idle GPU milli at all: their CPU can never serve a GPU request
-   again, so using it costs nothing;
-2. then the node with the largest CPU surplus after placement, in 4-core buckets,
-   where surplus = free CPU - r * idle GPU milli and r is the target mix's CPU per
-   GPU milli (the CPU its GPU requests bring per unit of GPU). A node with a
-   surplus keeps enough CPU for the GPU work its idle GPUs can still take; a node
-   without one is where the next CPU-only pod would strand GPUs.
+2. **CPU for the idle GPUs** (CPU-only and whole-GPU requests). A GPU is only usable
+   with CPU next to it. Let r be the mix's CPU per GPU milli (over the GPU requests
+   allowed on the node's model). After the placement a node has a CPU surplus if its
+   free CPU is at least r times its idle GPU milli. A CPU-only pod prefers a node with
+   no idle GPU at all (that CPU can serve nothing else), then a node that keeps a
+   surplus, then the rest. A whole-GPU pod prefers a node that keeps a surplus. On the
+   Alibaba nodes CPU per GPU ranges from 12 cores (8-GPU G2) to 52 (2-GPU T4), so the
+   first-fit order of FGD's tie-break otherwise spends the CPU of CPU-poor nodes and
+   strands their last free GPUs.
 
-Within a bucket the seeded node order decides, as in FGD, so CPU-only pods still pack
-onto few nodes. The secondary key never overrides FGD's integer score, and GPU
-requests are untouched, so the policy is FGD whenever no CPU-only pod ties, and
-deterministic for a seed. The score depends only on the node's own state (and the
-target), so per-shape caching applies.
+Sharing pods are left to FGD apart from key 1: a CPU key for them lost allocation in
+the experiments (it pulls them off the packed nodes). Every key depends only on the
+node's own state and the target, so the per-shape score cache applies, and the policy
+is deterministic for a seed.
 
-Measured (fill experiment, mean over seeds, allocation at 100 % arrived): at or above
-FGD on every paper trace tried, by 0.0-0.1 point; see the research notes.
+Measured against FGD on every paper trace in BENCHMARKS.md ("Scheduler: fill quality").
 """
 
 from __future__ import annotations
@@ -36,60 +42,60 @@ import numpy as np
 
 from suanli.scheduler.model import Request
 from suanli.scheduler.policies.fgd import FGD
+from suanli.scheduler.policies.fragmentation import TargetArrays
 from suanli.scheduler.policies.target import TargetWorkload
 from suanli.scheduler.state import ClusterState
 
-#: Room for the secondary key under FGD's primary score (0..100).
-_SPAN = 4096
-#: CPU surplus bucket: coarse, so the seeded node order still packs within a bucket.
-_BUCKET_MILLI = 4000
-
-
-def cpu_per_gpu_milli(target: TargetWorkload | None) -> float:
-    """Mean CPU milli a GPU request of the mix brings per GPU milli it takes."""
-    if target is None:
-        return 0.0
-    cpu = gpu = 0.0
-    for shape, p in zip(target.shapes, target.weights):
-        if shape.milli_per_gpu:
-            cpu += p * shape.cpu_milli
-            gpu += p * shape.milli_per_gpu * shape.gpus
-    return cpu / gpu if gpu else 0.0
+#: Room under FGD's integer score (0..100) for the tie-break keys.
+_SPAN = 1 << 16
+#: Room for the CPU level (0..2) under the model-pressure level.
+_CPU_LEVELS = 4
 
 
 class SuanliPolicy(FGD):
     name = "suanli"
-    #: CPU surplus bucket in milli (see module docstring).
-    bucket_milli = _BUCKET_MILLI
-    #: Count only idle milli on GPUs that some GPU task of the mix still fits.
-    usable_only = False
-    #: Scale of the CPU reserved per idle GPU milli.
-    ratio_scale = 1.0
 
     def __init__(self, target: TargetWorkload | None) -> None:
         super().__init__(target)
-        self._ratio_of: TargetWorkload | None = None
-        self._ratio = 0.0
+        self._model_keys_of: TargetArrays | None = None
+        self._ratio = np.zeros(0)
+        self._pressure_level = np.zeros(0, np.int64)
 
-    def cpu_ratio(self) -> float:
-        if self._ratio_of is not self.target:
-            self._ratio_of, self._ratio = self.target, cpu_per_gpu_milli(self.target)
-        return self._ratio
-
-    def min_gpu_milli(self) -> int:
-        t = self.target
-        sizes = [s.milli_per_gpu for s in t.shapes if s.milli_per_gpu] if t is not None else []
-        return min(sizes) if sizes else 1
+    def model_keys(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
+        """Per GPU model: CPU milli per GPU milli of the mix's GPU requests allowed on it,
+        and the pressure level (higher = less demanded by restricted requests)."""
+        t = self.arrays(state)
+        if self._model_keys_of is not t:
+            gpu_task = t.milli > 0
+            allowed = t.model_ok & gpu_task[:, None]  # (M, models)
+            demand = t.weights * t.milli * t.gpus
+            cpu = (t.weights * t.cpu) @ allowed
+            gpu = demand @ allowed
+            ratio = np.where(gpu > 0, cpu / np.where(gpu > 0, gpu, 1.0), 0.0)
+            n_models = len(state.models)
+            capacity = np.bincount(state.model_id, weights=state.gpu_total.sum(axis=1), minlength=n_models)
+            pressure = np.zeros(n_models)
+            for k in np.flatnonzero(gpu_task & ~t.model_ok.all(axis=1)):
+                room = capacity[t.model_ok[k]].sum()
+                if room > 0:
+                    pressure[t.model_ok[k]] += demand[k] / room
+            levels = np.unique(np.round(pressure, 9))
+            level = len(levels) - 1 - np.searchsorted(levels, np.round(pressure, 9))
+            self._model_keys_of, self._ratio, self._pressure_level = t, ratio, level.astype(np.int64)
+        return self._ratio, self._pressure_level
 
     def node_scores(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         primary, gpu = super().node_scores(state, req, idx)
-        if req.milli_per_gpu:
-            return primary * _SPAN, gpu
-        free = state.gpu_free[idx].astype(np.int64)
-        idle = free.sum(axis=1)
-        if self.usable_only:
-            idle = np.where(free >= self.min_gpu_milli(), free, 0).sum(axis=1)
-        surplus = (state.cpu_free[idx] - req.cpu_milli) - self.ratio_scale * self.cpu_ratio() * idle
-        buckets = np.clip(np.floor(surplus / self.bucket_milli) + _SPAN // 2, 0, _SPAN - 2).astype(np.int64)
-        secondary = np.where(idle == 0, _SPAN - 1, buckets)
+        ratio, pressure_level = self.model_keys(state)
+        model = state.model_id[idx]
+        idle = state.gpu_free[idx].sum(axis=1).astype(np.int64)
+        cpu_after = state.cpu_free[idx] - req.cpu_milli
+        if not req.milli_per_gpu:
+            surplus = cpu_after >= ratio[model] * idle
+            cpu_level = np.where(idle == 0, 2, surplus.astype(np.int64))
+            return primary * _SPAN + cpu_level, gpu
+        secondary = pressure_level[model] * _CPU_LEVELS
+        if not req.is_sharing:
+            idle_after = idle - req.total_gpu_milli
+            secondary = secondary + (cpu_after >= ratio[model] * idle_after).astype(np.int64)
         return primary * _SPAN + secondary, gpu
