@@ -91,12 +91,31 @@ class Reclaimer:
 
     # -- the tick ------------------------------------------------------------------------
     def step(self) -> None:
-        """One pass; each part is independent, so one failing does not stop the others."""
-        for part in (self.sync_slurm, self.failover, self.expire_notices, self.plan):
+        """One pass; each part is independent, so one failing does not stop the others.
+
+        On SQLite every transaction takes the write lock, so a tick with no down node and
+        no running spot work (the common case) costs one small read, not one per part."""
+        parts = [self.sync_slurm]
+        try:
+            if self._anything_to_do():
+                parts += [self.failover, self.expire_notices, self.plan]
+        except Exception:
+            log.exception("reclaim step: reading the database failed")
+        for part in parts:
             try:
                 part()
             except Exception:
                 log.exception("reclaim step %s failed", part.__name__)
+
+    def _anything_to_do(self) -> bool:
+        """A node is down, or spot work runs (a victim to notice, or a notice to expire)."""
+        spot = PriorityClass.SPOT.value
+        with self.db.transaction() as s:
+            if s.scalar(select(Node.id).where(Node.state == "down").limit(1)) is not None:
+                return True
+            if s.scalar(select(Job.id).where(Job.state == "running", Job.priority == spot).limit(1)) is not None:
+                return True
+            return s.scalar(select(Instance.id).where(Instance.state == "running", Instance.priority == spot).limit(1)) is not None
 
     def sync_slurm(self, force: bool = False) -> None:
         """Slurm node health (every ``health_interval_s``) and GPU indices (every tick)."""
