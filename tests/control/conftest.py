@@ -4,6 +4,7 @@ PostgreSQL cases skip with a reason when the server is unreachable)."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from control_helpers import Server, start_server
+from suanli.db.session import Database
 
 PG_ADMIN_URL = os.environ.get("SUANLI_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 _SESSION = uuid.uuid4().hex[:8]
@@ -33,11 +35,37 @@ def _pg_reason() -> str | None:
 PG_SKIP = _pg_reason()
 
 
+_template: list[str] = []
+
+
+def _migrated_template(admin) -> str:  # type: ignore[no-untyped-def]
+    """One migrated database per test session; each test copies it (CREATE DATABASE
+    ... TEMPLATE), which is much cheaper than running the migrations again."""
+    if not _template:
+        name = f"suanli_test_{_SESSION}_template"
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+        db = Database(PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name)
+        db.migrate()
+        db.dispose()  # a template must have no open connections
+        _template.append(name)
+        atexit.register(_drop, name)
+    return _template[0]
+
+
+def _drop(name: str) -> None:
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
 def fresh_pg_database() -> tuple[str, callable]:
     name = f"suanli_test_{_SESSION}_{next(_counter)}"
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    template = _migrated_template(admin)
     with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
+        c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
 
     def drop() -> None:
