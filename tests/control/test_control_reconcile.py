@@ -154,3 +154,16 @@ def test_shutdown_gives_back_claims_it_will_not_launch(db_url: str, tmp_path: Pa
         assert _active_gpu_milli(db_url) == 0
     finally:
         srv.close()
+
+
+def test_plugged_in_steps_run_each_tick_and_cannot_stop_the_loop(tmp_path: Path) -> None:
+    srv = start_server(tmp_path / "data", f"sqlite:///{tmp_path / 's.db'}", start_loop=False)
+    try:
+        seen: list[int] = []
+        srv.ctx.loop.steps += [lambda: 1 / 0, lambda: seen.append(1)]
+        job = srv.post("/v1/jobs", {"run": "true"}, expect=201).json()
+        srv.ctx.loop.tick()
+        srv.ctx.loop.tick()
+        assert seen == [1, 1] and srv.get(f"/v1/jobs/{job['id']}")["state"] in ("running", "succeeded")
+    finally:
+        srv.close()

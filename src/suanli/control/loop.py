@@ -3,7 +3,7 @@
 A tick is a numbered recipe (as in Kueue's ``schedule()``):
 
 1. reconcile running work with the backends (stops and cancels every tick,
-   exits every ``poll_interval_s``);
+   exits every ``poll_interval_s``), then run the plugged-in ``steps``;
 2. schedule: place waiting work and claim allocations;
 3. launch what was claimed.
 
@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +66,10 @@ class ControlLoop:
         self.poll_interval_s = 2 * interval_s if poll_interval_s is None else poll_interval_s
         self._last_poll = 0.0
         self._memo = PassMemo()
+        #: Extra per-tick work other subsystems plug in (spot reclaim, backend health
+        #: sync ...), run after reconcile and before scheduling; each failure is
+        #: logged and does not stop the loop.
+        self.steps: list[Callable[[], object]] = []
         #: identifies this process's claims; a fresh id per start, so claims of a
         #: killed predecessor are recognisably someone else's.
         self.owner = f"{uuid.uuid4().hex[:12]}"
@@ -88,6 +93,11 @@ class ControlLoop:
             if poll:
                 self._last_poll = time.monotonic()
             reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s, only_stops=not poll)  # 1
+            for step in self.steps:  # 1b
+                try:
+                    step()
+                except Exception:
+                    log.exception("control loop step %r failed", step)
             result = schedule_pass(self.db, self.policy, list(self.backends), self.owner, memo=self._memo, fallback=self.fallback)  # 2
             for kind, wid in result.claimed:  # 3
                 if self._halt.is_set():  # shutting down: leave it for the next start
