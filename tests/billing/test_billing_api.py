@@ -128,6 +128,7 @@ def test_quote_before_launch(server: Server, cli, tmp_path: Path) -> None:  # ty
     dry = json.loads(cli("launch", str(task), "--dry-run", "--hours", "10", "--json"))
     assert dry == q and server.get("/v1/jobs") == []  # quoted, nothing submitted
     assert "MAX COST" in cli("launch", str(task), "--dry-run", "--hours", "2")
+    assert "max_price" in cli("quote", str(spot), "--max-price", "cheap", code=1)
     anyg = tmp_path / "any.yaml"
     anyg.write_text("resources: {gpu_milli: 500}\nrun: x\n")
     assert len(json.loads(cli("quote", str(anyg), "--json"))["quotes"]) >= 4  # every priced model on offer

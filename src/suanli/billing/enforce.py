@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session

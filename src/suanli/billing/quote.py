@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from suanli.billing.money import MICROS, as_text, div_half_up, fmt
+from suanli.billing.money import as_text, div_half_up, fmt, to_micros
 from suanli.billing.pricebook import PriceBook, PriceBookError
 
 PLAN_OF_PRIORITY = {"on-demand": "on_demand", "spot": "spot", "reserved": "on_demand"}
@@ -28,11 +28,7 @@ def quote(book: PriceBook, models: list[str], gpu_count: int, gpu_milli: int, nu
     """One line per candidate model (the request's, or every priced model offered)."""
     milli = (gpu_milli or gpu_count * 1000) * max(1, num_nodes)
     plan = PLAN_OF_PRIORITY.get(priority, "on_demand")
-    bid = None
-    if max_price is not None:
-        from suanli.billing.money import to_micros
-
-        bid = to_micros(max_price)
+    bid = None if max_price is None else to_micros(max_price)
     out = []
     for m in models:
         try:
@@ -59,4 +55,4 @@ def as_json(lines: list[QuoteLine], currency: str) -> list[dict]:
              "total_amount": None if q.total is None else float(as_text(q.total))} for q in lines]
 
 
-__all__ = ["MICROS", "QuoteLine", "as_json", "quote"]
+__all__ = ["QuoteLine", "as_json", "quote"]

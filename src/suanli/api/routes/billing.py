@@ -16,6 +16,7 @@ from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
 from suanli.billing import quote as quoting
 from suanli.billing import rater, reports, store
+from suanli.billing.money import MoneyError
 from suanli.billing.store import BillingError, current_book, dt_to_ms, tenant_id_of
 from suanli.control.auth import Principal
 from suanli.control.task import Task
@@ -243,8 +244,11 @@ def quote(body: QuoteIn, ctx: ServerContext = Depends(context), who: Principal =
     models = [accel.model] if accel else reports.offered_models(ctx.db)
     if not r.gpu_milli and not accel:
         raise BillingError("resources.accelerators: a quote needs GPUs (MODEL:COUNT or gpu_milli)")
-    lines = quoting.quote(book, models, accel.count if accel and not r.gpu_milli else 0, r.gpu_milli or 0, body.task.num_nodes,
-                          r.priority, body.max_hours, body.disk_gib, body.max_price)
+    try:
+        lines = quoting.quote(book, models, accel.count if accel and not r.gpu_milli else 0, r.gpu_milli or 0,
+                              body.task.num_nodes, r.priority, body.max_hours, body.disk_gib, body.max_price)
+    except MoneyError as exc:
+        raise BillingError(f"max_price: {exc}") from None
     if not lines:
         raise BillingError(f"no price for {', '.join(models) or 'any registered GPU model'} in the price book")
     return {"currency": book.currency, "max_hours": body.max_hours, "quotes": quoting.as_json(lines, book.currency)}
