@@ -187,8 +187,8 @@ def test_every_plan_applies_and_frees_the_request(gpus, shares, g, max_moves):
     req_cpu=st.integers(0, 6),
 )
 def test_the_screen_never_changes_the_answer(gpus, shares, cpu, g, req_cpu):
-    # Both screens (per GPU slot, per node) are meant as necessary conditions only:
-    # planning with them switched off (every node simulated) must give the same plan.
+    # The per-node screen is a necessary condition only: planning with it switched off
+    # (every candidate node simulated) must give the same plan.
     from suanli.scheduler import defrag
 
     nodes = [node(f"n{i}", gpus=k, cpu=cpu[i] * 1000) for i, k in enumerate(gpus)]
@@ -200,9 +200,7 @@ def test_the_screen_never_changes_the_answer(gpus, shares, cpu, g, req_cpu):
             state.bind(alloc)
             movable[k] = alloc
     screened = plan_defrag(state, need(g, cpu=req_cpu * 1000), movable, 6)
-    everything = lambda state, movable, idx: np.ones((len(idx), state.gpu_free.shape[1]), dtype=bool)  # noqa: E731
-    with patch.object(defrag._Destinations, "possible", lambda self, node, target, keys: True), \
-            patch.object(defrag, "_slot_screen", everything):
+    with patch.object(defrag._Destinations, "possible", lambda self, node, target, keys: True):
         assert plan_defrag(state, need(g, cpu=req_cpu * 1000), movable, 6) == screened
 
 
@@ -218,3 +216,38 @@ def test_prefix_top2_against_brute_force(values):
         rest = np.delete(prefix, where[k])
         assert best[k] == prefix.max() == v[where[k]] and where[k] <= k
         assert second[k] == (rest.max() if rest.size else -1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    gpus=st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=5),
+    shares=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.integers(1, 999), st.integers(0, 3)), max_size=24),
+    cpu=st.lists(st.integers(1, 8), min_size=5, max_size=5),
+)
+def test_a_gpu_the_slot_screen_rejects_cannot_be_cleared(gpus, shares, cpu):
+    # The per-GPU screen decides which GPUs count as clearable. A GPU it rejects must
+    # hold a share that fits nowhere: not on another node (any model), not on its own
+    # node's GPUs other than itself and the fully free ones (which the request takes).
+    from suanli.scheduler import defrag
+
+    nodes = [node(f"n{i}", gpus=k, cpu=cpu[i] * 1000) for i, k in enumerate(gpus)]
+    state = ClusterState(nodes)
+    movable = MovableSet(state)
+    for k, (n, gpu, milli, c) in enumerate(shares):
+        alloc = share(f"n{n}", gpu, milli, cpu=c * 1000)
+        if n < len(nodes) and gpu < gpus[n] and state.gpu_free[n, gpu] >= milli and state.cpu_free[n] >= c * 1000:
+            state.bind(alloc)
+            movable.add(k, alloc, frozenset())
+    idx = np.arange(len(nodes))
+    ok = defrag._slot_screen(state, movable, idx)
+    everywhere = np.ones(len(nodes), dtype=bool)
+    for i in idx:
+        for g in range(gpus[i]):
+            keys = movable.on_gpu(int(i), g)
+            if ok[i, g] or not keys:
+                continue
+            avoid = np.union1d(np.flatnonzero(state.gpu_free[i] == 1000), [g])
+            smallest = min(keys, key=lambda k: movable[k].milli_per_gpu)
+            trial = state.copy()
+            trial.unbind(movable[smallest])
+            assert defrag._tightest(trial, movable[smallest], everywhere, (int(i), avoid)) is None
