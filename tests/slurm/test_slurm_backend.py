@@ -114,3 +114,13 @@ def test_cli_prints_the_cluster_as_an_inventory_suanli_accepts(slurm: SlurmClien
     inv = Inventory.model_validate(yaml.safe_load(out.output))
     assert {n.name for n in inv.nodes} == {n.name for n in slurm.nodes()}
     assert all(n.backend == "slurm" for n in inv.nodes)
+
+
+def test_requeue_moves_the_job_to_another_node_under_the_same_id(slurm: SlurmClient, backend: SlurmBackend) -> None:
+    first, second = (n.name for n in nodes_with_gpu(slurm, "a100")[:2])
+    h = backend.submit(spec("job-3-0", first, (0,), run='echo "on=$SLURMD_NODENAME restart=$SUANLI_RESTART_COUNT"; sleep 30'))
+    assert running_placement(backend, h)[0] == first
+    backend.requeue(h, node=second)
+    assert wait_until(lambda: (p := backend.placement(h)) and p[0] == second and p, 30, "running on the other node")
+    assert "restart=1" in wait_until(lambda: "restart=1" in (t := backend.logs(h)) and t, 20, "second run's output")
+    assert backend.job(h, fresh=True).restarts == 1

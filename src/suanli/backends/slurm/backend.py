@@ -318,6 +318,12 @@ class SlurmBackend:
         try:
             self.client.requeue(int(job_id))
             if node is not None:
+                # re-pinning needs the job back in PENDING (it passes through COMPLETING)
+                deadline = time.monotonic() + 30
+                while (j := self.jobs(fresh=True).get(int(job_id))) is not None and j.state != "PENDING":
+                    if time.monotonic() > deadline:
+                        raise BackendError(f"{handle.key}: Slurm job {job_id} did not return to PENDING ({j.state})")
+                    time.sleep(0.1)
                 self.client.update_pending(int(job_id), node=node, start_now=True)
         except SlurmError as exc:
             raise BackendError(f"cannot requeue {handle.key} (Slurm job {job_id}): {exc}") from exc
