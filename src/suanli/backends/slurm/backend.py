@@ -115,8 +115,10 @@ class SlurmBackend:
         return self.root / key
 
     def _active_by_tag(self, key: str, fresh: bool = False) -> list[SlurmJob]:
+        """Live jobs of a task key. A COMPLETING job is over for its workload (a stopped
+        job on a dead node can linger in it), so it does not block a resubmission."""
         tag = self.tag(key)
-        return [j for j in self.jobs(fresh).values() if j.comment == tag and j.is_active]
+        return [j for j in self.jobs(fresh).values() if j.comment == tag and j.is_active and j.state != "COMPLETING"]
 
     # -- inventory -------------------------------------------------------------------------
     def discover_inventory(self) -> Inventory:
