@@ -248,3 +248,16 @@ def test_stopped_disks_pay_the_stopped_price(db_url: str) -> None:
     (disk,) = [u for u in _usage(w) if u.kind == "storage"]
     full = 720 * default_book().storage // 720  # 720 GiB for an hour at 0.8/GiB-month = 0.8
     assert disk.amount == full // 2 + full // 4  # half an hour running, half an hour at half price
+
+
+def test_hard_cap_counts_work_that_is_still_running(db_url: str) -> None:
+    """Running work counts before its period closes: the cap does not wait an hour."""
+    w = world(db_url)
+    store.topup(w.db, "acme", "5")
+    store.set_budget(w.db, "acme", None, [], hard_cap=True, notice_s=0)
+    allocate(w, 0, None, gpus=8)                     # 8 x H100: ~¥152/h, ¥5 lasts ~2 minutes
+    assert enforce.apply_budgets(w.db, 60_000) == []  # one minute in: ~¥2.54, still fine
+    assert enforce.apply_budgets(w.db, 180_000) == [f"tenant {w.tenant_id}: notice"]
+    assert enforce.apply_budgets(w.db, 181_000) == [f"tenant {w.tenant_id}: stop"]
+    with w.db.sessions() as s:
+        assert s.get(Instance, w.instance_id).state == "stopping"

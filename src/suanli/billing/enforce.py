@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from suanli.billing import budgets, quotas
+from suanli.billing import budgets, quotas, rater
 from suanli.billing.store import balance, current_book, dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import BudgetRow, Grant, Notice, Subscription, Usage
 from suanli.control.auth import Principal
@@ -42,6 +42,10 @@ def apply_budgets(db: Database, at_ms: int | None = None) -> list[str]:
     at = now_ms() if at_ms is None else at_ms
     actions: list[str] = []
     to_stop: list[int] = []
+    with db.sessions() as s:
+        tenants = list(s.scalars(select(BudgetRow.tenant_id)))
+    # work running now counts before it is rated: a cap must not wait for the hour to close
+    pending = {t: rater.accruing(db, t, at) for t in tenants}
     with db.transaction() as s:
         currency = current_book(s)[1].currency
         for row in s.scalars(select(BudgetRow).order_by(BudgetRow.tenant_id).with_for_update()):  # one alert per threshold, even with concurrent runs
@@ -49,7 +53,8 @@ def apply_budgets(db: Database, at_ms: int | None = None) -> list[str]:
             if row.period != period:
                 row.period, row.alerted = period, []
             b = _budget(row)
-            spent, bal = spent_this_month(s, row.tenant_id, at), balance(s, row.tenant_id)
+            extra = pending.get(row.tenant_id, 0)
+            spent, bal = spent_this_month(s, row.tenant_id, at) + extra, balance(s, row.tenant_id) - extra
             for t in budgets.alerts_due(b, spent, row.alerted or []):
                 s.add(Notice(tenant_id=row.tenant_id, kind="alert", message=f"{t} % of the monthly budget used ({spent * 100 // max(b.limit or 1, 1)} %)"))
                 row.alerted = sorted([*(row.alerted or []), t])
@@ -142,7 +147,8 @@ def admission(s: Session, work: Sequence) -> tuple[dict[tuple[str, int], str], d
     in_use, minutes = _grant_usage(s, grants, at)
     capped = {}
     for row in s.scalars(select(BudgetRow).where(BudgetRow.tenant_id.in_(tenants), BudgetRow.hard_cap.is_(True))):
-        why = budgets.exhausted(_budget(row), spent_this_month(s, row.tenant_id, at), balance(s, row.tenant_id))
+        extra = rater.accruing(None, row.tenant_id, at, session=s)
+        why = budgets.exhausted(_budget(row), spent_this_month(s, row.tenant_id, at) + extra, balance(s, row.tenant_id) - extra)
         if why:
             capped[row.tenant_id] = why
     for w in work:

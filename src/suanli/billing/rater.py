@@ -16,18 +16,20 @@ A crash anywhere leaves committed batches posted once; the next run finishes the
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from suanli.billing import metering, plans, rating
 from suanli.billing.posting import PostResult, Records, post
 from suanli.billing.pricebook import PLANS, PriceBook
 from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms, versions
-from suanli.billing.tables import RatingState, Subscription, Transfer
+from suanli.billing.tables import RatingState, Subscription, Transfer, Usage
 from suanli.db.models import Allocation, Instance, Node
 from suanli.db.session import Database
 
@@ -127,31 +129,41 @@ def _concat(parts: list[Records]) -> Records:
                    base.models, base.plans, base.currency)
 
 
-def collect(db: Database, since_ms: int, cutoff_ms: int, period_ms: int, tenant_id: int | None = None,
-            open_until_ms: int | None = None) -> Records:
+def _read(s: Session, since_dt: datetime, since_ms: int, cutoff_ms: int, mine: Callable) -> tuple:
+    """The rows a run needs, in one session (the caller's transaction or a new one)."""
+    books = versions(s)
+    allocs = list(s.execute(select(Allocation.id, Allocation.tenant_id, Allocation.job_id, Allocation.instance_id,
+                                   Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu,
+                                   Allocation.priority, Allocation.started_at, Allocation.ended_at)
+                            .where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt),
+                                   mine(Allocation.tenant_id))))
+    caps: dict[str, int] = {}
+    for m, c in s.execute(select(Node.gpu_model, Node.gpu_count)):
+        caps[m] = caps.get(m, 0) + int(c)
+    insts = list(s.execute(select(Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state,
+                                  Instance.created_at, Instance.updated_at)
+                           .where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), mine(Instance.tenant_id))))
+    subs = list(s.execute(select(Subscription.tenant_id, Subscription.gpu_model, Subscription.plan, Subscription.gpu_count,
+                                 Subscription.start_ms, Subscription.end_ms, Subscription.cancelled_ms)))
+    transfers = list(s.execute(select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli)
+                               .where(Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms, mine(Transfer.tenant_id))))
+    return books, allocs, caps, insts, subs, transfers
+
+
+def collect(db: Database | None, since_ms: int, cutoff_ms: int, period_ms: int, tenant_id: int | None = None,
+            open_until_ms: int | None = None, session: Session | None = None) -> Records:
     """Read what may hold unrated periods and rate it (GPU, storage, transfer).
     ``open_until_ms`` treats running work as ending then: an estimate of what is
     accruing (``reports.bill``), never posted."""
     since_dt = ms_to_dt(since_ms)
     open_end = metering.OPEN if open_until_ms is None else open_until_ms
     mine = (lambda col: col == tenant_id) if tenant_id is not None else (lambda col: True)  # noqa: E731
-    with db.transaction() as s:  # a transaction: versions() may create version 1
-        books = versions(s)
-        allocs = list(s.execute(select(Allocation.id, Allocation.tenant_id, Allocation.job_id, Allocation.instance_id,
-                                       Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu,
-                                       Allocation.priority, Allocation.started_at, Allocation.ended_at)
-                                .where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt),
-                                       mine(Allocation.tenant_id))))
-        caps: dict[str, int] = {}
-        for m, c in s.execute(select(Node.gpu_model, Node.gpu_count)):
-            caps[m] = caps.get(m, 0) + int(c)
-        insts = list(s.execute(select(Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state,
-                                      Instance.created_at, Instance.updated_at)
-                               .where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), mine(Instance.tenant_id))))
-        subs = list(s.execute(select(Subscription.tenant_id, Subscription.gpu_model, Subscription.plan, Subscription.gpu_count,
-                                     Subscription.start_ms, Subscription.end_ms, Subscription.cancelled_ms)))
-        transfers = list(s.execute(select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli)
-                                   .where(Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms, mine(Transfer.tenant_id))))
+    if session is not None:
+        books, allocs, caps, insts, subs, transfers = _read(session, since_dt, since_ms, cutoff_ms, mine)
+    else:
+        assert db is not None
+        with db.transaction() as s:  # a transaction: versions() may create version 1
+            books, allocs, caps, insts, subs, transfers = _read(s, since_dt, since_ms, cutoff_ms, mine)
     models = sorted({a.gpu_model for a in allocs} | {"-"})
     code = {m: i for i, m in enumerate(models)}
     n = len(allocs)
@@ -276,6 +288,28 @@ def _advance(db: Database, cutoff: int, rid: str) -> None:
         st = s.get(RatingState, 1, with_for_update=True, populate_existing=True)
         if st is not None and st.watermark_ms < cutoff:
             st.watermark_ms, st.last_run, st.updated_at = cutoff, rid, ms_to_dt(now_ms())
+
+
+def accruing(db: Database | None, tenant_id: int, at_ms: int, period_ms: int = 3_600_000, session: Session | None = None) -> int:
+    """Not yet posted: running work as if it stopped now, plus ended work no run has
+    rated yet. An estimate for cost visibility and the hard cap; never posted. Pass
+    ``session`` when calling inside a transaction (SQLite allows one writer)."""
+    def read(s: Session) -> tuple[int, set]:
+        watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
+        since = min(watermark, at_ms) // period_ms * period_ms
+        return since, {tuple(r) for r in s.execute(select(Usage.kind, Usage.source_id, Usage.period_ms)
+                                                   .where(Usage.tenant_id == tenant_id, Usage.period_ms >= since))}
+
+    if session is not None:
+        since, posted = read(session)
+    else:
+        assert db is not None
+        with db.sessions() as s:
+            since, posted = read(s)
+    recs = collect(db, since, at_ms, period_ms, tenant_id=tenant_id, open_until_ms=at_ms, session=session)
+    c = recs.cols
+    return sum(int(a) for k, src, p, a in zip(c["kind"].tolist(), c["source_id"].tolist(), c["period_ms"].tolist(), c["amount"].tolist())
+               if (recs.kinds[k], src, p) not in posted)
 
 
 #: Default lag of the cutoff behind now: an allocation's start or end is stamped just

@@ -6,12 +6,12 @@ from datetime import datetime, timezone
 
 from sqlalchemy import func, select
 
-from suanli.billing import invoice
+from suanli.billing import invoice, rater
 from suanli.billing.budgets import month_start_ms, period_of
 from suanli.billing.enforce import spent_this_month
 from suanli.billing.money import as_text, fmt
 from suanli.billing.store import BillingError, balance, current_book, ms_to_dt, now_ms, versions
-from suanli.billing.tables import BudgetRow, LedgerEntry, Notice, Posting, RatingState, Subscription, Usage
+from suanli.billing.tables import BudgetRow, LedgerEntry, Notice, Posting, Subscription, Usage
 from suanli.billing import ledger
 from suanli.db.models import Node, Tenant
 from suanli.db.session import Database
@@ -68,7 +68,7 @@ def bill(db: Database, tenant_id: int, at_ms: int | None = None) -> dict:
         "charges": [{"kind": k, "gpu_model": None if m == "-" else m, "plan": p if k == "gpu" else k, "billed_seconds": int(sec),
                      "amount": float(as_text(int(a))), "amount_micros": int(a)} for k, m, p, sec, a in rows],
         "subscriptions_micros": int(subs or 0),
-        "accruing_micros": (acc := accruing(db, tenant_id, at)), "accruing": float(as_text(acc)), "accruing_text": fmt(acc, c),
+        "accruing_micros": (acc := rater.accruing(db, tenant_id, at)), "accruing": float(as_text(acc)), "accruing_text": fmt(acc, c),
         "current_period_total": float(as_text(spent)), "current_period_total_micros": spent,
         "current_period_total_text": fmt(spent, c),
         "budget": None if b is None else {"limit": None if b.limit_micros is None else float(as_text(b.limit_micros)),
@@ -76,22 +76,6 @@ def bill(db: Database, tenant_id: int, at_ms: int | None = None) -> dict:
                                           "alerted": b.alerted if b.period == period_of(at) else []},
         "notices": notices,
     }
-
-
-def accruing(db: Database, tenant_id: int, at_ms: int, period_ms: int = 3_600_000) -> int:
-    """Not yet posted: running work as if it stopped now, plus ended work no run has
-    rated yet. An estimate for cost visibility; the rater posts the real records."""
-    from suanli.billing import rater
-
-    with db.sessions() as s:
-        watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
-        since = min(watermark, at_ms) // period_ms * period_ms
-        posted = {tuple(r) for r in s.execute(select(Usage.kind, Usage.source_id, Usage.period_ms)
-                                              .where(Usage.tenant_id == tenant_id, Usage.period_ms >= since))}
-    recs = rater.collect(db, since, at_ms, period_ms, tenant_id=tenant_id, open_until_ms=at_ms)
-    c = recs.cols
-    return sum(int(a) for k, src, p, a in zip(c["kind"].tolist(), c["source_id"].tolist(), c["period_ms"].tolist(), c["amount"].tolist())
-               if (recs.kinds[k], src, p) not in posted)
 
 
 def invoice_doc(db: Database, tenant_id: int, month: str) -> dict:
