@@ -69,6 +69,7 @@ def test_usage_and_bill_end_to_end(server: Server, cli, tmp_path: Path) -> None:
     bill = json.loads(cli("bill", "--json", token=alice))
     assert {"balance", "current_period_total", "charges", "currency"} <= set(bill)
     assert bill["balance_micros"] == 100_000_000 - bill["current_period_total_micros"]
+    assert "accruing, not yet rated" in cli("bill", token=alice) and "RTX4090" in cli("usage", token=alice)
     month = u["period_start"][:7]
     doc = json.loads(cli("invoice", month, "--json", token=alice))
     assert doc["total_micros"] == bill["current_period_total_micros"] and doc["payments"][0]["amount"] == 100_000_000

@@ -60,7 +60,8 @@ def bill(
                f"    accruing, not yet rated: {b['accruing_text']}")
     if b["budget"]:
         bd = b["budget"]
-        typer.echo(f"budget: {bd['limit']} {b['currency']}/month, alerts at {bd['thresholds']} %, hard cap {'on' if bd['hard_cap'] else 'off'}")
+        limit = f"{bd['limit']:.2f} {b['currency']}/month" if bd["limit"] is not None else "no monthly limit"
+        typer.echo(f"budget: {limit}, alerts at {bd['thresholds']} %, hard cap {'on' if bd['hard_cap'] else 'off'}")
     table("Charges this month", ["KIND", "GPU", "PLAN", "BILLED S", "AMOUNT"],
           [[c["kind"], c["gpu_model"] or "-", c["plan"], c["billed_seconds"], f"{c['amount']:.4f}"] for c in b["charges"]])
     for n in b["notices"][:5]:
