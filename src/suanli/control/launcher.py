@@ -45,12 +45,15 @@ def checkpoint_dir(data_dir: Path, job_id: int, requested: str) -> Path:
     return path if path.is_absolute() else data_dir / "checkpoints" / f"job-{job_id}" / path
 
 
-def _virtual(session, node_id: int) -> bool:  # type: ignore[no-untyped-def]
-    return any(session.scalars(select(Gpu.virtual).where(Gpu.node_id == node_id)))
+def _virtual_nodes(session, node_ids: set[int]) -> set[int]:  # type: ignore[no-untyped-def]
+    """Which of ``node_ids`` have virtual (declared) GPUs, in one query."""
+    return set(session.scalars(select(Gpu.node_id).where(Gpu.node_id.in_(node_ids), Gpu.virtual.is_(True)).distinct()))
 
 
 def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir: Path) -> list[TaskSpec]:  # type: ignore[no-untyped-def]
-    nodes = {n.id: n for n in session.scalars(select(Node).where(Node.id.in_({a.node_id for a in allocs})))}
+    ids = {a.node_id for a in allocs}
+    nodes = {n.id: n for n in session.scalars(select(Node).where(Node.id.in_(ids)))}
+    virtual = _virtual_nodes(session, ids)
     port = free_port()
     specs = []
     for a in allocs:
@@ -59,7 +62,7 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
         if isinstance(row, Job):
             spec = row.spec
             env.update({str(k): str(v) for k, v in (spec.get("envs") or {}).items()})
-            env.update(gpu_env(a, node, _virtual(session, node.id)))
+            env.update(gpu_env(a, node, node.id in virtual))
             env.update(distributed_env(a, allocs, nodes, port))
             env.update({"SUANLI_JOB_ID": str(row.id), "SUANLI_TASK_NAME": row.name})
             if spec.get("checkpoint_dir"):
@@ -75,7 +78,7 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
                 )
             )
         else:
-            env.update(gpu_env(a, node, _virtual(session, node.id)))
+            env.update(gpu_env(a, node, node.id in virtual))
             env.update({"SUANLI_INSTANCE_ID": str(row.id), "SUANLI_IMAGE": row.image, "SUANLI_DISK_GIB": str(row.disk_gib)})
             gpus = ",".join(str(i) for i in a.gpu_indices) or "none"
             specs.append(
@@ -100,7 +103,7 @@ def launch(db: Database, backends: dict[str, Backend], kind: str, workload_id: i
         if row is None or row.launch_owner != owner or row.handles is not None:
             return
         allocs = active_allocations(s, row)
-        node_backend = {n.id: n.backend for n in s.scalars(select(Node))}
+        node_backend = dict(s.execute(select(Node.id, Node.backend).where(Node.id.in_({a.node_id for a in allocs}))).all())
         specs = build_specs(s, row, allocs, data_dir)
         backend_of = [node_backend[a.node_id] for a in allocs]
     started: list[tuple[Backend, Handle]] = []
