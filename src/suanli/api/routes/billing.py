@@ -4,6 +4,7 @@ name any tenant (``?tenant=``) and change prices, balances and grants."""
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import datetime
 from typing import Literal
@@ -22,6 +23,7 @@ from suanli.control.auth import Principal
 from suanli.control.task import Task
 
 router = APIRouter(prefix="/v1/billing", tags=["billing"])
+log = logging.getLogger(__name__)
 OPERATOR = ("admin", "operator")
 RATE_EVERY_S = 10.0
 
@@ -103,7 +105,10 @@ def _fresh(ctx: ServerContext) -> None:
     last = getattr(ctx, "_billing_rated_at", 0.0)
     if time.monotonic() - last >= RATE_EVERY_S:
         ctx._billing_rated_at = time.monotonic()  # type: ignore[attr-defined]
-        rater.run(ctx.db)
+        try:
+            rater.run(ctx.db)
+        except Exception:  # a failed run must not hide what is already posted; the worker retries
+            log.exception("billing: rating before a read failed")
 
 
 def install(app: FastAPI) -> None:
