@@ -91,6 +91,7 @@ def test_prices_are_versioned_and_validated(server: Server, cli) -> None:  # typ
     assert "unknown plan" in cli("prices", "set", "RTX4090", "hourly", "1", code=1)
     after = json.loads(cli("prices", "list", "--json"))
     assert after["version"] == 2 and len(after["versions"]) == 2
+    assert after["versions"][1]["author"] == "admin" and after["versions"][1]["note"] == "new quote"
     alice = _member(server)
     assert "forbidden" in cli("prices", "set", "H100", "spot", "1", token=alice, code=1)
     assert "RTX 4090" in cli("prices", "list")

@@ -11,7 +11,7 @@ from suanli.billing.budgets import month_start_ms, period_of
 from suanli.billing.enforce import spent_this_month
 from suanli.billing.money import as_text, fmt
 from suanli.billing.store import BillingError, balance, current_book, ms_to_dt, now_ms, versions
-from suanli.billing.tables import BudgetRow, LedgerEntry, Notice, Posting, Subscription, Usage
+from suanli.billing.tables import BudgetRow, LedgerEntry, Notice, Posting, PriceVersion, Subscription, Usage
 from suanli.billing import ledger
 from suanli.db.models import Node, Tenant
 from suanli.db.session import Database
@@ -106,7 +106,9 @@ def invoice_doc(db: Database, tenant_id: int, month: str) -> dict:
 def price_list(db: Database) -> dict:
     with db.transaction() as s:
         vid, book = current_book(s)
-        hist = [{"version": v, "effective_at": iso(e)} for v, e, _ in versions(s)]
+        versions(s)  # makes sure version 1 exists
+        hist = [{"version": r.id, "effective_at": iso(r.effective_ms), "author": r.author, "note": r.note}
+                for r in s.scalars(select(PriceVersion).order_by(PriceVersion.id))]
     return {"version": vid, "book": book.to_dict(), "versions": hist}
 
 

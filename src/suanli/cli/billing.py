@@ -107,6 +107,8 @@ def prices_list(as_json: bool = typer.Option(False, "--json")) -> None:
             f"{_dec(g['spot_floor'], 4)}..{_dec(g['spot_cap'], 4)}", g["sources"].get("on_demand", "")[:60]] for g in b["gpus"]])
     typer.echo(f"storage {b['storage']['per_gib_month']}/GiB-month (stopped {b['storage']['stopped_per_gib_month']}), "
                f"transfer {b['transfer']['per_gib']}/GiB")
+    for v in p["versions"][-5:]:
+        typer.echo(f"  v{v['version']} from {v['effective_at']} by {v['author']}: {v['note']}")
 
 
 @prices_app.command("set")
