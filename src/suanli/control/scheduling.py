@@ -49,6 +49,8 @@ class PassMemo:
 
     fingerprint: bytes = b""
     unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: the policy's first failure is logged with its traceback, later ones briefly
+    policy_error_logged: bool = False
 
 
 def fingerprint(state: ClusterState) -> bytes:
@@ -181,7 +183,14 @@ def schedule_pass(
         except Exception:
             if backup is None:
                 raise
-            log.exception("policy %s failed on %s %s; placing it with %s", type(policy).__name__, w.kind, w.id, type(fallback).__name__)
+            msg = "policy %s failed on %s %s; placing it with %s"
+            args = (type(policy).__name__, w.kind, w.id, type(fallback).__name__)
+            if memo is not None and memo.policy_error_logged:
+                log.warning(msg, *args)
+            else:
+                log.exception(msg, *args)
+                if memo is not None:
+                    memo.policy_error_logged = True
             result.policy_errors += 1
             allocs, reason = plan_gang(backup, w.request, w.num_nodes)
         if allocs is None:
