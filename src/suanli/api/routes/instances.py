@@ -34,8 +34,12 @@ def create(body: InstanceCreate, ctx: ServerContext = Depends(context), who: Pri
 
 
 @router.get("", response_model=list[InstanceOut])
-def list_(all: bool = Query(False, description="include deleted"), ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[InstanceOut]:
-    rows = instances.list_(ctx.db, who, include_deleted=all)
+def list_(
+    include_deleted: bool = Query(False, alias="all", description="include deleted instances"),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[InstanceOut]:
+    rows = instances.list_(ctx.db, who, include_deleted=include_deleted)
     allocs = allocations_for(ctx.db, rows)
     return [instance_out(r, allocs.get(r.id, []), ctx.waiting_reason("instance", r.id)) for r in rows]
 
