@@ -25,16 +25,17 @@ def encode(columns: Sequence[str], ints: dict[str, np.ndarray], texts: dict[str,
     if n == 0:
         return HEADER + TRAILER
     tcols = [c for c in columns if c in texts]
-    if tcols:
-        codes = np.stack([texts[c][0].astype(np.int64) for c in tcols], axis=1)
-        combos, inverse = np.unique(codes, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-    else:
-        combos, inverse = np.zeros((1, 0), dtype=np.int64), np.zeros(n, dtype=np.int64)
+    key = np.zeros(n, dtype=np.int64)  # one mixed-radix integer per combination of text values
+    for c in tcols:
+        key = key * max(len(texts[c][1]), 1) + texts[c][0].astype(np.int64)
+    _, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(int(inverse.max()) + 2))
     parts = [HEADER]
-    for g, combo in enumerate(combos):
-        sel = np.flatnonzero(inverse == g)
-        values = {c: texts[c][1][int(combo[k])].encode() for k, c in enumerate(tcols)}
+    for g in range(bounds.size - 1):
+        sel = order[bounds[g]:bounds[g + 1]]
+        values = {c: texts[c][1][int(texts[c][0][sel[0]])].encode() for c in tcols}
         fields: list[tuple[str, str]] = [("nf", ">i2")]
         for c in columns:
             fields.append((f"l_{c}", ">i4"))

@@ -102,10 +102,16 @@ def _direct(s: Session, db: Database, recs: Records, run_id: str) -> bool:
     try:
         with s.begin_nested():
             if db.is_sqlite:
+                # a column with one value in the whole batch goes into the SQL once, as a
+                # quoted literal, instead of being bound on every row
+                consts = {c: texts[c][1][int(texts[c][0][0])] for c in cols
+                          if c in texts and len(recs) and bool((texts[c][0] == texts[c][0][0]).all())}
+                per_row = [c for c in cols if c not in consts]
                 values = [recs.cols[c].tolist() if c not in texts else
-                          np.array(texts[c][1], dtype=object)[texts[c][0]].tolist() for c in cols]
+                          np.array(texts[c][1], dtype=object)[texts[c][0]].tolist() for c in per_row]
+                marks = ", ".join("'" + consts[c].replace("'", "''") + "'" if c in consts else "?" for c in cols)
                 s.connection().exec_driver_sql(
-                    f"INSERT INTO billing_usage ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", list(zip(*values)))
+                    f"INSERT INTO billing_usage ({', '.join(cols)}) VALUES ({marks})", list(zip(*values)))
             else:
                 data = pgcopy.encode(cols, {c: recs.cols[c] for c in cols if c not in texts}, texts, INT4)
                 raw = s.connection().connection.driver_connection
