@@ -36,8 +36,7 @@ class Platform:
         return self.loop.db
 
     def tick(self) -> None:
-        self.loop.tick()
-        self.reclaimer.step()
+        self.loop.tick()  # the reclaimer is one of the loop's per-tick steps
 
     def until(self, probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
         """Tick until ``probe`` returns something truthy."""
@@ -103,7 +102,15 @@ def make_platform(data_dir: Path, backends: dict[str, Backend], inventory: Inven
     assert ctx.loop is not None
     ctx.loop.poll_interval_s = 0.0  # ask backends every tick: the tests measure reaction times
     reclaimer = Reclaimer(ctx.db, ctx.backends, ctx.data_dir, notice_s=notice_s, grace_s=2.0, health_interval_s=0.0)
+    plug(ctx.loop, reclaimer)
     return Platform(ctx.loop, reclaimer, ctx.data_dir)
+
+
+def plug(loop: ControlLoop, reclaimer: Reclaimer) -> None:
+    """Run ``reclaimer`` as the loop's per-tick step, replacing one the server plugged in
+    (the tests use a short notice and poll health every tick)."""
+    loop.steps[:] = [s for s in loop.steps if not isinstance(getattr(s, "__self__", None), Reclaimer)]
+    loop.steps.append(reclaimer.step)
 
 
 def restarted(p: Platform, backends: dict[str, Backend]) -> Platform:
@@ -113,5 +120,6 @@ def restarted(p: Platform, backends: dict[str, Backend]) -> Platform:
     assert ctx.loop is not None
     ctx.loop.poll_interval_s = 0.0
     ctx.loop.recover()
-    return Platform(ctx.loop, Reclaimer(ctx.db, ctx.backends, ctx.data_dir, notice_s=p.reclaimer.notice_s, grace_s=2.0,
-                                        health_interval_s=0.0), p.data_dir)
+    reclaimer = Reclaimer(ctx.db, ctx.backends, ctx.data_dir, notice_s=p.reclaimer.notice_s, grace_s=2.0, health_interval_s=0.0)
+    plug(ctx.loop, reclaimer)
+    return Platform(ctx.loop, reclaimer, p.data_dir)

@@ -1,7 +1,8 @@
 """Live spot reclaim with notice, and node failover from checkpoints.
 
 The simulator (``sim/replay.py``) defines the behaviour; this is the same recipe on
-real backends, one ``Reclaimer.step`` per control-loop tick:
+real backends, one ``Reclaimer.step`` per control-loop tick (a ``ControlLoop.steps``
+hook: after reconcile, before the scheduling pass, which then places requeued work):
 
 1. **Health.** Slurm-backed nodes take their state from ``sinfo`` (``slurm_sync``);
    local nodes are down when an operator marks them down.
