@@ -1,6 +1,6 @@
 """Rating throughput: N usage intervals metered, rated and posted to the ledger.
 
-    .venv/bin/python bench/rating_throughput.py [--n 1000000] [--db pg|sqlite] [--naive 5000]
+    .venv/bin/python bench/rating_throughput.py [--n 1000000] [--db pg|sqlite] [--naive 1000] [--workers 2]
 
 The fast path is the production code (``rater.rate_gpu_intervals`` + ``posting.post``:
 NumPy rating, binary COPY / executemany staging, one INSERT ... ON CONFLICT per batch,
@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--db", choices=["pg", "sqlite"], default="pg")
-    ap.add_argument("--naive", type=int, default=3_000, help="intervals for the row-by-row baseline")
-    ap.add_argument("--batch", type=int, default=200_000)
+    ap.add_argument("--naive", type=int, default=1_000, help="intervals for the row-by-row baseline")
+    ap.add_argument("--batch", type=int, default=125_000)
     ap.add_argument("--tenants", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2, help="parallel posting connections (PostgreSQL)")
     args = ap.parse_args(argv)
