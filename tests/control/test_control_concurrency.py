@@ -172,16 +172,11 @@ def test_a_failing_policy_falls_back_and_leaves_state_clean(tmp_path: Path) -> N
     try:
         srv.post("/v1/jobs", {"resources": {"accelerators": "H100:1"}, "num_nodes": 2, "run": "true"}, expect=201)
         broken = make_policy("best_fit")
-        calls = []
-        real = broken.pick_gpus  # called for every placement found
 
-        def explode(state, req, i):  # type: ignore[no-untyped-def]
-            calls.append(1)
-            if len(calls) == 2:  # fail on the second rank, after the first was bound
-                raise RuntimeError("policy bug")
-            return real(state, req, i)
+        def explode(state, req, feasible):  # type: ignore[no-untyped-def]
+            raise RuntimeError("policy bug")  # while planning the 2-node gang
 
-        broken.pick_gpus = explode  # type: ignore[method-assign]
+        broken.scores = explode  # type: ignore[method-assign]
         result = schedule_pass(srv.ctx.db, broken, ["local"], "me", fallback=make_policy("best_fit"))
         assert result.policy_errors == 1 and len(result.claimed) == 1
         assert _check_no_overallocation(srv.ctx.db) == 2

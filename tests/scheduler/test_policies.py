@@ -122,3 +122,11 @@ def test_suanli_leaves_scarce_gpu_models_to_restricted_work():
     target = [Request(cpu_milli=1000, gpu_count=1, gpu_models=frozenset({"V100"}))] + [whole(1)] * 49
     assert _choices("suanli", state, whole(1), target) == {"t4"}
     assert _choices("fgd", state, whole(1), target) == {"v100", "t4"}
+
+
+def test_policies_without_a_target_place_before_learning_anything():
+    # The live platform builds "suanli" with no target: before any request was observed
+    # every node ties, and the seeded node order decides.
+    state = cluster(node("a", gpus=2), node("b", gpus=2))
+    for name in ("fgd", "suanli", "fgd_online", "suanli_online"):
+        assert scheduler(name, state).place(share(300)).ok

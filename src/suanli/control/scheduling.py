@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -25,7 +25,8 @@ from suanli.control.capacity import Snapshot, snapshot, take
 from suanli.control.lifecycle import record_event
 from suanli.db.models import Instance, Job
 from suanli.db.session import Database
-from suanli.scheduler import Allocation, ClusterState, PriorityClass, Request, Scheduler
+from suanli.scheduler import Allocation, ClusterState, PriorityClass, Request, Scheduler, gang
+from suanli.scheduler.framework import failure_reason, feasible_mask
 from suanli.scheduler.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ class PassMemo:
     unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
     #: the policy's first failure is logged with its traceback, later ones briefly
     policy_error_logged: bool = False
+    #: waiting work the policy has already seen arrive (online policies learn the mix
+    #: from arrivals, once each, not from every retry)
+    observed: set[tuple[str, int]] = field(default_factory=set)
 
 
 def fingerprint(state: ClusterState) -> bytes:
@@ -95,37 +99,24 @@ def waiting_work(session) -> list[Waiting]:  # type: ignore[no-untyped-def]
 
 
 def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allocation] | None, str | None]:
-    """Place ``num_nodes`` copies of ``req`` on distinct nodes, all or nothing.
-    Binds into ``sched.state`` on success; leaves it unchanged on failure, and on
-    an exception from the policy."""
-    state = sched.state
-    taken: list[Allocation] = []
-    hidden: list[tuple[str, bool]] = []
-    reason = None
-    try:
-        for _ in range(num_nodes):
-            placement = sched.place(req)
-            if placement.allocation is None:
-                reason = placement.reason
-                break
-            state.bind(placement.allocation)
-            taken.append(placement.allocation)
-            if num_nodes > 1:  # one share per node: hide this node from the next rank
-                i = state.index[placement.allocation.node]
-                hidden.append((placement.allocation.node, bool(state.schedulable[i])))
-                state.set_schedulable(placement.allocation.node, False)
-    except Exception:
-        reason = "error"
-        raise
-    finally:
-        for name, was in reversed(hidden):
-            state.set_schedulable(name, was)
-        if reason is not None:
-            for a in reversed(taken):
-                state.unbind(a)
-    if reason is not None:
-        return None, reason
-    return taken, None
+    """Place ``num_nodes`` copies of ``req`` on distinct nodes, all or nothing, with
+    the scheduler's topology-aware gang planner (one IB leaf first, then the fewest
+    leaves; multi-GPU members inside one NVLink island when they fit). Binds into
+    ``sched.state`` on success; leaves it unchanged otherwise."""
+    plan = gang.plan_gang(sched.state, sched.policy, replace(req, nodes=num_nodes), sched.ranks)
+    if plan is None:
+        if feasible_mask(sched.state, req).any():
+            return None, f"gang: fewer than {num_nodes} nodes fit"
+        return None, failure_reason(sched.state, req)
+    allocs = list(plan.allocations)
+    for i, a in enumerate(allocs):
+        try:
+            sched.state.bind(a)
+        except Exception:
+            for done in reversed(allocs[:i]):
+                sched.state.unbind(done)
+            raise
+    return allocs, None
 
 
 def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, owner: str) -> bool:
@@ -172,6 +163,12 @@ def schedule_pass(
         return result
     sched = Scheduler(policy, snap.state, seed=seed)
     backup = Scheduler(fallback, snap.state, seed=seed) if fallback is not None else None
+    if memo is not None:
+        keys = {(w.kind, w.id) for w in work}
+        for w in work:
+            if (w.kind, w.id) not in memo.observed:
+                sched.observe(w.request)
+        memo.observed = keys
     unchanged = memo is not None and memo.fingerprint == fingerprint(snap.state)
     for w in work:
         key = (w.kind, w.id)

@@ -105,8 +105,6 @@ def plan_gang(
     order). ``max_leaves=1`` makes "one IB leaf" a requirement instead of a preference.
     """
     member = member_of(req)
-    for _ in range(req.nodes):
-        policy.observe(member)
     ranks = np.arange(state.num_nodes) if ranks is None else ranks
     feasible = np.flatnonzero(feasible_mask(state, member))
     if feasible.size < req.nodes:

@@ -11,11 +11,18 @@ idle sums, so no mask is needed in the hot path.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from suanli.scheduler.model import MILLI_PER_GPU, Allocation, Node
+
+
+#: One counter for every version bump of every state and copy: a version is never
+#: reused, so a score cached for (node, version) can't be mistaken for another
+#: state's, even after a what-if on a copy that diverged.
+_versions = itertools.count(1)
 
 
 class OverAllocation(ValueError):
@@ -89,7 +96,7 @@ class ClusterState:
         if gpus:
             self.gpu_free[i, gpus] -= alloc.milli_per_gpu
             self.class_counts(workload_class(alloc))[i] += 1
-        self.version[i] += 1
+        self.version[i] = next(_versions)
 
     def unbind(self, alloc: Allocation) -> None:
         """Give an allocation's resources back; raises and changes nothing if that would
@@ -107,7 +114,7 @@ class ClusterState:
         if gpus:
             self.gpu_free[i, gpus] += alloc.milli_per_gpu
             self.class_counts(workload_class(alloc))[i] -= 1
-        self.version[i] += 1
+        self.version[i] = next(_versions)
 
     def class_counts(self, cls: str) -> np.ndarray:
         """GPU workloads of class ``cls`` on each node (created on first use)."""
@@ -118,7 +125,7 @@ class ClusterState:
     def set_schedulable(self, node: str, schedulable: bool) -> None:
         i = self.index[node]
         self.schedulable[i] = schedulable
-        self.version[i] += 1
+        self.version[i] = next(_versions)
 
     def copy(self) -> ClusterState:
         """An independent copy for what-if planning (the node list is shared, immutable)."""

@@ -30,8 +30,8 @@ class FGD(NodeLocalPolicy):
 
     def __init__(self, target: TargetWorkload | None) -> None:
         super().__init__()
-        self.target = target
         self.online = OnlineTarget() if target is None else None
+        self.target = target if target is not None else self.online.current
         self._arrays: TargetArrays | None = None
         self._models: list[str] | None = None
 
