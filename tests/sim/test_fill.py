@@ -84,3 +84,14 @@ def test_cli_rejects_bad_input_clearly(tmp_path):
     assert out.exit_code == 2 and "bad.csv:2: field 'num_gpu'" in out.output
     out = runner.invoke(app, ["sim", "compare", *args, "--seeds", "9-1"])
     assert out.exit_code == 2 and "--seeds" in out.output
+
+
+def test_cli_fill_with_defragmentation_reports_moves():
+    args = ["--nodes", str(DATA / "nodes_slice.csv"), "--pods", str(DATA / "pods_slice.csv")]
+    out = CliRunner().invoke(app, ["sim", "fill", *args, "--policy", "random", "--defrag-moves", "4", "--json"])
+    assert out.exit_code == 0, out.output
+    moved = json.loads(out.stdout)["migrations"]
+    plain = json.loads(CliRunner().invoke(app, ["sim", "fill", *args, "--policy", "random", "--json"]).stdout)
+    assert plain["migrations"] == 0 and moved > 0  # random placement fragments: the planner has work
+    bad = CliRunner().invoke(app, ["sim", "fill", *args, "--defrag-moves", "-1"])
+    assert bad.exit_code == 2 and "--defrag-moves" in bad.output

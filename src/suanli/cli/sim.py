@@ -91,6 +91,7 @@ def fill(
     policy: str = typer.Option("suanli", "--policy", help=f"one of: {', '.join(POLICIES)}"),
     seed: int = typer.Option(42, "--seed"),
     tune: float = TUNE,
+    defrag_moves: int = typer.Option(0, "--defrag-moves", help="migrate up to N shared pods to place a whole-GPU pod"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     plot: Path | None = typer.Option(None, "--plot", help="write allocation vs arrived demand to this PNG"),
 ) -> None:
@@ -98,10 +99,13 @@ def fill(
     _check_policy(policy)
     if tune <= 0:
         raise _fail("--tune must be > 0")
+    if defrag_moves < 0:
+        raise _fail("--defrag-moves must be >= 0")
     node_list, requests = _load(nodes, pods)
     with _progress() as progress:
         task = progress.add_task(f"{policy} seed {seed}", total=None)
-        run = run_fill(node_list, requests, policy, seed, tune, lambda d, t: progress.update(task, completed=d, total=t))
+        run = run_fill(node_list, requests, policy, seed, tune, lambda d, t: progress.update(task, completed=d, total=t),
+                       defrag_max_moves=defrag_moves)
     result = summary(run)
     if plot:
         plot_alloc({policy: [result["alloc_ratio"]]}, plot, f"{pods.name}: {policy}, seed {seed}")
@@ -117,6 +121,7 @@ def fill(
     Console().print(table)
     Console().print(
         f"pods {result['pods']}, failed {result['failed_pods']} {result['failed_by_reason']}, "
+        f"migrations {result['migrations']}, "
         f"{result['wall_seconds']:.2f} s"
     )
 
