@@ -7,7 +7,8 @@
    preemption) and FGD (same queue and preemption as the default): on-demand queue
    delay mean/p99 and average GPU allocation over the busy period.
 2. Spot: lost GPU-hours to preemption, least-lost-work victims against
-   lowest-priority-first victims (checkpoints every 15 min, same trace and seed).
+   lowest-priority-first victims (checkpoints every 15 min), same trace, same
+   seeds (``--spot-seeds``) and loads (``--spot-loads``).
 3. Faults: node MTBF 30 d (MTTR 30 min), checkpoints every 15 min: checkpointed
    jobs recovered, and the worst unsaved work lost by one fault eviction (must be
    below the checkpoint interval).
@@ -38,6 +39,8 @@ def main() -> None:
     ap.add_argument("--trace", default="default")
     ap.add_argument("--load", type=float, default=200.0)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--spot-seeds", default="42,43,44,45,46")
+    ap.add_argument("--spot-loads", default="200,400")
     args = ap.parse_args()
     nodes = load_nodes(args.traces / "openb_node_list_gpu_node.csv")
     pods = load_pods(args.traces / f"openb_pod_list_{args.trace}.csv")
@@ -62,6 +65,26 @@ def main() -> None:
               f"{r['avg_gpu_allocation']:.2f} | {r['preemptions']} | {lost['preemption']:.2f} / {lost['faults']:.2f} | "
               f"{r['fault_evictions']} | {r['jobs_recovered']} / {r['jobs_failed']} | {r['max_lost_seconds_per_fault']:.0f} | "
               f"{r['wall_seconds']:.1f} |")
+    spot_comparison(nodes, pods, [int(x) for x in args.spot_seeds.split(",")], [float(x) for x in args.spot_loads.split(",")])
+
+
+
+
+def spot_comparison(nodes, pods, seeds: list[int], loads: list[float]) -> None:
+    print("\n| load | seed | least-lost-work: evictions, lost GPU-h | lowest-priority-first: evictions, lost GPU-h |")
+    print("|---:|---:|---:|---:|")
+    totals = {"least_lost_work": [0, 0.0], "lowest_priority_first": [0, 0.0]}
+    for load in loads:
+        for seed in seeds:
+            cells = []
+            for strategy in totals:
+                r = run(nodes, pods, policy="suanli", load=load, seed=seed, checkpoint_interval=900.0, preemption=strategy)
+                totals[strategy][0] += r["preemptions"]
+                totals[strategy][1] += r["lost_gpu_hours"]["preemption"]
+                cells.append(f"{r['preemptions']}, {r['lost_gpu_hours']['preemption']:.2f}")
+            print(f"| {load:g} | {seed} | {cells[0]} | {cells[1]} |")
+    a, b = totals["least_lost_work"], totals["lowest_priority_first"]
+    print(f"| all | | {a[0]}, {a[1]:.2f} | {b[0]}, {b[1]:.2f} |")
 
 
 if __name__ == "__main__":

@@ -156,14 +156,18 @@ class Replay:
         self.queue.push(job.key, job.request, job.arrival)
 
     def _running_spot(self) -> list[Candidate]:
-        now = self.now
+        """Spot work that may be reclaimed, each with the work it would lose: the
+        unsaved progress at the moment the notice expires (it keeps running, and
+        checkpointing, until then). Only what a live scheduler knows is used: start
+        time and checkpoint interval, not how long the work has left to run."""
+        at = self.now + self.cfg.notice
         interval = self.cfg.checkpoint_interval
         out = []
         for job in self.jobs:
             if job.alloc is None or job.noticed or job.request.priority is not PriorityClass.SPOT:
                 continue
-            ran = now - job.started
-            unsaved = ran - (math.floor(ran / interval) * interval if interval > 0 else 0.0)
+            ran = at - job.started
+            unsaved = ran % interval if interval > 0 else ran
             out.append(Candidate(job.key, job.alloc, job.request.priority, unsaved * job.request.total_gpu_milli / 1000, job.started))
         return out
 
