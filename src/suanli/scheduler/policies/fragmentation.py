@@ -74,11 +74,6 @@ def node_fragmentation(gpu_free: np.ndarray, cpu_free: np.ndarray, model_id: np.
     return per_task_fragmentation(gpu_free, cpu_free, model_id, t) @ t.weights
 
 
-def cluster_fragmentation(state: ClusterState, t: TargetArrays) -> float:
-    """Sum of F(n) over all nodes, in milli (the paper's cluster fragmentation)."""
-    return float(node_fragmentation(state.gpu_free, state.cpu_free, state.model_id, t).sum())
-
-
 def fragmentation_after(
     state: ClusterState, idx: np.ndarray, milli: int, gpus: int, cpu: int, sharing: bool, t: TargetArrays
 ) -> tuple[np.ndarray, np.ndarray]:
