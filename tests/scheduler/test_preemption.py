@@ -34,12 +34,15 @@ def test_least_lost_work_picks_the_cheapest_set():
     state = cluster(node("a", gpus=2))
     cands = running(state, ("s1", "a", (0,), 500, SPOT, 10, 0), ("s2", "a", (0,), 500, SPOT, 10, 0),
                     ("s3", "a", (1,), 900, SPOT, 15, 0))
-    plan = plan_preemption(state, od(), cands, np.zeros(1, np.int64))
+    plan = plan_preemption(state, od(), cands, np.zeros(1, np.int64), eviction_cost=0)
     assert [v.key for v in plan.victims] == ["s3"] and plan.lost_work == 15
-    # Make s3 dearer (25): two victims losing 20 in total now win.
+    # Make s3 dearer (25): two victims losing 20 in total now win...
     cands[2] = Candidate("s3", cands[2].allocation, SPOT, 25, 0)
-    plan = plan_preemption(state, od(), cands, np.zeros(1, np.int64))
+    plan = plan_preemption(state, od(), cands, np.zeros(1, np.int64), eviction_cost=0)
     assert sorted(v.key for v in plan.victims) == ["s1", "s2"] and plan.lost_work == 20
+    # ...unless each eviction also costs its restart: 25 + 300 < 10 + 10 + 2 * 300.
+    plan = plan_preemption(state, od(), cands, np.zeros(1, np.int64), eviction_cost=300)
+    assert [v.key for v in plan.victims] == ["s3"]
 
 
 def test_lowest_priority_first_ignores_lost_work():

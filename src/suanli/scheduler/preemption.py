@@ -4,8 +4,13 @@ Only ``spot`` work is ever a victim; reserved and on-demand never are. A plan is
 chosen per node and then across nodes:
 
 * ``least_lost_work`` (Suanli's default): the victim set whose eviction loses the
-  fewest GPU-seconds of unsaved progress (work since each victim's last
-  checkpoint), then the fewest victims, then the node's seeded rank. Exact over
+  fewest GPU-seconds, then the fewest victims, then the node's seeded rank. What an
+  eviction loses is the victim's unsaved progress (work since its last checkpoint)
+  plus ``eviction_cost``, a fixed charge per victim for the restart every eviction
+  forces (reload the checkpoint, queue again). Without that charge the planner
+  prefers several just-checkpointed victims to one, and in the replay of the
+  openb default trace the extra evictions cost more than they saved
+  (BENCHMARKS.md, "Scheduler in time"). Exact over
   all subsets when a node holds few spot allocations, greedy (cheapest first,
   then dropping victims that turn out unnecessary) otherwise.
 * ``lowest_priority_first``: the usual rule of Slurm, Kueue and kube-scheduler:
@@ -30,6 +35,7 @@ from suanli.scheduler.model import Allocation, PriorityClass, Request
 from suanli.scheduler.state import ClusterState
 
 EXACT_LIMIT = 8  # subsets of up to 2^8 victims per node are searched exhaustively
+EVICTION_COST = 300.0  # GPU-seconds charged per victim (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -80,14 +86,14 @@ class _NodeView:
         return not req.milli_per_gpu or sum(f >= req.milli_per_gpu for f in free) >= req.gpus_used
 
 
-def _least_lost(view: _NodeView, cands: list[Candidate], bound: tuple) -> tuple | None:
+def _least_lost(view: _NodeView, cands: list[Candidate], bound: tuple, eviction_cost: float) -> tuple | None:
     """Cheapest victim set on one node, if cheaper than ``bound`` (the best plan so far)."""
     cands = sorted(cands, key=lambda c: c.lost_work)
     if len(cands) <= EXACT_LIMIT:
         best = None
         for r in range(1, len(cands) + 1):
             for subset in itertools.combinations(cands, r):
-                cost = (sum(c.lost_work for c in subset), r)
+                cost = (sum(c.lost_work for c in subset) + eviction_cost * r, r)
                 limit = best[0] if best else bound
                 if cost < limit and view.fits_without(subset):
                     best = (cost, subset)
@@ -103,10 +109,10 @@ def _least_lost(view: _NodeView, cands: list[Candidate], bound: tuple) -> tuple 
         rest = [v for v in chosen if v is not c]
         if view.fits_without(rest):
             chosen = rest
-    return (sum(c.lost_work for c in chosen), len(chosen)), tuple(chosen)
+    return (sum(c.lost_work for c in chosen) + eviction_cost * len(chosen), len(chosen)), tuple(chosen)
 
 
-def _lowest_priority(view: _NodeView, cands: list[Candidate], bound: tuple) -> tuple | None:
+def _lowest_priority(view: _NodeView, cands: list[Candidate], bound: tuple, eviction_cost: float) -> tuple | None:
     chosen: list[Candidate] = []
     for c in sorted(cands, key=lambda c: (c.priority.rank, -c.started_at)):
         chosen.append(c)
@@ -125,6 +131,7 @@ def plan_preemption(
     running: Sequence[Candidate],
     ranks: np.ndarray,
     strategy: str = "least_lost_work",
+    eviction_cost: float = EVICTION_COST,
 ) -> PreemptionPlan | None:
     """The best plan to fit ``req`` by evicting lower-class spot work, or None."""
     choose = STRATEGIES[strategy]
@@ -140,7 +147,7 @@ def plan_preemption(
         view = _NodeView(state, i, req)
         if not view.fits_without(cands):
             continue  # not even evicting everything would do
-        found = choose(view, cands, best[0] if best else (math.inf,))
+        found = choose(view, cands, best[0] if best else (math.inf,), eviction_cost)
         if found is not None:
             cost = (*found[0], int(ranks[i]))
             if best is None or cost < best[0]:
