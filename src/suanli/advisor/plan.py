@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from suanli.advisor.catalog import find_gpu
 from suanli.advisor.cost import spot_overhead
@@ -184,6 +182,9 @@ def optimal_plan(demand: np.ndarray, prices: PlanPrices, book: PriceBook | None 
     rows = np.concatenate([t_idx, t_idx, t_idx] + ([t_idx] if K else []))
     cols = np.concatenate([np.zeros(T, dtype=int), 1 + K + t_idx, 1 + K + T + t_idx]
                           + ([1 + t_idx // hpm] if K else []))
+    from scipy import sparse  # imported here: SciPy costs every CLI start 0.3 s otherwise
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     cover = sparse.csr_array((np.ones(rows.size), (rows, cols)), shape=(T, n))
     spot_cap = sparse.csr_array((np.ones(T), (t_idx, 1 + K + T + t_idx)), shape=(T, n))
     constraints = [LinearConstraint(cover, lb=d, ub=np.inf),

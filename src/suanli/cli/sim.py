@@ -14,7 +14,6 @@ from rich.table import Table
 from suanli.scheduler import POLICIES
 from suanli.sim.fill import run_fill
 from suanli.sim.metrics import summary
-from suanli.sim.plot import plot_alloc, plot_replay
 from suanli.sim.replay import Replay, ReplayConfig
 from suanli.sim.replay import summary as replay_summary
 from suanli.sim.traces import TraceError, load_nodes, load_pods
@@ -108,6 +107,8 @@ def fill(
                        defrag_max_moves=defrag_moves)
     result = summary(run)
     if plot:
+        from suanli.sim.plot import plot_alloc  # matplotlib only when a plot is asked for
+
         plot_alloc({policy: [result["alloc_ratio"]]}, plot, f"{pods.name}: {policy}, seed {seed}")
     if as_json:
         print(json.dumps(result))
@@ -150,6 +151,8 @@ def compare(
                 progress.update(task, description=f"{name} seed {seed}")
                 results[name].append(summary(run_fill(node_list, requests, name, seed, tune)))
                 progress.advance(task)
+    from suanli.sim.plot import plot_alloc
+
     plot_alloc({n: [r["alloc_ratio"] for r in rs] for n, rs in results.items()}, plot, pods.name)
     rows = {}
     for name, runs in results.items():
@@ -221,6 +224,8 @@ def replay(
         task = progress.add_task(f"replay {policy}", total=len(pod_rows))
         result = replay_summary(sim.run(lambda d, t: progress.update(task, completed=d, total=t)))
     if plot:
+        from suanli.sim.plot import plot_replay
+
         plot_replay({policy: result["gpu_allocation_over_time"]}, plot, f"{pods.name}: {policy}, load {load}")
     if as_json:
         print(json.dumps(result))
