@@ -115,7 +115,7 @@ class LocalBackend:
             return TaskStatus(TaskState.LOST)
         if self._leader_alive(data):
             return TaskStatus(TaskState.RUNNING)
-        process.signal_group(int(data["pgid"]), 9)  # leftovers of a finished task
+        process.kill_leftovers(int(data["pgid"]), _marker(data))  # leftovers of a finished task
         child = self._children.pop(handle.key, None)
         code_file = Path(data["dir"]) / "exit_code"
         if code_file.exists():
@@ -136,7 +136,7 @@ class LocalBackend:
         if self._leader_alive(data):
             process.stop_group(int(data["pgid"]), lambda: self._leader_alive(data), grace_s)
         else:
-            process.signal_group(int(data["pgid"]), 9)
+            process.kill_leftovers(int(data["pgid"]), _marker(data))
         child = self._children.get(handle.key)
         if child is not None:
             try:
@@ -192,3 +192,8 @@ class LocalBackend:
         with open(tdir / "output.log", "a") as log:
             log.write(f"$ {command}\n{output}")
         return ExecResult(done.returncode, output)
+
+
+def _marker(data: dict) -> str:
+    """The environment entry every process of a task inherits (see ``submit``)."""
+    return f"SUANLI_TASK_DIR={data['dir']}"

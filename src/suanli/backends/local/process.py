@@ -55,3 +55,27 @@ def stop_group(pgid: int, leader_alive, grace_s: float) -> None:  # type: ignore
     while time.monotonic() < deadline and leader_alive():
         time.sleep(0.05)
     signal_group(pgid, signal.SIGKILL)
+
+
+def kill_leftovers(pgid: int, marker: str) -> int:
+    """SIGKILL what is left of a finished task's process group, but only processes
+    whose environment carries ``marker`` (the task's ``SUANLI_TASK_DIR=...``).
+
+    Once the group's leader is gone its id is free for reuse, and on a busy host
+    (pid_max 32768) another program's group can get it; a bare ``killpg`` would
+    then kill that program. Returns how many processes were killed."""
+    needle = marker.encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+            if int(raw[raw.rindex(")") + 2 :].split()[2]) != pgid:
+                continue
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ValueError):
+            continue
+    return killed

@@ -1,0 +1,29 @@
+"""Killing a finished task's leftovers never touches another program's group,
+even when the group id has been reused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from suanli.backends.local import process
+
+
+def test_kill_leftovers_only_kills_processes_of_that_task() -> None:
+    env = dict(os.environ, SUANLI_TASK_DIR="/tmp/task-a")
+    mine = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30; wait"], env=env, start_new_session=True)
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)  # an unrelated group
+    try:
+        time.sleep(0.3)
+        # the other group, as if it had been handed our old group id: nothing of it dies
+        assert process.kill_leftovers(other.pid, "SUANLI_TASK_DIR=/tmp/task-a") == 0
+        assert process.kill_leftovers(mine.pid, "SUANLI_TASK_DIR=/tmp/task-b") == 0
+        assert process.kill_leftovers(mine.pid, "SUANLI_TASK_DIR=/tmp/task-a") == 3  # bash + 2 sleeps
+        mine.wait(5)
+        assert other.poll() is None
+    finally:
+        for p in (mine, other):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
