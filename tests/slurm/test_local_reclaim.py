@@ -103,3 +103,25 @@ def test_local_spot_instance_is_preempted_after_its_notice_and_starts_again(plat
     p.until(lambda: row().state == "running", 30, "instance running again")
     states = [e.to_state for e in p.events("instance", inst)]
     assert states == ["pending", "running", "noticed", "preempted", "pending", "running"], states
+
+
+def test_local_spot_job_reclaimed_with_notice_checkpoint_and_resume(platform: Platform) -> None:
+    p = platform
+    p.only_nodes({"local1"})
+    spot = p.submit(name="spot", resources={"accelerators": "H100:4", "priority": "spot"}, run=WORKLOAD, checkpoint_dir="ckpt")
+    p.until(lambda: starts(p, spot), 20, "spot running")
+    time.sleep(0.5)
+    urgent = p.submit(name="urgent", resources={"accelerators": "H100:2"}, run="sleep 1")
+    told = p.until(lambda: [x for x in log_lines(p, spot) if x.startswith("USR1")], 15, "notice in the workload")[0]
+    checkpoint = int(told.split("checkpoint=")[1].split()[0])
+    assert checkpoint > 0 and int(told.split("deadline=")[1].split()[0]) >= time.time() - 1
+    p.until(lambda: p.state(urgent, "succeeded"), 30, "on-demand job done")
+    p.until(lambda: starts(p, spot)[1:], 30, "spot resumed")
+    lines = log_lines(p, spot)
+    assert starts(p, spot)[1].startswith(f"start from={checkpoint} resume={p.data_dir}/checkpoints/job-{spot}/ckpt")
+    term = [x for x in lines if x.startswith("TERM")]
+    assert term and float(term[0].split("at=")[1]) - float(told.split("at=")[1]) >= 1.5, lines
+    states = [e.to_state for e in p.events("job", spot)]
+    assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
+
+

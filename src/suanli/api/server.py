@@ -15,8 +15,10 @@ from suanli.api.app import create_app
 from suanli.api.context import ServerContext
 from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
+from suanli.backends.slurm import SlurmBackend, SlurmClient
 from suanli.control import auth, nodes
 from suanli.control.loop import ControlLoop
+from suanli.control.reclaim import DEFAULT_NOTICE_S, Reclaimer
 from suanli.db.session import Database, default_sqlite_url
 from suanli.inventory import Inventory, demo_inventory
 
@@ -34,6 +36,14 @@ class Bootstrap:
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("SUANLI_DATA_DIR", ".suanli"))
+
+
+def slurm_tag_prefix(data_dir: Path) -> str:
+    """One Slurm job tag prefix per data directory: stable across restarts (re-adoption by
+    tag), distinct between servers sharing a cluster (neither sweeps the other's jobs)."""
+    import hashlib
+
+    return "suanli-" + hashlib.blake2b(str(Path(data_dir).resolve()).encode(), digest_size=4).hexdigest()
 
 
 def bootstrap(db: Database, data_dir: Path, inventory: Inventory | None = None) -> Bootstrap:
@@ -59,30 +69,41 @@ def build(
     interval_s: float = 0.5,
     stop_grace_s: float = 10.0,
     policy: str = "suanli",
+    slurm_conf: Path | None = None,
+    notice_s: float = DEFAULT_NOTICE_S,
 ) -> tuple[ServerContext, Bootstrap]:
+    """``slurm_conf``: also drive that Slurm cluster (its nodes are registered on the first
+    start, when the database has none); ``notice_s``: the spot reclaim notice."""
     data_dir = Path(data_dir).expanduser().resolve()  # tasks run with other working directories
     data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(db_url or default_sqlite_url(data_dir))
     db.migrate()
-    boot = bootstrap(db, data_dir, inventory)
     backends: dict[str, Backend] = {"local": LocalBackend(data_dir / "workloads")}
+    if slurm_conf is not None:
+        slurm = SlurmBackend(SlurmClient(slurm_conf=Path(slurm_conf)), data_dir / "slurm", notice_s=int(notice_s),
+                             tag_prefix=slurm_tag_prefix(data_dir))
+        backends["slurm"] = slurm
+        if inventory is None and not nodes.list_nodes(db):
+            inventory = slurm.discover_inventory()
+    boot = bootstrap(db, data_dir, inventory)
     ctx = ServerContext(db=db, backends=backends, data_dir=data_dir)
     ctx.loop = ControlLoop(db, backends, data_dir, policy=policy, interval_s=interval_s, stop_grace_s=stop_grace_s)
+    ctx.loop.steps.append(Reclaimer(db, backends, data_dir, notice_s=notice_s, grace_s=stop_grace_s).step)
     if start_loop:
         ctx.loop.start()
     return ctx, boot
 
 
-def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print) -> None:  # type: ignore[no-untyped-def]
+def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print, *, slurm_conf: Path | None = None, notice_s: float = DEFAULT_NOTICE_S) -> None:  # type: ignore[no-untyped-def]
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    ctx, boot = build(data_dir, db_url)
+    ctx, boot = build(data_dir, db_url, slurm_conf=slurm_conf, notice_s=notice_s)
     url = f"http://{host}:{port}"
     echo(f"suanli server: {url}  (API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})")
     if boot.nodes_added:
-        kind = "virtual GPUs from the demo inventory" if boot.virtual else "GPUs found by NVML"
+        kind = "Slurm nodes from sinfo" if slurm_conf is not None else "virtual GPUs from the demo inventory" if boot.virtual else "GPUs found by NVML"
         echo(f"registered nodes: {', '.join(boot.nodes_added)} ({kind})")
     if boot.admin_token:
         echo(f"admin token: {boot.admin_token}")

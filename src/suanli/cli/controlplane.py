@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from suanli.cli import gpus, instances, jobs, launch, login, nodes, server
+from suanli.cli import gpus, instances, jobs, launch, login, nodes, server, slurm
 
 
 def register(app: typer.Typer) -> None:
@@ -17,3 +17,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(instances.app, name="instances")
     app.command("launch")(launch.launch)
     app.add_typer(jobs.app, name="jobs")
+    app.add_typer(slurm.app, name="slurm")

@@ -45,13 +45,29 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
 
 
 @app.command("add")
-def add(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Inventory YAML (a `nodes:` list)."), as_json: bool = typer.Option(False, "--json")) -> None:
-    """Register the nodes of an inventory file (all or nothing)."""
-    try:
-        doc = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as exc:
-        err_console.print(f"[red]error[/red]: {file} is not valid YAML: {exc}")
-        raise typer.Exit(1) from None
+def add(
+    file: Path = typer.Argument(None, exists=True, dir_okay=False, help="Inventory YAML (a `nodes:` list)."),
+    as_json: bool = typer.Option(False, "--json"),
+    backend: str = typer.Option(None, "--backend", help="slurm without FILE: register the Slurm cluster's nodes (sinfo, here)."),
+    slurm_conf: Path = typer.Option(None, "--slurm-conf", exists=True, dir_okay=False, help="slurm.conf [default: $SLURM_CONF]."),
+) -> None:
+    """Register the nodes of an inventory file, or of a Slurm cluster (all or nothing)."""
+    if file is None and backend != "slurm":
+        raise typer.BadParameter("give an inventory FILE, or --backend slurm to take the nodes from Slurm", param_hint="FILE")
+    if file is None:
+        from suanli.cli.slurm import slurm_inventory
+
+        doc = slurm_inventory(slurm_conf)
+    else:
+        try:
+            doc = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as exc:
+            err_console.print(f"[red]error[/red]: {file} is not valid YAML: {exc}")
+            raise typer.Exit(1) from None
+        if backend and isinstance(doc, dict):
+            for node in doc.get("nodes") or []:
+                if isinstance(node, dict):
+                    node["backend"] = backend
     with api_errors():
         _show(client().add_nodes(doc), as_json)
 

@@ -15,8 +15,21 @@ def server(
     port: int = typer.Option(DEFAULT_PORT, help="TCP port."),
     data_dir: Path = typer.Option(None, "--data-dir", help="Database, admin token and workspaces [default: ./.suanli or $SUANLI_DATA_DIR]."),
     db: str = typer.Option(None, "--db", help="Database URL, e.g. postgresql+psycopg://user@host/db [default: SQLite in the data dir]."),
+    backend: list[str] = typer.Option(["local"], "--backend", help="Backends to drive: local (always on) and/or slurm."),
+    slurm_conf: Path = typer.Option(None, "--slurm-conf", dir_okay=False, help="slurm.conf of the Slurm cluster [default: $SLURM_CONF]."),
+    notice: float = typer.Option(300.0, "--notice", min=0, help="Spot reclaim notice in seconds (SIGUSR1, then SIGTERM)."),
 ) -> None:
-    """Start the control plane: API, scheduler loop and local backend."""
+    """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
     from suanli.api.server import default_data_dir, serve
 
-    serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo)
+    unknown = sorted(set(backend) - {"local", "slurm"})
+    if unknown:
+        raise typer.BadParameter(f"unknown backend(s) {', '.join(unknown)}; choose local or slurm", param_hint="--backend")
+    conf = None
+    if "slurm" in backend:
+        import os
+
+        conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else Path("/etc/slurm/slurm.conf"))
+        if not conf.is_file():
+            raise typer.BadParameter(f"{conf} is not a file; pass the cluster's slurm.conf", param_hint="--slurm-conf")
+    serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo, slurm_conf=conf, notice_s=notice)
