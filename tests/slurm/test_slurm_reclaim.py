@@ -87,9 +87,13 @@ def test_spot_job_reclaimed_by_on_demand_with_notice_checkpoint_and_resume(slurm
     assert starts[1].startswith(f"start from={checkpoint} resume={p.data_dir}/checkpoints/job-{spot}/ckpt")
     usr1_at = float(told.split("at=")[1])
     term = [x for x in lines if x.startswith("TERM")]
-    assert term, lines  # TERM came at the deadline, after the notice
-    lead = float(term[0].split("at=")[1]) - usr1_at
-    assert lead >= 2.5, lines
+    assert term, lines
+    term_at = float(term[0].split("at=")[1])
+    # TERM came after the notice and not before the promised deadline; the lead is the
+    # notice minus however long Slurm took to deliver USR1 (measured in BENCHMARKS.md)
+    assert usr1_at < term_at, lines
+    assert term_at >= noticed.ts.timestamp() + 3 - 0.25, lines
+    lead = term_at - usr1_at
     states = [e.to_state for e in p.events("job", spot)]
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
     print(f"reclaim via Suanli on Slurm: notice {lead:.2f}s before TERM; resumed from step {checkpoint}")
@@ -128,10 +132,12 @@ def test_server_restart_mid_job_readopts_and_submits_nothing_twice(
 ) -> None:
     p = platform
     p.only_nodes({nodes_with_gpu(slurm, "a100")[-1].name})
-    running = p.submit(name="long", resources={"accelerators": "A100:1"}, run="echo up; sleep 4")
+    release = p.data_dir.parent / "release"  # the long job runs until the test has restarted the server
+    running = p.submit(name="long", resources={"accelerators": "A100:1"},
+                       run=f"echo up; while [ ! -e {release} ]; do sleep 0.1; done")
     p.until(lambda: p.state(running, "running"), 30, "job running")
     # a second job whose launch was cut short: the dead server had submitted it but not recorded it
-    inflight = p.submit(name="inflight", resources={"accelerators": "A100:1"}, run="echo up; sleep 3")
+    inflight = p.submit(name="inflight", resources={"accelerators": "A100:1"}, run=f"echo up; while [ ! -e {release} ]; do sleep 0.1; done")
     assert schedule_pass(p.db, make_policy("suanli"), list(p.loop.backends), "dead-server").claimed == [("job", inflight)]
     with p.db.transaction() as s:
         row = s.get(Job, inflight)
@@ -140,6 +146,7 @@ def test_server_restart_mid_job_readopts_and_submits_nothing_twice(
     fresh = SlurmBackend(SlurmClient(slurm_conf=slurm.slurm_conf), slurm_backend.root, tag_prefix=slurm_backend.tag_prefix)
     q = restarted(p, {"slurm": fresh})
     assert q.job(inflight).state == "running" and q.job(running).state == "running"
+    release.touch()
     for jid in (running, inflight):
         q.until(lambda jid=jid: q.state(jid, "succeeded"), 30, f"job {jid} done")
     tags = [j.comment for j in slurm.jobs() if j.comment.startswith(fresh.tag_prefix + ":")]
