@@ -102,6 +102,9 @@ class SuanliClient:
     def set_node_state(self, name: str, state: str) -> dict:
         return self.request("PATCH", f"/v1/nodes/{name}", json={"state": state})
 
+    def heartbeat(self, name: str) -> dict:
+        return self.request("POST", f"/v1/nodes/{name}/heartbeat")
+
     def create_instance(self, **body: Any) -> dict:
         return self.request("POST", "/v1/instances", json={k: v for k, v in body.items() if v is not None})
 

@@ -101,6 +101,8 @@ class ServerProcess:
     proc: _subprocess.Popen | None = None
     #: None: pass --data-dir; else run in this directory with the default ./.suanli
     cwd: Path | None = None
+    #: extra ``suanli server`` options
+    args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -117,7 +119,7 @@ class ServerProcess:
         where = [] if self.cwd else ["--data-dir", str(self.data_dir)]
         env = {k: v for k, v in _os.environ.items() if k != "SUANLI_DATA_DIR"}
         self.proc = _subprocess.Popen(
-            cli_command("server", "--port", str(self.port), *where, *db),
+            cli_command("server", "--port", str(self.port), *where, *db, *self.args),
             stdout=log, stderr=_subprocess.STDOUT, stdin=_subprocess.DEVNULL, cwd=self.cwd, env=env,
         )
         wait_until(self._healthy, 60, 0.2)
@@ -148,9 +150,12 @@ class ServerProcess:
     def client(self) -> SuanliClient:
         return SuanliClient(self.url, self.token)
 
+    def cli_env(self) -> dict[str, str]:
+        """The environment of a CLI logged in to this server."""
+        return dict(_os.environ, SUANLI_URL=self.url, SUANLI_TOKEN=self.token, SUANLI_CONFIG=str(self.data_dir / "cli.json"))
+
     def cli(self, *args: str, check: bool = True) -> _subprocess.CompletedProcess:
-        env = dict(_os.environ, SUANLI_URL=self.url, SUANLI_TOKEN=self.token, SUANLI_CONFIG=str(self.data_dir / "cli.json"))
-        done = _subprocess.run(cli_command(*args), env=env, capture_output=True, text=True, timeout=120)
+        done = _subprocess.run(cli_command(*args), env=self.cli_env(), capture_output=True, text=True, timeout=120)
         if check:
             assert done.returncode == 0, (args, done.stdout, done.stderr)
         return done

@@ -57,7 +57,7 @@ def node_out(node: Node, gpus: list[Gpu]) -> schemas.NodeOut:
         id=node.id, name=node.name, zone=node.zone, backend=node.backend, state=node.state,
         gpu_model=node.gpu_model, gpu_count=node.gpu_count, gpus_free=sum(g.used_milli == 0 for g in gpus),
         virtual=any(g.virtual for g in gpus), cpu_milli=node.cpu_milli, cpu_used=node.cpu_used,
-        memory_mib=node.memory_mib, mem_used=node.mem_used,
+        memory_mib=node.memory_mib, mem_used=node.mem_used, heartbeat_at=node.heartbeat_at,
         gpus=[
             schemas.GpuOut(index=g.index, model=g.model, uuid=g.uuid, memory_mib=g.memory_mib, virtual=g.virtual, used_milli=g.used_milli)
             for g in gpus

@@ -94,6 +94,7 @@ class NodeOut(BaseModel):
     cpu_used: int
     memory_mib: int
     mem_used: int
+    heartbeat_at: datetime | None = Field(default=None, description="last heartbeat of the node's agent; null: not watched")
     gpus: list[GpuOut]
 
 

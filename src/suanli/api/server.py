@@ -16,7 +16,7 @@ from suanli.api.context import ServerContext
 from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
-from suanli.control import auth, nodes
+from suanli.control import auth, heartbeat, nodes
 from suanli.control.loop import ControlLoop
 from suanli.control.reclaim import DEFAULT_NOTICE_S, Reclaimer
 from suanli.db.session import Database, default_sqlite_url
@@ -71,9 +71,11 @@ def build(
     policy: str = "suanli",
     slurm_conf: Path | None = None,
     notice_s: float = DEFAULT_NOTICE_S,
+    heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
 ) -> tuple[ServerContext, Bootstrap]:
     """``slurm_conf``: also drive that Slurm cluster (its nodes are registered on the first
-    start, when the database has none); ``notice_s``: the spot reclaim notice."""
+    start, when the database has none); ``notice_s``: the spot reclaim notice;
+    ``heartbeat_timeout_s``: silence after which a node with an agent is down."""
     data_dir = Path(data_dir).expanduser().resolve()  # tasks run with other working directories
     data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(db_url or default_sqlite_url(data_dir))
@@ -88,18 +90,21 @@ def build(
     boot = bootstrap(db, data_dir, inventory)
     ctx = ServerContext(db=db, backends=backends, data_dir=data_dir)
     ctx.loop = ControlLoop(db, backends, data_dir, policy=policy, interval_s=interval_s, stop_grace_s=stop_grace_s)
-    ctx.loop.steps.append(Reclaimer(db, backends, data_dir, notice_s=notice_s, grace_s=stop_grace_s).step)
+    ctx.loop.steps.append(Reclaimer(db, backends, data_dir, notice_s=notice_s, grace_s=stop_grace_s,
+                                     heartbeat_timeout_s=heartbeat_timeout_s).step)
     if start_loop:
         ctx.loop.start()
     return ctx, boot
 
 
-def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print, *, slurm_conf: Path | None = None, notice_s: float = DEFAULT_NOTICE_S) -> None:  # type: ignore[no-untyped-def]
+def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print,  # type: ignore[no-untyped-def]
+          *, slurm_conf: Path | None = None, notice_s: float = DEFAULT_NOTICE_S,
+          heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    ctx, boot = build(data_dir, db_url, slurm_conf=slurm_conf, notice_s=notice_s)
+    ctx, boot = build(data_dir, db_url, slurm_conf=slurm_conf, notice_s=notice_s, heartbeat_timeout_s=heartbeat_timeout_s)
     url = f"http://{host}:{port}"
     echo(f"suanli server: {url}  (API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})")
     if boot.nodes_added:

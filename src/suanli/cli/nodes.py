@@ -84,3 +84,39 @@ def uncordon(name: str) -> None:
     """Make a cordoned or down node ready for new work again."""
     with api_errors():
         _show([client().set_node_state(name, "ready")], False)
+
+
+@app.command("heartbeat")
+def heartbeat(
+    name: str,
+    interval: float = typer.Option(5.0, "--interval", min=0.05, help="Seconds between heartbeats."),
+    once: bool = typer.Option(False, "--once", help="Send one heartbeat and exit."),
+) -> None:
+    """Run on the node: tell the server it is alive, every --interval seconds until stopped.
+
+    Once a node has sent a heartbeat, the server marks it down (and fails its work over)
+    when it stays silent longer than the server's --heartbeat-timeout; the next heartbeat
+    makes it ready again. An unreachable server is retried, a refused heartbeat ends it."""
+    import time
+
+    from suanli.client import ApiError
+
+    c = client()
+    state = None
+    while True:
+        try:
+            node = c.heartbeat(name)
+        except ApiError as exc:
+            if 0 < exc.status < 500:  # refused (bad token, unknown node): retrying will not help
+                err_console.print(f"[red]error[/red] ({exc.code}): {exc.message}", highlight=False, soft_wrap=True)
+                raise typer.Exit(1) from None
+            err_console.print(f"{'failed' if once else 'retrying'}: {exc.message}", highlight=False, soft_wrap=True)
+            if once:
+                raise typer.Exit(1) from None
+        else:
+            if node["state"] != state:
+                state = node["state"]
+                typer.echo(f"{name}: {state}")
+        if once:
+            return
+        time.sleep(interval)

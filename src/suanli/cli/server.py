@@ -18,6 +18,9 @@ def server(
     backend: list[str] = typer.Option(["local"], "--backend", help="Backends to drive: local (always on) and/or slurm."),
     slurm_conf: Path = typer.Option(None, "--slurm-conf", dir_okay=False, help="slurm.conf of the Slurm cluster [default: $SLURM_CONF]."),
     notice: float = typer.Option(300.0, "--notice", min=0, help="Spot reclaim notice in seconds (SIGUSR1, then SIGTERM)."),
+    heartbeat_timeout: float = typer.Option(
+        15.0, "--heartbeat-timeout", min=0.1,
+        help="A node whose agent (`suanli nodes heartbeat`) is silent this long is down; its work fails over."),
 ) -> None:
     """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
     from suanli.api.server import default_data_dir, serve
@@ -32,4 +35,4 @@ def server(
         conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else Path("/etc/slurm/slurm.conf"))
         if not conf.is_file():
             raise typer.BadParameter(f"{conf} is not a file; pass the cluster's slurm.conf", param_hint="--slurm-conf")
-    serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo, slurm_conf=conf, notice_s=notice)
+    serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo, slurm_conf=conf, notice_s=notice, heartbeat_timeout_s=heartbeat_timeout)

@@ -6,11 +6,12 @@ a duplicate name or a bad entry leaves the database as it was.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -20,6 +21,8 @@ from suanli.control.errors import Conflict, Invalid, NotFound
 from suanli.db.models import Event, Gpu, Node
 from suanli.db.session import Database
 from suanli.inventory import Inventory, NodeDecl
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,23 @@ def set_state(db: Database, who: Principal, name: str, state: str) -> Node:
             s.add(Event(kind="node", object_id=node.id, from_state=node.state, to_state=state, message=f"by {who.name}"))
             node.state = state
         return node
+
+
+def mark(s: Session, node_id: int, old: str, new: str, message: str) -> bool:
+    """Move a node from ``old`` to ``new`` with an event, if nobody changed it meanwhile
+    (the compare-and-set keeps two writers from both recording the change)."""
+    res = s.execute(update(Node).where(Node.id == node_id, Node.state == old).values(state=new))
+    if res.rowcount != 1:
+        return False
+    s.add(Event(kind="node", object_id=node_id, from_state=old, to_state=new, message=message))
+    log.warning("node %s: %s -> %s: %s", node_id, old, new, message)
+    return True
+
+
+def last_event_message(s: Session, node_id: int) -> str:
+    """Why the node is in its state: automatic health checks undo only their own 'down'."""
+    ev = s.scalar(select(Event).where(Event.kind == "node", Event.object_id == node_id).order_by(Event.id.desc()).limit(1))
+    return ev.message if ev is not None else ""
 
 
 def host_inventory(gpus: list[DiscoveredGpu]) -> Inventory:

@@ -5,7 +5,8 @@ real backends, one ``Reclaimer.step`` per control-loop tick (a ``ControlLoop.ste
 hook: after reconcile, before the scheduling pass, which then places requeued work):
 
 1. **Health.** Slurm-backed nodes take their state from ``sinfo`` (``slurm_sync``);
-   local nodes are down when an operator marks them down.
+   other nodes are down when their agent's heartbeats stop (``heartbeat``) or when an
+   operator marks them down.
 2. **Failover.** Running work with an allocation on a ``down`` node is stopped there
    and requeued: a job with ``checkpoint_dir`` goes back to ``queued`` with
    ``SUANLI_RESUME_FROM`` set, so the scheduler places it on a healthy node and it
@@ -39,7 +40,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from suanli.backends.base import Backend, BackendError, Handle
-from suanli.control import slurm_sync
+from suanli.control import heartbeat, slurm_sync
 from suanli.control.capacity import give_back, snapshot, to_sched_allocation
 from suanli.control.launcher import checkpoint_dir
 from suanli.control.lifecycle import record_event, transition
@@ -77,7 +78,9 @@ class Reclaimer:
         grace_s: float = 10.0,
         strategy: str = "least_lost_work",
         health_interval_s: float = 1.0,
+        heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
     ) -> None:
+        """``heartbeat_timeout_s``: silence after which a node with an agent is down (None: never)."""
         if notice_s < 0 or grace_s < 0:
             raise ValueError("notice_s and grace_s must be >= 0")
         self.db = db
@@ -87,6 +90,7 @@ class Reclaimer:
         self.grace_s = grace_s
         self.strategy = strategy
         self.health_interval_s = health_interval_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
         self._last_health = -float("inf")
         self.stats = ReclaimStats()
 
@@ -96,7 +100,7 @@ class Reclaimer:
 
         On SQLite every transaction takes the write lock, so a tick with no down node and
         no running spot work (the common case) costs one small read, not one per part."""
-        parts = [self.sync_slurm]
+        parts = [self.sync_health]
         try:
             if self._anything_to_do():
                 parts += [self.failover, self.expire_notices, self.plan]
@@ -118,16 +122,20 @@ class Reclaimer:
                 return True
             return s.scalar(select(Instance.id).where(Instance.state == "running", Instance.priority == spot).limit(1)) is not None
 
-    def sync_slurm(self, force: bool = False) -> None:
-        """Slurm node health (every ``health_interval_s``) and GPU indices (every tick)."""
+    def sync_health(self, force: bool = False) -> None:
+        """Node health (Slurm's and heartbeats, every ``health_interval_s``) and the GPU
+        indices Slurm chose (every tick)."""
         from suanli.backends.slurm.backend import SlurmBackend
 
+        due = force or time.monotonic() - self._last_health >= self.health_interval_s
+        if due and self.heartbeat_timeout_s is not None:
+            heartbeat.expire(self.db, self.heartbeat_timeout_s)
         for b in self.backends.values():
             if isinstance(b, SlurmBackend):
-                if force or time.monotonic() - self._last_health >= self.health_interval_s:
+                if due:
                     slurm_sync.sync_node_health(self.db, b)
                 slurm_sync.sync_placements(self.db, b)
-        if force or time.monotonic() - self._last_health >= self.health_interval_s:
+        if due:
             self._last_health = time.monotonic()
 
     # -- failover ------------------------------------------------------------------------

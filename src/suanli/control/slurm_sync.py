@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from suanli.backends.base import Handle
 from suanli.backends.slurm.backend import SlurmBackend
 from suanli.backends.slurm.model import NodeHealth
+from suanli.control.nodes import last_event_message, mark
 from suanli.db.models import Allocation, Event, Gpu, Instance, Job, Node
 from suanli.db.session import Database
 
@@ -49,24 +50,12 @@ def sync_node_health(db: Database, backend: SlurmBackend) -> list[str]:
             if h is None:
                 continue
             if h == NodeHealth.DOWN and state != "down":
-                _set_state(s, node_id, state, "down", f"{SOURCE} reports {name} DOWN ({reasons.get(name) or 'no reason'})")
+                mark(s, node_id, state, "down", f"{SOURCE} reports {name} DOWN ({reasons.get(name) or 'no reason'})")
                 changed.append(name)
-            elif h == NodeHealth.UP and state == "down" and _last_node_event(s, node_id).startswith(SOURCE):
-                _set_state(s, node_id, state, "ready", f"{SOURCE} reports {name} up again")
+            elif h == NodeHealth.UP and state == "down" and last_event_message(s, node_id).startswith(SOURCE):
+                mark(s, node_id, state, "ready", f"{SOURCE} reports {name} up again")
                 changed.append(name)
     return changed
-
-
-def _set_state(s, node_id: int, old: str, new: str, message: str) -> None:  # type: ignore[no-untyped-def]
-    res = s.execute(update(Node).where(Node.id == node_id, Node.state == old).values(state=new))
-    if res.rowcount == 1:
-        s.add(Event(kind="node", object_id=node_id, from_state=old, to_state=new, message=message))
-        log.warning("node %s: %s", node_id, message)
-
-
-def _last_node_event(s, node_id: int) -> str:  # type: ignore[no-untyped-def]
-    ev = s.scalar(select(Event).where(Event.kind == "node", Event.object_id == node_id).order_by(Event.id.desc()).limit(1))
-    return ev.message if ev is not None else ""
 
 
 def sync_placements(db: Database, backend: SlurmBackend) -> int:

@@ -107,6 +107,8 @@ class Node(Base):
     ib_leaf: Mapped[str] = mapped_column(String(100), default="")
     labels: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: last heartbeat of the node's agent; None: no agent, liveness not watched (control.heartbeat)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, default=None)
 
 
 class Gpu(Base):

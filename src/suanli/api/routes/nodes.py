@@ -9,6 +9,7 @@ from suanli.api.convert import gpu_model_out, node_out
 from suanli.api.deps import context, principal
 from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate
 from suanli.backends.local import discover_gpus
+from suanli.control import heartbeat as heartbeat_mod
 from suanli.control import nodes
 from suanli.control.auth import Principal
 from suanli.inventory import Inventory
@@ -31,6 +32,14 @@ def add_nodes(body: Inventory, ctx: ServerContext = Depends(context), who: Princ
     added = {n.name for n in nodes.register(ctx.db, who, body, discover_gpus)}
     ctx.wake()
     return [node_out(n, g) for n, g in nodes.list_nodes(ctx.db) if n.name in added]
+
+
+@router.post("/nodes/{name}/heartbeat", response_model=NodeOut)
+def heartbeat(name: str, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> NodeOut:
+    """The node's agent says it is alive (operator token). Once a node has sent one,
+    silence longer than the server's heartbeat timeout marks it down and fails its work over."""
+    heartbeat_mod.beat(ctx.db, who, name)
+    return next(node_out(n, g) for n, g in nodes.list_nodes(ctx.db) if n.name == name)
 
 
 @router.patch("/nodes/{name}", response_model=NodeOut)
