@@ -1,77 +1,13 @@
-"""Fixtures of the billing suite: database tests run on SQLite and on the local
-PostgreSQL server (a fresh database per test, dropped afterwards), the same
-approach as tests/control/conftest.py."""
+"""Fixtures of the billing suite (``db_url`` and ``pg_url`` come from tests/conftest.py):
+the control plane's real in-process server."""
 
 from __future__ import annotations
 
-import os
-import uuid
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-
-PG_ADMIN_URL = os.environ.get("SUANLI_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-_SESSION = uuid.uuid4().hex[:8]
-_counter = iter(range(1_000_000))
-
-
-def _pg_reason() -> str | None:
-    try:
-        engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        with engine.connect() as c:
-            c.execute(text("SELECT 1"))
-        engine.dispose()
-        return None
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        return f"PostgreSQL at {PG_ADMIN_URL} unreachable: {type(exc).__name__}"
-
-
-PG_SKIP = _pg_reason()
-
-
-def fresh_pg_database() -> tuple[str, callable]:
-    name = f"suanli_billing_{_SESSION}_{next(_counter)}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-
-    def drop() -> None:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name, drop
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'suanli.db'}"
-        return
-    if PG_SKIP:
-        pytest.skip(PG_SKIP)
-    url, drop = fresh_pg_database()
-    try:
-        yield url
-    finally:
-        drop()
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    if PG_SKIP:
-        pytest.skip(PG_SKIP)
-    url, drop = fresh_pg_database()
-    try:
-        yield url
-    finally:
-        drop()
-
-
-# -- a real server (the control plane's test factory) -------------------------------------
-import sys  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
 from control_helpers import Server, start_server  # noqa: E402

@@ -126,25 +126,8 @@ def restarted(p: Platform, backends: dict[str, Backend]) -> Platform:
 
 
 def fresh_pg_url() -> tuple[str, Callable[[], None]] | None:
-    """A fresh PostgreSQL database on the test server (``SUANLI_TEST_PG``), or None when
-    it is unreachable; the callable drops it."""
-    import os
-    import uuid
+    """A fresh migrated PostgreSQL database and the callable that drops it, or None when
+    the test server is unreachable."""
+    from pg_helpers import PG_SKIP, fresh_pg_database
 
-    from sqlalchemy import create_engine, text
-
-    admin_url = os.environ.get("SUANLI_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    try:
-        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-        name = f"suanli_reclaim_{uuid.uuid4().hex[:10]}"
-        with admin.connect() as c:
-            c.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception:
-        return None
-
-    def drop() -> None:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return admin_url.rsplit("/", 1)[0] + "/" + name, drop
+    return None if PG_SKIP else fresh_pg_database()
