@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from platform_helpers import ADMIN, Platform, fresh_pg_url, make_platform
 
+from suanli.backends.base import Handle
 from suanli.control import nodes
 from suanli.inventory import Inventory, NodeDecl
 
@@ -98,6 +99,9 @@ def test_local_spot_instance_is_preempted_after_its_notice_and_starts_again(plat
                        15, "deadline file")
     assert row().state == "running"  # the notice does not kill the instance's keeper
     assert deadline >= time.time() + 0.5
+    # what the renter runs in the instance from now on has the deadline in its environment
+    said = p.loop.backends["local"].exec(Handle.from_json(row().handles[0]), "echo $SUANLI_PREEMPT_DEADLINE")
+    assert said.output.strip() == str(deadline)
     p.until(lambda: p.state(urgent, "running", "succeeded"), 30, "on-demand job placed")
     p.until(lambda: p.state(urgent, "succeeded"), 30, "on-demand job done")
     p.until(lambda: row().state == "running", 30, "instance running again")

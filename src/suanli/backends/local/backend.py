@@ -184,6 +184,9 @@ class LocalBackend:
         task_env = json.loads((tdir / "env.json").read_text())
         env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
         env.update(task_env)
+        deadline = tdir / "preempt_deadline"
+        if deadline.exists():  # under a spot notice: a new process can be told in its environment
+            env["SUANLI_PREEMPT_DEADLINE"] = deadline.read_text().strip()
         try:
             done = subprocess.run(
                 ["bash", "-c", command],
