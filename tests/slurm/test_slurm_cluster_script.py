@@ -54,3 +54,18 @@ def test_env_names_the_config(tmp_path: Path) -> None:
 def test_run_without_a_cluster_passes_the_reason_to_the_tests(tmp_path: Path) -> None:
     out = cluster(tmp_path, "run", "--", "bash", "-c", 'echo "skip=$SUANLI_SLURM_SKIP"', SUANLI_SLURM="off")
     assert out.stdout.strip() == "skip=SUANLI_SLURM=off"
+
+
+def test_restart_slurmd_refuses_unknown_nodes_and_a_stopped_cluster(tmp_path: Path) -> None:
+    cluster(tmp_path, "config", NODE_GPUS="h100:1")
+
+    def restart(node: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(SCRIPT), "restart-slurmd", node], capture_output=True, text=True,
+                              env={**os.environ, "SLURM_ROOT": str(tmp_path / "root")}, check=False)
+
+    bad = restart("x; rm -rf /")
+    assert bad.returncode != 0 and "usage" in bad.stderr
+    assert "no node2 in" in restart("node2").stderr
+    assert "slurmctld is not running" in restart("node1").stderr  # nothing started: nothing to restart into
+    conf = (tmp_path / "root" / "etc" / "slurm.conf").read_text()
+    assert "SlurmdTimeout=10\n" in conf  # a dead slurmd: NOT_RESPONDING after ~SlurmdTimeout/3 + MessageTimeout

@@ -109,6 +109,19 @@ def test_sinfo_down_and_drained_nodes() -> None:
     assert nodes["node1"].health == NodeHealth.UP
 
 
+def test_sinfo_nodes_whose_slurmd_died_are_down_not_responding() -> None:
+    # captured with node2's slurmd killed (SlurmdTimeout passed: DOWN) and node1's killed
+    # later while it ran a job (one failed ping: still "mixed", flag only)
+    nodes = {n.name: n for n in parse_sinfo(load("sinfo-not-responding.json"))}
+    assert nodes["node1"].state == "mixed" and nodes["node1"].flags == ("NOT_RESPONDING",)
+    assert nodes["node1"].health == NodeHealth.DOWN and nodes["node1"].down_because == "NOT_RESPONDING"
+    assert nodes["node2"].health == NodeHealth.DOWN
+    assert nodes["node2"].down_because == "DOWN, NOT_RESPONDING: Not responding"
+    assert nodes["node3"].health == NodeHealth.UP and nodes["node3"].down_because == ""
+    set_down = {n.name: n for n in parse_sinfo(load("sinfo-down-drain.json"))}
+    assert set_down["node4"].down_because == "DOWN: suanli test"
+
+
 def test_squeue_running_gpu_and_shard_jobs() -> None:
     jobs = {j.job_id: j for j in parse_squeue(load("squeue-gpu-and-shards.json"))}
     shard_a, shard_b, gpu = jobs[1], jobs[2], jobs[3]

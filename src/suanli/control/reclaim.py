@@ -99,14 +99,19 @@ class Reclaimer:
         """One pass; each part is independent, so one failing does not stop the others.
 
         On SQLite every transaction takes the write lock, so a tick with no down node and
-        no running spot work (the common case) costs one small read, not one per part."""
-        parts = [self.sync_health]
+        no running spot work (the common case) costs one small read, not one per part.
+        Health is synced before that read, so work on a node found down fails over in the
+        same tick, not one tick later."""
         try:
-            if self._anything_to_do():
-                parts += [self.failover, self.expire_notices, self.plan]
+            self.sync_health()
+        except Exception:
+            log.exception("reclaim step sync_health failed")
+        todo = False
+        try:
+            todo = self._anything_to_do()
         except Exception:
             log.exception("reclaim step: reading the database failed")
-        for part in parts:
+        for part in (self.failover, self.expire_notices, self.plan) if todo else ():
             try:
                 part()
             except Exception:

@@ -7,9 +7,11 @@ which are the job's ``CUDA_VISIBLE_DEVICES``: billing, listings and the next pla
 then see the GPUs that are really in use.
 
 Node health comes from ``sinfo``: a node Slurm reports DOWN (``down``, ``fail``,
-``NOT_RESPONDING``) is marked ``down`` here, which is what triggers failover
-(``control.reclaim``); when Slurm reports it up again, a node that *this module* marked
-down becomes ``ready`` (one an operator marked down stays down).
+``NOT_RESPONDING``) is marked ``down`` here, with an event naming the state and flags
+that made it so (``slurm: reports node1 DOWN (NOT_RESPONDING)`` for a slurmd that stopped
+answering), which is what triggers failover (``control.reclaim``); when Slurm reports it
+up again, a node that *this module* marked down becomes ``ready`` (one an operator
+marked down stays down).
 
 Both follow the control plane's rule: read (transaction), ask Slurm (none), write
 (transaction).
@@ -41,8 +43,9 @@ def sync_node_health(db: Database, backend: SlurmBackend) -> list[str]:
         rows = {n.name: (n.id, n.state) for n in s.scalars(select(Node).where(Node.backend == backend.name))}
     if not rows:
         return []
-    health = backend.node_health(fresh=True)
-    reasons = {name: n.reason for name, n in backend.nodes().items()}
+    slurm_nodes = backend.nodes(fresh=True)
+    health = {name: n.health for name, n in slurm_nodes.items()}
+    reasons = {name: n.down_because for name, n in slurm_nodes.items()}
     changed = []
     with db.transaction() as s:
         for name, (node_id, state) in rows.items():

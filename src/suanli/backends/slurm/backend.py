@@ -239,11 +239,18 @@ class SlurmBackend:
 
     def stop(self, handle: Handle, grace_s: float = 10.0) -> None:
         """TERM the workload (through the wrapper), wait up to ``grace_s``, then scancel
-        (Slurm sends TERM, then KILL after KillWait). Idempotent."""
+        (Slurm sends TERM, then KILL after KillWait). Idempotent.
+
+        On a node that is down or NOT_RESPONDING no signal arrives and the job stays
+        RUNNING until slurmd returns, so there is no grace wait (it would only hold the
+        control loop): scancel at once. Slurm keeps the job COMPLETING until the node is
+        DOWN; its processes outlive slurmd and are killed when slurmd registers again."""
         job = self.job(handle, fresh=True)
         job_id = handle.data.get("job_id")
         if job_id is None or (job is not None and not job.is_active):
             return
+        if job is not None and job.node and grace_s > 0 and self._node_down(job.node):
+            grace_s = 0
         try:
             if job is not None and job.state == "RUNNING" and grace_s > 0:
                 self.client.signal(int(job_id), "TERM", batch_only=True)
@@ -259,6 +266,14 @@ class SlurmBackend:
                 raise BackendError(f"cannot stop {handle.key} (Slurm job {job_id}): {exc}") from exc
         finally:
             self._forget_jobs()
+
+    def _node_down(self, name: str) -> bool:
+        """Whether Slurm reports the node down (the view the health sync refreshes)."""
+        try:
+            node = self.nodes().get(name)
+        except (SlurmError, SlurmParseError):
+            return False
+        return node is not None and node.health == NodeHealth.DOWN
 
     def signal(self, handle: Handle, sig: int) -> None:
         """USR1 and TERM go to the batch wrapper, which records the notice and forwards

@@ -42,6 +42,11 @@ FINAL_JOB_STATES = frozenset(
 )
 
 
+#: Node states and flags that make a node ``down`` (its work must fail over).
+DOWN_NODE_STATES = frozenset({"down", "fail", "failing", "future", "unknown"})
+DOWN_NODE_FLAGS = frozenset({"NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWERING_DOWN", "INVALID_REG"})
+
+
 @dataclass(frozen=True)
 class Gres:
     """One generic resource on a node, e.g. ``gpu`` of type ``h100``, count 4.
@@ -77,14 +82,22 @@ class SlurmNode:
     @property
     def health(self) -> NodeHealth:
         """Collapse Slurm's state and flags to what placement and failover need."""
-        flags = set(self.flags)
-        if self.state in {"down", "fail", "failing", "future", "unknown"} or flags & {
-            "NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWERING_DOWN", "INVALID_REG"
-        }:
+        if self.state in DOWN_NODE_STATES or set(self.flags) & DOWN_NODE_FLAGS:
             return NodeHealth.DOWN
-        if self.state in {"drain", "draining", "drained"} or "DRAIN" in flags:
+        if self.state in {"drain", "draining", "drained"} or "DRAIN" in self.flags:
             return NodeHealth.DRAINING
         return NodeHealth.UP
+
+    @property
+    def down_because(self) -> str:
+        """Why ``health`` is down, in Slurm's words: the state and flags that make it so,
+        then Slurm's reason, e.g. ``NOT_RESPONDING`` (a slurmd that stopped answering, state
+        still ``mixed``) or ``DOWN, NOT_RESPONDING: Not responding``; "" when not down."""
+        if self.health != NodeHealth.DOWN:
+            return ""
+        what = ([self.state.upper()] if self.state in DOWN_NODE_STATES else []) + [
+            f for f in self.flags if f in DOWN_NODE_FLAGS]
+        return ", ".join(what) + (f": {self.reason}" if self.reason else "")
 
     def gpus(self) -> dict[str, int]:
         """Whole GPUs per type on this node, e.g. ``{"h100": 4}``."""
