@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from suanli import __version__
-from suanli.api import errors, metrics
+from suanli.api import console, errors, metrics
 from suanli.api.context import ServerContext
 from suanli.api.routes import advise, billing, instances, jobs, nodes, users
 
@@ -27,4 +27,5 @@ def create_app(ctx: ServerContext) -> FastAPI:
     for module in (users, nodes, instances, jobs, advise):
         app.include_router(module.router)
     billing.install(app)  # billing routes and the server's rating thread
+    console.install(app)
     return app

@@ -106,7 +106,7 @@ def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print, 
     logging.getLogger("alembic").setLevel(logging.WARNING)
     ctx, boot = build(data_dir, db_url, slurm_conf=slurm_conf, notice_s=notice_s, heartbeat_timeout_s=heartbeat_timeout_s)
     url = f"http://{host}:{port}"
-    echo(f"suanli server: {url}  (API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})")
+    echo(f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})")
     if boot.nodes_added:
         kind = "Slurm nodes from sinfo" if slurm_conf is not None else "virtual GPUs from the demo inventory" if boot.virtual else "GPUs found by NVML"
         echo(f"registered nodes: {', '.join(boot.nodes_added)} ({kind})")

@@ -1,0 +1,323 @@
+// Suanli web console: one page over the public API (/v1), with the user's own token.
+// No framework and no build step: views are functions that fetch and render DOM nodes.
+// Text from the server always goes in as textContent, never as HTML.
+"use strict";
+
+const TOKEN_KEY = "suanli.token";
+const REFRESH_MS = 3000;
+let me = null;
+let timer = null;
+
+// -- plumbing ------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: "Bearer " + localStorage.getItem(TOKEN_KEY) };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const data = r.headers.get("content-type")?.includes("json") ? await r.json() : await r.text();
+  if (!r.ok) {
+    const err = (data && data.error) || {};
+    throw new ApiError(r.status, err.code || "http_error", err.message || String(data).slice(0, 300));
+  }
+  return data;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "class") node.className = v;
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === false || c === null || c === undefined) continue;  // `cond && el(...)` left out
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function table(columns, rows, empty) {
+  if (!rows.length) return el("p", { class: "muted" }, empty);
+  return el("table", {},
+    el("thead", {}, el("tr", {}, columns.map((c) => el("th", {}, c)))),
+    el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) =>
+      c instanceof Node && c.tagName === "TD" ? c : el("td", {}, c))))));
+}
+
+const num = (v) => el("td", { class: "num" }, String(v));
+const stateCell = (s) => el("span", { class: `state state-${s}`, "data-state": s }, s);
+const isOperator = () => me && (me.role === "admin" || me.role === "operator");
+
+function flash(message, ok = false) {
+  const f = document.getElementById("flash");
+  f.textContent = message;
+  f.className = ok ? "ok" : "";
+  f.hidden = !message;
+}
+
+async function act(what, fn) {
+  try {
+    await fn();
+    flash(what, true);
+  } catch (e) {
+    flash(e instanceof ApiError ? `${e.message} (${e.code})` : String(e));
+  }
+  render();
+}
+
+function gpuDesc(o) {
+  const model = o.gpu_model || "any";
+  if (o.gpu_milli) return `${model} × ${o.gpu_milli / 1000}`;
+  if (o.gpu_count) return `${model} × ${o.gpu_count}`;
+  return "CPU only";
+}
+
+const placed = (allocs) => allocs.map((a) => `${a.node} [${a.gpu_indices.join(",")}]`).join(" ");
+
+function ago(iso) {
+  if (!iso) return "never";
+  const s = Math.max(0, (Date.now() - new Date(iso).getTime()) / 1000);
+  return s < 120 ? `${s.toFixed(0)} s ago` : `${(s / 60).toFixed(0)} min ago`;
+}
+
+async function showLogs(path) {
+  try {
+    const logs = await api("GET", path + "?tail_bytes=20000");
+    const pane = document.getElementById("logs");
+    pane.replaceChildren(el("h2", {}, path), el("pre", { class: "logs" }, logs.text || "(no output yet)"));
+    pane.hidden = false;
+  } catch (e) {
+    flash(e.message);
+  }
+}
+
+// -- views ---------------------------------------------------------------------------
+
+async function viewGpus() {
+  const gpus = await api("GET", "/v1/gpus");
+  return el("section", {}, el("h2", {}, "GPUs on offer"),
+    table(["MODEL", "VENDOR", "MEMORY GiB", "TOTAL", "FREE", "FREE (fractional)", "NODES", "KIND"],
+      gpus.map((g) => [g.model, g.vendor || "", num(g.memory_gib), num(g.total), num(g.free), num((g.free_milli / 1000).toFixed(1)),
+        num(g.nodes), el("span", { class: "tag" }, g.virtual ? "virtual" : "real")]),
+      "No GPUs registered yet."));
+}
+
+function gpuChoice(gpus, name) {
+  return el("select", { name }, gpus.map((g) => el("option", { value: g.model }, `${g.model} (${g.free} free)`)));
+}
+
+async function quoteInto(target, resources, diskGib) {
+  try {
+    const q = await api("POST", "/v1/billing/quote", { task: { run: ":", resources }, max_hours: 1, disk_gib: diskGib });
+    target.textContent = q.quotes.length ? `costs ${q.quotes[0].per_hour_text} per hour (${q.quotes[0].plan})` : "";
+  } catch (e) {
+    target.textContent = e instanceof ApiError ? e.message : "";
+  }
+}
+
+async function formInstance() {
+  const gpus = await api("GET", "/v1/gpus");
+  const price = el("span", { class: "muted", id: "instance-price" });
+  const form = el("form", { class: "inline", id: "create-instance" },
+    el("label", {}, "Name", el("input", { name: "name", placeholder: "my-box" })),
+    el("label", {}, "GPU", gpuChoice(gpus, "gpu_model")),
+    el("label", {}, "Count", el("input", { name: "gpu_count", type: "number", min: 0, max: 64, value: 1, style: "width:5em" })),
+    el("label", {}, "or share of one", el("select", { name: "share" },
+      el("option", { value: "" }, "whole GPUs"), [1, 2, 3, 4, 5, 6, 7, 8, 9].map((t) => el("option", { value: t * 100 }, `0.${t} GPU`)))),
+    el("label", {}, "Priority", el("select", { name: "priority" }, ["on-demand", "spot", "reserved"].map((p) => el("option", {}, p)))),
+    el("label", {}, "Image", el("input", { name: "image", value: "ubuntu:22.04" })),
+    el("label", {}, "Disk GiB", el("input", { name: "disk_gib", type: "number", min: 1, value: 50, style: "width:6em" })),
+    el("button", { type: "submit" }, "Rent"), price);
+  const body = () => {
+    const f = new FormData(form);
+    const share = Number(f.get("share") || 0);
+    return { name: f.get("name"), gpu_model: f.get("gpu_model"), gpu_count: share ? 1 : Number(f.get("gpu_count")),
+      gpu_milli: share, priority: f.get("priority"), image: f.get("image"), disk_gib: Number(f.get("disk_gib")) };
+  };
+  const requote = () => {
+    const b = body();
+    quoteInto(price, { accelerators: `${b.gpu_model}:${b.gpu_count || 1}`, gpu_milli: b.gpu_milli || null, priority: b.priority }, b.disk_gib);
+  };
+  form.addEventListener("change", requote);
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    act("Instance requested.", () => api("POST", "/v1/instances", body()));
+  });
+  requote();
+  return el("section", {}, el("h2", {}, "Rent an instance"), form);
+}
+
+async function liveInstances() {
+  const rows = await api("GET", "/v1/instances");
+  const actions = (i) => el("span", {},
+    i.desired === "running" && !["stopped", "deleted", "failed"].includes(i.state) &&
+      el("button", { class: "plain", onclick: () => act(`Stopping instance ${i.id}.`, () => api("POST", `/v1/instances/${i.id}/stop`)) }, "Stop"),
+    i.state === "stopped" && el("button", { class: "plain", onclick: () => act(`Starting instance ${i.id}.`, () => api("POST", `/v1/instances/${i.id}/start`)) }, "Start"),
+    el("button", { class: "plain", onclick: () => showLogs(`/v1/instances/${i.id}/logs`) }, "Logs"),
+    el("button", { class: "plain", onclick: () => confirm(`Delete instance ${i.id} and its disk?`) &&
+      act(`Deleting instance ${i.id}.`, () => api("DELETE", `/v1/instances/${i.id}`)) }, "Delete"));
+  return el("section", {}, el("h2", {}, "Instances"),
+    table(["ID", "NAME", "STATE", "GPU", "PRIORITY", "PLACED ON", "WHY", ""],
+      rows.map((i) => [String(i.id), i.name, stateCell(i.state), gpuDesc(i), i.priority, placed(i.allocations), i.reason, actions(i)]),
+      "No instances yet."));
+}
+
+async function formJob() {
+  const gpus = await api("GET", "/v1/gpus");
+  const form = el("form", { class: "inline", id: "launch-job" },
+    el("label", {}, "Name", el("input", { name: "name", placeholder: "train" })),
+    el("label", {}, "GPU", gpuChoice(gpus, "gpu_model")),
+    el("label", {}, "GPUs per node", el("input", { name: "count", type: "number", min: 1, max: 64, value: 1, style: "width:5em" })),
+    el("label", {}, "Nodes", el("input", { name: "num_nodes", type: "number", min: 1, max: 64, value: 1, style: "width:5em" })),
+    el("label", {}, "Priority", el("select", { name: "priority" }, ["on-demand", "spot", "reserved"].map((p) => el("option", {}, p)))),
+    el("label", {}, "Checkpoint dir", el("input", { name: "checkpoint_dir", placeholder: "ckpt (optional)" })),
+    el("label", { style: "flex-basis:100%" }, "Run", el("textarea", { name: "run", required: true, placeholder: "torchrun --nproc_per_node=$NPROC_PER_NODE train.py" })),
+    el("button", { type: "submit" }, "Launch"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const f = new FormData(form);
+    const task = { name: f.get("name"), run: f.get("run"), num_nodes: Number(f.get("num_nodes")),
+      resources: { accelerators: `${f.get("gpu_model")}:${f.get("count")}`, priority: f.get("priority") } };
+    if (f.get("checkpoint_dir")) task.checkpoint_dir = f.get("checkpoint_dir");
+    act("Job submitted.", () => api("POST", "/v1/jobs", task));
+  });
+  return el("section", {}, el("h2", {}, "Launch a job"), form);
+}
+
+async function liveJobs() {
+  const rows = await api("GET", "/v1/jobs");
+  const done = ["succeeded", "failed", "cancelled"];
+  const actions = (j) => el("span", {},
+    !done.includes(j.state) && !j.cancel_requested &&
+      el("button", { class: "plain", onclick: () => act(`Cancelling job ${j.id}.`, () => api("POST", `/v1/jobs/${j.id}/cancel`)) }, "Cancel"),
+    el("button", { class: "plain", onclick: () => showLogs(`/v1/jobs/${j.id}/logs`) }, "Logs"));
+  return el("section", {}, el("h2", {}, "Jobs"),
+    table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "EXIT", "WHY", ""],
+      rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), j.priority, placed(j.allocations),
+        j.exit_code ?? "", j.reason, actions(j)]),
+      "No jobs yet."));
+}
+
+async function viewBilling() {
+  const b = await api("GET", "/v1/billing/bill");
+  const hours = (s) => (s / 3600).toFixed(2);
+  return [
+    el("section", {}, el("h2", {}, `Account of ${b.tenant} — ${b.period}`),
+      el("div", { class: "cards" },
+        el("div", {}, el("div", { class: "muted" }, "Balance"), el("div", { class: "big", id: "balance" }, b.balance_text)),
+        el("div", {}, el("div", { class: "muted" }, "This month"), el("div", { class: "big" }, b.current_period_total_text)),
+        el("div", {}, el("div", { class: "muted" }, "Running now, not yet billed"), el("div", { class: "big" }, b.accruing_text)),
+        b.budget && b.budget.limit !== null && el("div", {}, el("div", { class: "muted" }, "Budget"),
+          el("div", { class: "big" }, `${b.budget.limit} ${b.currency}${b.budget.hard_cap ? " (hard cap)" : ""}`)))),
+    el("section", {}, el("h2", {}, "Charges this month"),
+      table(["KIND", "GPU", "PLAN", "HOURS", `AMOUNT (${b.currency})`],
+        b.charges.map((c) => [c.kind, c.gpu_model || "", c.plan, num(hours(c.billed_seconds)), num(c.amount.toFixed(2))]),
+        "Nothing billed this month.")),
+    el("section", {}, el("h2", {}, "Notices"),
+      table(["WHEN", "KIND", "MESSAGE"], b.notices.map((n) => [n.at, n.kind, n.message]), "No notices.")),
+  ];
+}
+
+async function viewNodes() {
+  const nodes = await api("GET", "/v1/nodes");
+  const actions = (n) => isOperator() && el("span", {},
+    n.state === "ready"
+      ? el("button", { class: "plain", onclick: () => act(`${n.name} cordoned.`, () => api("PATCH", `/v1/nodes/${n.name}`, { state: "cordoned" })) }, "Cordon")
+      : el("button", { class: "plain", onclick: () => act(`${n.name} ready.`, () => api("PATCH", `/v1/nodes/${n.name}`, { state: "ready" })) }, "Make ready"));
+  return el("section", {}, el("h2", {}, "Nodes"),
+    table(["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU used/total", "MEM GiB used/total", "ZONE", "HEARTBEAT", "KIND", ""],
+      nodes.map((n) => [n.name, stateCell(n.state), n.backend, `${n.gpu_model} × ${n.gpu_count}`, num(n.gpus_free),
+        `${n.cpu_used / 1000}/${n.cpu_milli / 1000}`, `${(n.mem_used / 1024).toFixed(0)}/${(n.memory_mib / 1024).toFixed(0)}`,
+        n.zone, n.heartbeat_at ? ago(n.heartbeat_at) : "not watched", el("span", { class: "tag" }, n.virtual ? "virtual" : "real"), actions(n)]),
+      "No nodes registered."));
+}
+
+async function viewEvents() {
+  const events = await api("GET", "/v1/events?limit=100");
+  return el("section", {}, el("h2", {}, "Latest events"),
+    table(["WHEN", "OBJECT", "FROM", "TO", "MESSAGE"],
+      events.reverse().map((e) => [new Date(e.ts).toLocaleString(), `${e.kind} ${e.object_id}`, e.from_state || "", stateCell(e.to_state), e.message]),
+      "No events."));
+}
+
+function viewLogin() {
+  const form = el("form", { class: "inline", id: "login" },
+    el("label", { style: "flex:1" }, "API token (the server prints the admin's at first start; `suanli login` uses the same)",
+      el("input", { name: "token", type: "password", autocomplete: "off", required: true })),
+    el("button", { type: "submit" }, "Sign in"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    localStorage.setItem(TOKEN_KEY, new FormData(form).get("token").trim());
+    me = null;
+    await render();
+  });
+  return el("section", {}, el("h2", {}, "Sign in"), form);
+}
+
+// A view: an optional form, built once when the view opens (so a refresh never eats what
+// the user is typing), and live content, fetched again every REFRESH_MS.
+const VIEWS = {
+  gpus: { live: viewGpus },
+  instances: { form: formInstance, live: liveInstances },
+  jobs: { form: formJob, live: liveJobs },
+  billing: { live: viewBilling },
+  nodes: { live: viewNodes },
+  events: { live: viewEvents },
+};
+
+// -- the page --------------------------------------------------------------------------
+
+async function render() {
+  clearTimeout(timer);
+  const view = document.getElementById("view");
+  const tabs = document.getElementById("tabs");
+  const who = document.getElementById("who");
+  if (!localStorage.getItem(TOKEN_KEY)) {
+    tabs.hidden = true;
+    who.replaceChildren();
+    delete view.dataset.view;
+    view.replaceChildren(viewLogin());
+    return;
+  }
+  try {
+    me = me || await api("GET", "/v1/me");
+  } catch (e) {
+    if (e.status === 401) {
+      localStorage.removeItem(TOKEN_KEY);
+      flash("That token was not accepted: " + e.message);
+      return render();
+    }
+    flash(String(e.message || e));
+    return;
+  }
+  tabs.hidden = false;
+  for (const a of tabs.querySelectorAll("[data-role=operator]")) a.hidden = !isOperator();
+  who.replaceChildren(`${me.name} (${me.role})`, el("button", { class: "plain", onclick: () => {
+    localStorage.removeItem(TOKEN_KEY);
+    me = null;
+    delete view.dataset.view;
+    flash("");
+    render();
+  } }, "Sign out"));
+  const name = (location.hash.slice(1) in VIEWS) ? location.hash.slice(1) : "gpus";
+  for (const a of tabs.querySelectorAll("a")) a.classList.toggle("active", a.getAttribute("href") === "#" + name);
+  try {
+    if (view.dataset.view !== name) {
+      const form = VIEWS[name].form ? await VIEWS[name].form() : "";
+      view.replaceChildren(form, el("div", { id: "live" }), el("section", { id: "logs", hidden: true }));
+      view.dataset.view = name;
+    }
+    document.getElementById("live").replaceChildren(...[await VIEWS[name].live()].flat());
+  } catch (e) {
+    flash(e instanceof ApiError ? `${e.message} (${e.code})` : String(e));
+  }
+  timer = setTimeout(render, REFRESH_MS);
+}
+
+window.addEventListener("hashchange", () => { flash(""); render(); });
+render();

@@ -1,0 +1,115 @@
+"""The web console in a real browser against a real server: sign in, see the GPUs,
+rent and stop an instance, launch a job and read its logs, refuse bad input, and show
+a member only what a member may do."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from control_helpers import ServerProcess, wait_until
+from playwright.sync_api import Page, expect
+
+pytestmark = pytest.mark.browser
+
+
+def sign_in(page: Page, token: str) -> None:
+    page.goto("/")
+    page.fill("#login input[name=token]", token)
+    page.click("#login button")
+
+
+def row(page: Page, text: str):  # type: ignore[no-untyped-def]
+    return page.locator("#live tbody tr", has_text=text)
+
+
+def test_sign_in_is_required_and_a_bad_token_is_refused(page: Page, server_process: ServerProcess) -> None:
+    page.goto("/")
+    assert page.url.endswith("/console/")
+    expect(page.locator("#login")).to_be_visible()
+    sign_in(page, "not-a-token")
+    expect(page.locator("#flash")).to_contain_text("not accepted")
+    expect(page.locator("#login")).to_be_visible()
+    expect(page.locator("#tabs")).to_be_hidden()
+    sign_in(page, server_process.token)
+    expect(page.locator("#who")).to_contain_text("admin (admin)")
+    expect(row(page, "H100")).to_contain_text("virtual")  # the demo inventory's GPUs, said to be virtual
+
+
+def test_rent_an_instance_then_stop_and_delete_it(page: Page, server_process: ServerProcess) -> None:
+    sign_in(page, server_process.token)
+    page.click("a[href='#instances']")
+    form = page.locator("#create-instance")
+    form.locator("input[name=name]").fill("console-box")
+    form.locator("select[name=gpu_model]").select_option("RTX4090")
+    form.locator("select[name=share]").select_option("500")  # half a GPU
+    expect(page.locator("#instance-price")).to_contain_text("per hour")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_have_text("Instance requested.")
+    box = row(page, "console-box")
+    expect(box.locator(".state")).to_have_text("running")
+    expect(box).to_contain_text("RTX4090 × 0.5")
+    assert "false" not in box.inner_text()  # a left-out button leaves nothing behind
+    [inst] = server_process.client().instances()
+    assert inst["gpu_milli"] == 500 and inst["allocations"][0]["milli_per_gpu"] == 500
+    box.get_by_role("button", name="Stop").click()
+    expect(box.locator(".state")).to_have_text("stopped")
+    page.once("dialog", lambda d: d.accept())
+    box.get_by_role("button", name="Delete").click()
+    expect(box).to_have_count(0)
+    assert [i["state"] for i in server_process.client().instances(include_deleted=True)] == ["deleted"]
+
+
+def test_launch_a_job_and_read_its_logs(page: Page, server_process: ServerProcess) -> None:
+    sign_in(page, server_process.token)
+    page.click("a[href='#jobs']")
+    form = page.locator("#launch-job")
+    form.locator("input[name=name]").fill("<img src=x onerror=alert(1)>")  # shown as text, never as HTML
+    form.locator("select[name=gpu_model]").select_option("H100")
+    form.locator("input[name=count]").fill("2")
+    form.locator("textarea[name=run]").fill("echo hello from $SUANLI_NODE_NAME with $CUDA_VISIBLE_DEVICES")
+    form.locator("button[type=submit]").click()
+    job = row(page, "<img src=x onerror=alert(1)>")
+    expect(job.locator(".state")).to_have_text("succeeded")
+    assert page.locator("#live img").count() == 0
+    job.get_by_role("button", name="Logs").click()
+    expect(page.locator("pre.logs")).to_contain_text(re.compile(r"hello from h100-\d with \d,\d"))
+
+
+def test_bad_input_gets_the_api_message_and_changes_nothing(page: Page, server_process: ServerProcess) -> None:
+    sign_in(page, server_process.token)
+    page.click("a[href='#jobs']")
+    form = page.locator("#launch-job")
+    form.locator("select[name=gpu_model]").select_option("RTX4090")
+    form.locator("input[name=count]").fill("16")  # the largest RTX4090 node has 4
+    form.locator("textarea[name=run]").fill("true")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("never fits")
+    assert server_process.client().jobs() == []
+
+
+def test_a_member_sees_billing_but_not_operator_controls(page: Page, server_process: ServerProcess) -> None:
+    admin = server_process.client()
+    admin.create_tenant("lab")
+    member = admin.create_user("renter", role="member", tenant="lab")
+    sign_in(page, member["token"])
+    expect(page.locator("#who")).to_contain_text("renter (member)")
+    expect(page.locator("a[href='#events']")).to_be_hidden()
+    page.click("a[href='#billing']")
+    expect(page.locator("#balance")).to_be_visible()
+    page.click("a[href='#nodes']")
+    expect(row(page, "h100-0")).to_be_visible()
+    assert page.get_by_role("button", name="Cordon").count() == 0
+    page.goto("/console/#events")  # typed by hand: the API still says no
+    expect(page.locator("#flash")).to_contain_text("(forbidden)")
+
+
+def test_an_operator_cordons_a_node(page: Page, server_process: ServerProcess) -> None:
+    sign_in(page, server_process.token)
+    page.click("a[href='#nodes']")
+    node = row(page, "rtx4090-0")
+    node.get_by_role("button", name="Cordon").click()
+    expect(node.locator(".state")).to_have_text("cordoned")
+    assert next(n for n in server_process.client().nodes() if n["name"] == "rtx4090-0")["state"] == "cordoned"
+    page.click("a[href='#events']")
+    expect(page.locator("#live")).to_contain_text("by admin")
