@@ -13,7 +13,9 @@ figure does not include the benchmark's own polling):
   in the same run. The control loop is ticked continuously, as a woken server loop is.
 - **failover**: a checkpointing job's node goes down (Slurm: ``scontrol update
   state=down``; local: the node marked down) -> the job running on another node from
-  its checkpoint. Target <= 5 s on both backends.
+  its checkpoint. Target <= 5 s on both backends. Also on the local backend with
+  heartbeats: the node's agent falls silent -> running elsewhere, which includes the
+  heartbeat timeout (``--heartbeat-timeout``, here 2 s; the server default is 15 s).
 - **reclaim**: a spot job is reclaimed by an on-demand job; the notice (USR1) must reach
   the workload before TERM in every round; the lead time is reported.
 
@@ -141,6 +143,33 @@ def reclaim(p: Platform, model: str, count: int, rounds: int) -> list[float]:
     return leads
 
 
+class Heartbeats:
+    """Every node's agent, in a thread: beats every ``every_s`` except for silenced nodes."""
+
+    def __init__(self, p: Platform, names: list[str], every_s: float = 0.3) -> None:
+        import threading
+
+        from suanli.control import heartbeat
+
+        self.silent: set[str] = set()
+        self._halt = threading.Event()
+
+        def run() -> None:
+            while not self._halt.wait(every_s):
+                for n in names:
+                    if n not in self.silent:
+                        heartbeat.beat(p.db, ADMIN, n)
+
+        for n in names:
+            heartbeat.beat(p.db, ADMIN, n)
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._thread.join()
+
+
 def local_platform(tmp: Path, notice_s: float) -> Platform:
     inv = Inventory(nodes=[NodeDecl(name=f"local{i}", gpu_model="H100", gpu_count=4, cpu_cores=16, memory_gib=64)
                            for i in (1, 2)])
@@ -153,6 +182,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--notice", type=float, default=2.0, help="reclaim notice in seconds (platform default: 300)")
+    ap.add_argument("--heartbeat-timeout", type=float, default=2.0, help="local heartbeat timeout in seconds (server default: 15)")
     ap.add_argument("--json", type=Path, help="append the result as one JSON line")
     args = ap.parse_args()
     if not os.environ.get("SLURM_CONF"):
@@ -185,6 +215,17 @@ def main() -> None:
         finally:
             p.close()
 
+        p = local_platform(tmp / "lhb", args.notice)
+        p.gpu_model = "H100"  # type: ignore[attr-defined]
+        p.reclaimer.heartbeat_timeout_s = args.heartbeat_timeout
+        beats = Heartbeats(p, ["local1", "local2"])
+        try:
+            result["heartbeat_timeout_s"] = args.heartbeat_timeout
+            result["failover_heartbeat_s"] = failover(p, beats.silent.add, beats.silent.discard, ["local1", "local2"], args.rounds)
+        finally:
+            beats.stop()
+            p.close()
+
         p, _ = slurm_platform(tmp / "rc", client, args.notice)
         p.only_nodes({sorted(n.name for n in client.nodes() if "h100" in n.gpus())[0]})
         try:
@@ -200,7 +241,7 @@ def main() -> None:
             result["reclaim_local_error"] = str(exc)
         finally:
             p.close()
-    for key in ("failover_slurm_s", "failover_local_s", "reclaim_lead_slurm_s", "reclaim_lead_local_s"):
+    for key in ("failover_slurm_s", "failover_local_s", "failover_heartbeat_s", "reclaim_lead_slurm_s", "reclaim_lead_local_s"):
         xs = result.get(key) or []
         if xs:
             print(f"{key:24s} median {statistics.median(xs):6.2f}  max {max(xs):6.2f}  min {min(xs):6.2f}  n={len(xs)}")
