@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from platform_helpers import ADMIN, Platform, fresh_pg_url, make_platform
 
-from suanli.backends.base import Handle
+from suanli.backends.base import BackendError, Handle
 from suanli.control import nodes
 from suanli.inventory import Inventory, NodeDecl
 
@@ -66,6 +66,31 @@ def test_local_node_down_fails_over_from_the_checkpoint(platform: Platform) -> N
     print(f"local failover: {time.monotonic() - t0:.2f}s")
     assert "node=local" in resumed and f"node={node}" not in resumed
     assert int(resumed.split("from=")[1].split()[0]) > 0
+    assert [e.to_state for e in p.events("job", job)][-3:] == ["requeued", "queued", "running"]
+
+
+def test_a_failed_stop_keeps_the_job_and_its_gpus_until_a_stop_succeeds(platform: Platform) -> None:
+    """Fault injection (named as such): the real local backend's stop raises twice, as a
+    Slurm controller that does not answer scancel would."""
+    p = platform
+    backend = p.loop.backends["local"]
+    real_stop, failures = backend.stop, []
+
+    def flaky_stop(handle, grace_s=10.0):  # type: ignore[no-untyped-def]
+        if len(failures) < 2:
+            failures.append(handle.key)
+            raise BackendError("injected: the controller did not answer")
+        return real_stop(handle, grace_s)
+
+    backend.stop = flaky_stop  # type: ignore[method-assign]
+    job = p.submit(name="fo", resources={"accelerators": "H100:1"}, run=WORKLOAD, checkpoint_dir="ckpt", envs={"PERIODIC": "1"})
+    node = p.until(lambda: starts(p, job), 20, "job running")[0].split("node=")[1]
+    time.sleep(0.5)
+    nodes.set_state(p.db, ADMIN, node, "down")
+    p.tick()
+    assert failures and p.state(job, "running") and [p.node_name(a.node_id) for a in p.allocations(job)] == [node]
+    resumed = p.until(lambda: starts(p, job)[1:], 20, "resumed on the other node once a stop succeeded")[0]
+    assert len(failures) == 2 and f"node={node}" not in resumed
     assert [e.to_state for e in p.events("job", job)][-3:] == ["requeued", "queued", "running"]
 
 

@@ -269,8 +269,12 @@ class Reclaimer:
             if b is not None:
                 try:
                     b.stop(h, grace_s=self.grace_s if cause == "reclaim" else 0.0)
-                except BackendError as exc:  # a dead node may not answer; its work is gone anyway
-                    log.warning("stopping %s for %s: %s", h.key, cause, exc)
+                except BackendError as exc:
+                    # Not known to be stopped: releasing now could hand its GPUs out twice
+                    # and a resubmission would be refused as already running. Keep it as
+                    # it is; the next tick tries again.
+                    log.warning("stopping %s for %s failed, will retry: %s", h.key, cause, exc)
+                    return False
         with self.db.transaction() as s:
             row = s.get(model, wid)
             if row is None or row.state != "running":
