@@ -106,15 +106,21 @@ def test_spot_job_reclaimed_by_on_demand_with_notice_checkpoint_and_resume(slurm
     print(f"reclaim via Suanli on Slurm: notice {lead:.2f}s before TERM; resumed from step {checkpoint}")
 
 
-def test_node_down_fails_over_to_another_node_from_the_checkpoint(slurm: SlurmClient, platform: Platform) -> None:
-    p = platform
-    a100 = [n.name for n in nodes_with_gpu(slurm, "a100")[:2]]
-    p.only_nodes(set(a100))
-    job = p.submit(name="fo", resources={"accelerators": "A100:1"}, run=CHECKPOINTING, checkpoint_dir="ckpt",
+def checkpointing_job(p: Platform, two_nodes: list[str], accelerators: str) -> tuple[int, str, str]:
+    """A periodically checkpointing job on one of ``two_nodes`` (the others cordoned):
+    its id, the node it runs on and the spare."""
+    p.only_nodes(set(two_nodes))
+    job = p.submit(name="fo", resources={"accelerators": accelerators}, run=CHECKPOINTING, checkpoint_dir="ckpt",
                    envs={"PERIODIC": "1"})
     first = p.until(lambda: [x for x in log_lines(p, job) if x.startswith("start")], 30, "job running")[0]
     node = first.split("node=")[1].split()[0]
-    other = next(n for n in a100 if n != node)
+    return job, node, next(n for n in two_nodes if n != node)
+
+
+def test_node_down_fails_over_to_another_node_from_the_checkpoint(slurm: SlurmClient, platform: Platform) -> None:
+    p = platform
+    a100 = [n.name for n in nodes_with_gpu(slurm, "a100")[:2]]
+    job, node, other = checkpointing_job(p, a100, "A100:1")
     time.sleep(0.8)  # a few periodic checkpoints
     try:
         t0 = time.monotonic()
@@ -189,12 +195,7 @@ def test_killed_slurmd_node_not_responding_fails_over_from_the_checkpoint(
     h100 = [n.name for n in nodes_with_gpu(slurm, "h100")[:2]]
     if len(h100) < 2 or any(slurmd_pid(root, n) is None for n in h100):
         pytest.skip(f"needs two idle h100 nodes whose slurmd scripts/slurm-cluster started (PID files in {root}/run)")
-    p.only_nodes(set(h100))
-    job = p.submit(name="nr", resources={"accelerators": "H100:2"}, run=CHECKPOINTING, checkpoint_dir="ckpt",
-                   envs={"PERIODIC": "1"})
-    first = p.until(lambda: [x for x in log_lines(p, job) if x.startswith("start")], 30, "job running")[0]
-    node = first.split("node=")[1].split()[0]
-    spare = next(n for n in h100 if n != node)
+    job, node, spare = checkpointing_job(p, h100, "H100:2")
     node_id = _node_id(p, node)
     old = int(p.job(job).handles[0]["data"]["job_id"])
     # a job Suanli did not fail over, to stop by hand while the node does not respond
