@@ -104,6 +104,21 @@ def test_a_member_sees_billing_but_not_operator_controls(page: Page, server_proc
     expect(page.locator("#flash")).to_contain_text("(forbidden)")
 
 
+def test_the_advisor_says_what_fits_here_and_what_it_costs(page: Page, server_process: ServerProcess) -> None:
+    sign_in(page, server_process.token)
+    page.click("a[href='#advisor']")
+    form = page.locator("#advise")
+    form.locator("input[name=model]").fill("no-such-model")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("no-such-model")
+    form.locator("input[name=model]").fill("llama-3.1-70b")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#memory-total")).to_contain_text("GiB")
+    h100 = page.locator("#advice table").first.locator("tr", has_text="H100")
+    expect(h100).to_contain_text("TP=2")
+    expect(h100).to_contain_text("16 of 16 (virtual)")
+
+
 def test_an_operator_cordons_a_node(page: Page, server_process: ServerProcess) -> None:
     sign_in(page, server_process.token)
     page.click("a[href='#nodes']")

@@ -222,6 +222,19 @@ def test_advisor_router_memory_and_tco(server: Server) -> None:
     assert server.http.post("/v1/advise/tco", json={}).status_code == 401
 
 
+def test_advisor_fit_says_what_this_platform_has_of_each_fitting_gpu(server: Server) -> None:
+    options = server.post("/v1/advise/fit", {"model": "llama-3.1-70b"}, expect=200).json()
+    assert [o["rank"] for o in options] == list(range(1, len(options) + 1))
+    here = {o["here"]["model"]: o for o in options if o["here"]}
+    assert set(here) == {"H100", "A100-80G", "RTX4090", "Ascend-910B"}  # the demo inventory, matched to the catalog
+    assert here["H100"]["here"] == {"model": "H100", "total": 16, "free": 16, "virtual": True}
+    assert here["H100"]["gpus"] == 2 and here["RTX4090"]["gpus"] == 8  # 141 GB of bf16 weights
+    server.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 8}, expect=201)
+    wait_until(lambda: server.post("/v1/advise/fit", {"model": "llama-3.1-70b"}).json()[here["H100"]["rank"] - 1]["here"]["free"] == 8)
+    bad = server.post("/v1/advise/fit", {"params": "-3B"})
+    assert bad.status_code == 422
+
+
 def test_nvml_discovery_degrades_to_virtual() -> None:
     """Without a driver (this machine) discovery finds nothing and never raises;
     NVML names shorten to the catalog's model names."""

@@ -1,4 +1,4 @@
-"""Advisor API: thin JSON wrappers over ``suanli.advisor.service`` (memory, TCO).
+"""Advisor API: thin JSON wrappers over ``suanli.advisor.service`` (memory, fit, TCO).
 
 The request bodies mirror the service keywords; a model comes by bundled name or
 parameter count (a server never reads a ``config.json`` path a client names).
@@ -13,7 +13,9 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from suanli.advisor import AdvisorError, service, to_jsonable
-from suanli.api.deps import principal
+from suanli.api.context import ServerContext
+from suanli.api.deps import context, principal
+from suanli.control import nodes
 from suanli.control.auth import Principal
 from suanli.control.errors import Invalid
 
@@ -32,6 +34,19 @@ class MemoryQuery(BaseModel):
     gpus: int = Field(default=1, ge=1)
     kv_cache_dtype: str = "bf16"
     prefill_tokens: int | None = Field(default=None, ge=1)
+    training: dict[str, Any] = Field(default_factory=dict, description="zero, offload, optimizer, checkpointing, lora_rank, ...")
+
+
+class FitQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(default=None, description="bundled model name, e.g. qwen2.5-72b")
+    params: str | float | None = Field(default=None, description="or a parameter count, e.g. 70B")
+    task: str = "inference"
+    precision: str = "bf16"
+    context: int = Field(default=4096, ge=1)
+    batch: int = Field(default=1, ge=1)
+    tokens: float | None = Field(default=None, gt=0, description="training tokens, for time and total cost")
     training: dict[str, Any] = Field(default_factory=dict, description="zero, offload, optimizer, checkpointing, lora_rank, ...")
 
 
@@ -59,6 +74,19 @@ def memory(q: MemoryQuery, who: Principal = Depends(principal)) -> Any:
     """GPU memory for inference or training of a model."""
     args = q.model_dump(exclude={"training"}, exclude_none=True)
     return _answer(lambda: service.memory(**args, **q.training))
+
+
+@router.post("/fit")
+def fit(q: FitQuery, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> Any:
+    """The smallest configuration of each catalog GPU that holds the model, ranked by cost,
+    each with what this platform has of that GPU now (``here``: null when not offered)."""
+    args = q.model_dump(exclude={"training"}, exclude_none=True)
+    options = _answer(lambda: service.fit(**args, **q.training))
+    here = {s.catalog.name: s for s in nodes.gpu_summary(ctx.db) if s.catalog is not None}
+    for o in options:
+        s = here.get(o["gpu"])
+        o["here"] = None if s is None else {"model": s.model, "total": s.total, "free": s.free, "virtual": s.virtual}
+    return options
 
 
 @router.post("/tco")

@@ -245,6 +245,48 @@ async function viewEvents() {
       "No events."));
 }
 
+// What to rent for a model: memory, then the cheapest fitting configuration per GPU,
+// with what this platform has of it now.
+async function formAdvisor() {
+  const out = el("div", { id: "advice" });
+  const form = el("form", { class: "inline", id: "advise" },
+    el("label", {}, "Model (e.g. llama-3.1-70b)", el("input", { name: "model", placeholder: "qwen2.5-72b" })),
+    el("label", {}, "or parameters", el("input", { name: "params", placeholder: "70B", style: "width:6em" })),
+    el("label", {}, "Task", el("select", { name: "task" }, ["inference", "lora", "qlora", "full-finetune"].map((t) => el("option", {}, t)))),
+    el("label", {}, "Precision", el("select", { name: "precision" }, ["bf16", "fp8", "int8", "int4"].map((t) => el("option", {}, t)))),
+    el("label", {}, "Context", el("input", { name: "context", type: "number", min: 1, value: 4096, style: "width:7em" })),
+    el("label", {}, "Batch", el("input", { name: "batch", type: "number", min: 1, value: 1, style: "width:5em" })),
+    el("button", { type: "submit" }, "Advise"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(form);
+    const q = { task: f.get("task"), precision: f.get("precision"), context: Number(f.get("context")), batch: Number(f.get("batch")) };
+    if (f.get("model")) q.model = f.get("model");
+    else if (f.get("params")) q.params = f.get("params");
+    const gib = (b) => (b / 2 ** 30).toFixed(1);
+    try {
+      const [mem, options] = await Promise.all([api("POST", "/v1/advise/memory", q),
+        api("POST", "/v1/advise/fit", q)]);
+      flash("");
+      const here = options.filter((o) => o.here);
+      out.replaceChildren(
+        el("p", {}, `${mem.model}: `, el("b", { id: "memory-total" }, `${gib(mem.total_bytes)} GiB`), ` of GPU memory on one GPU (${mem.precision}, context ${mem.context}, batch ${mem.batch}).`),
+        el("h2", {}, "On this platform"),
+        table(["GPU", "GPUS", "PARALLELISM", "MEMORY USED", "PRICE / HOUR", "FREE HERE"],
+          here.map((o) => [o.here.model, num(o.gpus), o.parallelism, num(`${(100 * o.memory_used_fraction).toFixed(0)} %`),
+            num(o.hourly_cost === null ? "" : o.hourly_cost.toFixed(2)), num(`${o.here.free} of ${o.here.total}${o.here.virtual ? " (virtual)" : ""}`)]),
+          "No GPU offered here can hold it."),
+        el("h2", {}, "Every catalog GPU, cheapest first"),
+        table(["GPU", "GPUS", "PARALLELISM", "PRICE / HOUR"],
+          options.slice(0, 12).map((o) => [o.gpu, num(o.gpus), o.parallelism, num(o.hourly_cost === null ? "" : o.hourly_cost.toFixed(2))]),
+          "Nothing fits."));
+    } catch (e) {
+      flash(e instanceof ApiError ? `${e.message} (${e.code})` : String(e));
+    }
+  });
+  return el("section", {}, el("h2", {}, "What do I need to rent?"), form, out);
+}
+
 function viewLogin() {
   const form = el("form", { class: "inline", id: "login" },
     el("label", { style: "flex:1" }, "API token (the server prints the admin's at first start; `suanli login` uses the same)",
@@ -268,6 +310,7 @@ const VIEWS = {
   billing: { live: viewBilling },
   nodes: { live: viewNodes },
   events: { live: viewEvents },
+  advisor: { form: formAdvisor, live: async () => [] },
 };
 
 // -- the page --------------------------------------------------------------------------
