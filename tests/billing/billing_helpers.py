@@ -48,7 +48,7 @@ def add_tenant(w: World, name: str) -> int:
 
 
 def allocate(w: World, start_ms: int, end_ms: int | None, gpus: int = 1, milli: int = 1000, priority: str = "on-demand",
-             model: str = "H100", tenant_id: int | None = None, job: bool = False) -> int:
+             model: str = "H100", tenant_id: int | None = None, job: bool = False, max_price: int | None = None) -> int:
     with w.db.transaction() as s:
         tid = tenant_id or w.tenant_id
         owner = {"instance_id": w.instance_id}
@@ -58,7 +58,7 @@ def allocate(w: World, start_ms: int, end_ms: int | None, gpus: int = 1, milli: 
             s.flush()
             owner = {"job_id": j.id}
         a = Allocation(tenant_id=tid, node_id=w.node_id, gpu_model=model, gpu_indices=list(range(gpus)), milli_per_gpu=milli,
-                       cpu_milli=1, memory_mib=1, priority=priority, started_at=ms_to_dt(start_ms),
+                       cpu_milli=1, memory_mib=1, priority=priority, max_price_micros=max_price, started_at=ms_to_dt(start_ms),
                        ended_at=ms_to_dt(end_ms) if end_ms is not None else None, **owner)
         s.add(a)
         s.flush()

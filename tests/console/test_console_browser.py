@@ -60,6 +60,32 @@ def test_rent_an_instance_then_stop_and_delete_it(page: Page, server_process: Se
     assert [i["state"] for i in server_process.client().instances(include_deleted=True)] == ["deleted"]
 
 
+def test_rent_a_spot_instance_with_a_max_price(page: Page, server_process: ServerProcess) -> None:
+    sign_in(page, server_process.token)
+    page.click("a[href='#instances']")
+    form = page.locator("#create-instance")
+    bid = form.locator("input[name=max_price]")
+    expect(bid).to_be_hidden()  # a bid only means something for spot
+    form.locator("input[name=name]").fill("spot-box")
+    form.locator("select[name=gpu_model]").select_option("RTX4090")
+    form.locator("select[name=priority]").select_option("spot")
+    expect(bid).to_be_visible()
+    bid.fill("-1")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("max_price: must not be negative")
+    assert server_process.client().instances() == []
+    bid.fill("0.01")  # below any RTX 4090 spot price: it waits
+    bid.dispatch_event("change")
+    expect(page.locator("#instance-price")).to_contain_text("above max_price ¥0.01: it would wait")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_have_text("Instance requested.")
+    box = row(page, "spot-box")
+    expect(box).to_contain_text("spot ≤ 0.01/GPU-h")
+    expect(box).to_contain_text("waiting: spot price")
+    [inst] = server_process.client().instances()
+    assert inst["max_price"] == "0.01" and inst["state"] == "pending"
+
+
 def test_launch_a_job_and_read_its_logs(page: Page, server_process: ServerProcess) -> None:
     sign_in(page, server_process.token)
     page.click("a[href='#jobs']")

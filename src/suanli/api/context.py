@@ -24,6 +24,8 @@ class ServerContext:
         if self.loop is None:
             return None
         reason = self.loop.stats.unplaced.get((kind, workload_id))
+        if reason and reason.startswith("spot price"):  # a bid below the price (billing.spot): not a capacity wait
+            return f"waiting: {reason}"
         return f"waiting for capacity ({reason})" if reason else None
 
     def wake(self) -> None:

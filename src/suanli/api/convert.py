@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from suanli.api import schemas
+from suanli.billing.money import price_text
 from suanli.control.nodes import GpuModelSummary
 from suanli.db.models import Allocation, Event, Gpu, Instance, Job, Node
 from suanli.db.session import Database
@@ -31,12 +32,17 @@ def allocations_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int,
     return out
 
 
+def _bid(micros: int | None) -> str | None:
+    return None if micros is None else price_text(micros)
+
+
 def instance_out(row: Instance, allocs: list[schemas.AllocationOut], waiting: str | None = None) -> schemas.InstanceOut:
     return schemas.InstanceOut(
         id=row.id, name=row.name, state=row.state, desired=row.desired,
         gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
         cpu_milli=row.cpu_milli, memory_mib=row.memory_mib, image=row.image, disk_gib=row.disk_gib,
-        priority=row.priority, reason=(waiting if row.state == "pending" and waiting else row.reason),
+        priority=row.priority, max_price=_bid(row.max_price_micros),
+        reason=(waiting if row.state == "pending" and waiting else row.reason),
         allocations=allocs, created_at=row.created_at, updated_at=row.updated_at,
     )
 
@@ -45,7 +51,8 @@ def job_out(row: Job, allocs: list[schemas.AllocationOut], waiting: str | None =
     return schemas.JobOut(
         id=row.id, name=row.name, state=row.state, exit_code=row.exit_code,
         gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
-        num_nodes=row.num_nodes, priority=row.priority, cancel_requested=row.cancel_requested,
+        num_nodes=row.num_nodes, priority=row.priority, max_price=_bid(row.max_price_micros),
+        cancel_requested=row.cancel_requested,
         reason=(waiting if row.state == "queued" and waiting else row.reason),
         allocations=allocs, created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
         spec=row.spec,

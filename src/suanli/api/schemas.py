@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from suanli.control.task import check_max_price
 
 
 class Strict(BaseModel):
@@ -25,6 +27,13 @@ class InstanceCreate(Strict):
     image: str = Field(default="ubuntu:22.04", max_length=200)
     disk_gib: int = Field(default=50, ge=1, le=65536)
     priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
+    max_price: str | None = Field(default=None, description="spot only: the most paid per GPU-hour, decimal text "
+                                  "(e.g. \"1.20\"); above it the instance waits, and a running one is reclaimed with notice")
+
+    @field_validator("max_price", mode="before")
+    @classmethod
+    def _max_price(cls, v: object, info: ValidationInfo) -> object:
+        return check_max_price(v, info.data.get("priority", "spot"))
 
 
 class NodeUpdate(Strict):
@@ -133,6 +142,7 @@ class InstanceOut(BaseModel):
     image: str
     disk_gib: int
     priority: str
+    max_price: str | None = Field(default=None, description="spot bid per GPU-hour, decimal text; null: none")
     reason: str
     allocations: list[AllocationOut]
     created_at: datetime
@@ -149,6 +159,7 @@ class JobOut(BaseModel):
     gpu_milli: int
     num_nodes: int
     priority: str
+    max_price: str | None = Field(default=None, description="spot bid per GPU-hour (resources.max_price); null: none")
     cancel_requested: bool
     reason: str
     allocations: list[AllocationOut]

@@ -4,7 +4,8 @@ rating run, and quota/balance admission inside the scheduling pass.
 ``admission(session, work)`` is the one call-out the scheduler makes: it returns
 the waiting rows to hold (queue, with the reason shown to the user) and fails the
 rows that can never be admitted under their tenant's grants, in the scheduler's
-own transaction.
+own transaction. Spot work with a bid (``max_price``) is held while the spot price
+of every model it may run on is above the bid (``billing.spot``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from suanli.billing import budgets, quotas, rater
+from suanli.billing import budgets, quotas, rater, spot
 from suanli.billing.store import balance, current_book, dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import BudgetRow, Grant, Notice, Subscription, Usage
 from suanli.control.auth import Principal
@@ -129,19 +130,31 @@ def _grant_usage(s: Session, grants: list[quotas.Grant], at_ms: int) -> tuple[di
     return in_use, minutes
 
 
-def admission(s: Session, work: Sequence) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], str]]:
+def admission(s: Session, work: Sequence, spot_models: dict[tuple[str, int], frozenset[str]] | None = None
+              ) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], str]]:
     """For the scheduling pass: ``(held, rejected)``, each ``{(kind, id): reason}``.
-    ``work`` items have ``kind``, ``id``, ``request`` (a scheduler Request) and ``num_nodes``."""
+    ``work`` items have ``kind``, ``id``, ``request`` (a scheduler Request) and ``num_nodes``.
+
+    Spot work with a bid is held when no model it may run on is at or below the bid;
+    when only some are, ``spot_models`` (if given) receives ``{(kind, id): models}`` and
+    the caller must place it on those models only, so the price check holds for the
+    model it lands on. Each request is priced with its own GPUs counted as allocated,
+    not with other work admitted in the same pass (which may not be placed); if several
+    start together and push the price above a bid, reclaim settles it."""
     held: dict[tuple[str, int], str] = {}
     rejected: dict[tuple[str, int], str] = {}
     if not work:
         return held, rejected
     at = now_ms()
     owners = {}
+    bids: dict[tuple[str, int], int] = {}
     for w in work:
         row = s.get(Instance if w.kind == "instance" else Job, w.id)
         if row is not None:
             owners[(w.kind, w.id)] = row.tenant_id
+            if row.priority == "spot" and row.max_price_micros is not None:
+                bids[(w.kind, w.id)] = row.max_price_micros
+    mk: spot.Market | None = None
     tenants = set(owners.values())
     grants = _grants(s, tenants)
     in_use, minutes = _grant_usage(s, grants, at)
@@ -165,9 +178,19 @@ def admission(s: Session, work: Sequence) -> tuple[dict[tuple[str, int], str], d
         dec = quotas.admit(grants, d, in_use, minutes, at)
         if dec.action == "queue":
             held[key] = dec.reason
-        elif dec.action == "reject":
+            continue
+        if dec.action == "reject":
             rejected[key] = dec.reason
-        elif dec.grant_id is not None:  # admitted: count it against the grant for the rest of this pass
+            continue
+        if key in bids and milli:
+            mk = mk or spot.market(s, at)
+            models, why = spot.check_bid(mk, req, w.num_nodes, bids[key])
+            if why is not None:
+                held[key] = why
+                continue
+            if spot_models is not None and models and models != (req.gpu_models or frozenset(mk.models())):
+                spot_models[key] = models
+        if dec.grant_id is not None:  # admitted: count it against the grant for the rest of this pass
             in_use[dec.grant_id] = in_use.get(dec.grant_id, 0) + milli
     return held, rejected
 

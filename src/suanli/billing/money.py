@@ -54,3 +54,48 @@ def fmt(micros: int, currency: str = "CNY", places: int = 2) -> str:
 def as_text(micros: int) -> str:
     """Exact decimal text for JSON (no float rounding): ``"1.960000"``."""
     return f"{to_decimal(micros):.6f}"
+
+
+#: The largest spot bid accepted, per GPU-hour: far above any real price, and small
+#: enough that micro-units stay exact 64-bit integers in every rating product.
+MAX_BID = Decimal(1_000_000)
+
+
+def parse_max_price(value: object) -> str:
+    """A spot bid (``max_price``) as written by a renter — decimal text or a YAML number,
+    per GPU-hour in the book's currency — checked and returned as canonical decimal text.
+    Raises ``MoneyError`` saying what is wrong (the caller names the field)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, Decimal)):
+        raise MoneyError(f"expected decimal text per GPU-hour such as \"1.20\", got {value!r}")
+    try:
+        d = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise MoneyError(f"not a decimal amount: {value!r} (expected decimal text per GPU-hour such as \"1.20\")") from None
+    if not d.is_finite():
+        raise MoneyError(f"not a finite amount: {value!r}")
+    if d < 0:
+        raise MoneyError(f"must not be negative, got {value!r}")
+    if d == 0:
+        raise MoneyError(f"must be above zero (a bid of 0 never runs), got {value!r}")
+    if d > MAX_BID:
+        raise MoneyError(f"at most {MAX_BID} per GPU-hour, got {value!r}")
+    if d != d.quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP):
+        raise MoneyError(f"at most 6 decimal places (micro-units), got {value!r}")
+    return format(d, "f")
+
+
+def price_text(micros: int) -> str:
+    """Exact decimal text with at least 2 places and no trailing zeros beyond them:
+    ``1_200_000`` -> ``"1.20"``, ``392_000`` -> ``"0.392"``."""
+    text = f"{to_decimal(micros):.6f}".rstrip("0")
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.ljust(2, '0')}"
+
+
+def fmt_price(micros: int, currency: str = "CNY", up_to_cents: bool = False) -> str:
+    """A price for messages, exact to the micro-unit (``¥1.20``, ``¥0.392``), or rounded
+    up to the cent (``¥4.286186`` -> ``¥4.29``: a price said to be above a bid stays above it)."""
+    if up_to_cents:
+        micros = -(-int(micros) // 10_000) * 10_000
+    sym = SYMBOLS.get(currency)
+    return f"{sym or ''}{price_text(micros)}{'' if sym else ' ' + currency}"

@@ -6,7 +6,9 @@
    everything before it is already rated, so only those periods are metered again.
 2. Intervals -> final records (``metering.split``), priced with the price version in
    force at each record's period start (old usage keeps its price), rated with
-   ``rating``: spot at the model's utilisation at period start (capped by a bid),
+   ``rating``: spot at the model's utilisation at period start, capped by the
+   allocation's bid (``max_price``; the same ``utilisation`` sets the price admission
+   and reclaim compare bids with, ``billing.spot``),
    GPUs under a monthly/reserved subscription at zero (the fee paid for them).
 3. ``posting.post``: one transaction per batch, idempotent on (kind, source, period).
 4. Advance the watermark, then apply budgets (alerts, hard cap).
@@ -51,6 +53,7 @@ class Intervals:
     start_ms: np.ndarray
     end_ms: np.ndarray         # metering.OPEN while held
     models: list[str]
+    max_price: np.ndarray | None = None  # spot bid per GPU-hour, micro-units; -1: none (None: no bids)
 
 
 @dataclass
@@ -67,9 +70,29 @@ def version_index(effective: np.ndarray, period: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(effective, period, side="right") - 1, 0, None)
 
 
+def permille(busy_milli: np.ndarray | int, capacity_milli: int) -> np.ndarray | int:
+    """Spot utilisation: allocated milli over the model's registered GPUs, in permille,
+    rounded down, at most 1000; a model with no registered GPUs counts as full. The one
+    rule the rater, admission and reclaim use (``billing.spot``)."""
+    if capacity_milli <= 0:
+        return np.full(np.shape(busy_milli), 1000, dtype=np.int64) if np.ndim(busy_milli) else 1000
+    out = np.minimum(1000, np.maximum(np.asarray(busy_milli, dtype=np.int64), 0) * 1000 // capacity_milli)
+    return out if np.ndim(out) else int(out)
+
+
+def busy_milli(iv: Intervals, model: int, at: np.ndarray) -> np.ndarray:
+    """GPU milli of model ``model`` allocated at each instant of ``at``: intervals started
+    by t minus intervals ended by t, from sorted cumulative sums."""
+    mine = iv.model_code == model
+    starts, ends = iv.start_ms[mine], iv.end_ms[mine]
+    so, eo = np.argsort(starts), np.argsort(ends)
+    cs = np.concatenate([[0], np.cumsum(iv.milli[mine][so])])
+    ce = np.concatenate([[0], np.cumsum(iv.milli[mine][eo])])
+    return cs[np.searchsorted(starts[so], at, side="right")] - ce[np.searchsorted(ends[eo], at, side="right")]
+
+
 def utilisation(iv: Intervals, capacity: dict[int, int], model_code: np.ndarray, period: np.ndarray) -> np.ndarray:
-    """Permille of each model's GPUs allocated at each period start (spot pricing):
-    per model, milli started by p minus milli ended by p, from sorted cumulative sums."""
+    """Permille of each model's GPUs allocated at each period start (spot pricing)."""
     out = np.zeros(model_code.size, dtype=np.int64)
     for m in np.unique(model_code):
         cap = capacity.get(int(m), 0)
@@ -77,15 +100,39 @@ def utilisation(iv: Intervals, capacity: dict[int, int], model_code: np.ndarray,
         if not cap:
             out[want] = 1000
             continue
-        mine = iv.model_code == m
-        starts, ends = iv.start_ms[mine], iv.end_ms[mine]
-        so, eo = np.argsort(starts), np.argsort(ends)
-        cs = np.concatenate([[0], np.cumsum(iv.milli[mine][so])])
-        ce = np.concatenate([[0], np.cumsum(iv.milli[mine][eo])])
         p, back = np.unique(period[want], return_inverse=True)  # a few distinct period starts
-        busy = cs[np.searchsorted(starts[so], p, side="right")] - ce[np.searchsorted(ends[eo], p, side="right")]
-        out[want] = np.minimum(1000, busy * 1000 // cap)[back]
+        out[want] = permille(busy_milli(iv, int(m), p), cap)[back]
     return out
+
+
+def capacity_milli(s: Session) -> dict[str, int]:
+    """GPU milli registered per node model (every node, whatever its state): the
+    denominator of spot utilisation."""
+    caps: dict[str, int] = {}
+    for m, c in s.execute(select(Node.gpu_model, Node.gpu_count)):
+        caps[m] = caps.get(m, 0) + int(c) * 1000
+    return caps
+
+
+def intervals(allocs: list, open_end: int = metering.OPEN) -> Intervals:
+    """Allocation rows (id, tenant_id, job_id, instance_id, gpu_model, gpu_indices,
+    milli_per_gpu, priority, max_price_micros, started_at, ended_at) as arrays."""
+    models = sorted({a.gpu_model for a in allocs} | {"-"})
+    code = {m: i for i, m in enumerate(models)}
+    n = len(allocs)
+    return Intervals(
+        source_id=np.array([a.id for a in allocs], dtype=np.int64).reshape(n),
+        tenant_id=np.array([a.tenant_id for a in allocs], dtype=np.int64).reshape(n),
+        workload_kind=np.array([0 if a.instance_id else 1 for a in allocs], dtype=np.int64).reshape(n),
+        workload_id=np.array([a.instance_id or a.job_id for a in allocs], dtype=np.int64).reshape(n),
+        model_code=np.array([code[a.gpu_model] for a in allocs], dtype=np.int64).reshape(n),
+        milli=np.array([len(a.gpu_indices) * a.milli_per_gpu for a in allocs], dtype=np.int64).reshape(n),
+        plan_code=np.array([PLANS.index(PLAN_OF_PRIORITY.get(a.priority, "on_demand")) for a in allocs], dtype=np.int64).reshape(n),
+        start_ms=np.array([dt_to_ms(a.started_at) for a in allocs], dtype=np.int64).reshape(n),
+        end_ms=np.array([dt_to_ms(a.ended_at) if a.ended_at else open_end for a in allocs], dtype=np.int64).reshape(n),
+        models=models,
+        max_price=np.array([-1 if a.max_price_micros is None else a.max_price_micros for a in allocs], dtype=np.int64).reshape(n),
+    )
 
 
 def rate_gpu_intervals(iv: Intervals, books: list[tuple[int, int, PriceBook]], cutoff_ms: int, since_ms: int,
@@ -110,9 +157,11 @@ def rate_gpu_intervals(iv: Intervals, books: list[tuple[int, int, PriceBook]], c
     eff = np.array([e for _, e, _ in books], dtype=np.int64)
     vi = version_index(eff, pc.period_start)
     price = np.zeros(i.size, dtype=np.int64)
+    bid = None if iv.max_price is None else iv.max_price[i]  # each interval's own bid caps its spot price
     for v in np.unique(vi):
         sel = vi == v
-        price[sel] = rating.gpu_prices(books[v][2], iv.models, model[sel], rate_plan[sel], None if util is None else util[sel])
+        price[sel] = rating.gpu_prices(books[v][2], iv.models, model[sel], rate_plan[sel], None if util is None else util[sel],
+                                       None if bid is None else bid[sel])
     rated = rating.rate_gpu(pc.units, iv.milli[i], price)
     vids = np.array([b[0] for b in books], dtype=np.int64)[vi]
     cols = {"tenant_id": iv.tenant_id[i], "kind": np.zeros(i.size, np.int64), "source_id": iv.source_id[i],
@@ -129,17 +178,19 @@ def _concat(parts: list[Records]) -> Records:
                    base.models, base.plans, base.currency)
 
 
+#: what ``intervals`` reads of an allocation
+ALLOCATION_COLUMNS = (Allocation.id, Allocation.tenant_id, Allocation.job_id, Allocation.instance_id, Allocation.gpu_model,
+                      Allocation.gpu_indices, Allocation.milli_per_gpu, Allocation.priority, Allocation.max_price_micros,
+                      Allocation.started_at, Allocation.ended_at)
+
+
 def _read(s: Session, since_dt: datetime, since_ms: int, cutoff_ms: int, mine: Callable) -> tuple:
     """The rows a run needs, in one session (the caller's transaction or a new one)."""
     books = versions(s)
-    allocs = list(s.execute(select(Allocation.id, Allocation.tenant_id, Allocation.job_id, Allocation.instance_id,
-                                   Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu,
-                                   Allocation.priority, Allocation.started_at, Allocation.ended_at)
+    allocs = list(s.execute(select(*ALLOCATION_COLUMNS)
                             .where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt),
                                    mine(Allocation.tenant_id))))
-    caps: dict[str, int] = {}
-    for m, c in s.execute(select(Node.gpu_model, Node.gpu_count)):
-        caps[m] = caps.get(m, 0) + int(c)
+    caps = capacity_milli(s)
     insts = list(s.execute(select(Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state,
                                   Instance.created_at, Instance.updated_at)
                            .where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), mine(Instance.tenant_id))))
@@ -164,22 +215,10 @@ def collect(db: Database | None, since_ms: int, cutoff_ms: int, period_ms: int, 
         assert db is not None
         with db.transaction() as s:  # a transaction: versions() may create version 1
             books, allocs, caps, insts, subs, transfers = _read(s, since_dt, since_ms, cutoff_ms, mine)
-    models = sorted({a.gpu_model for a in allocs} | {"-"})
+    iv = intervals(allocs, open_end)
+    models = iv.models
     code = {m: i for i, m in enumerate(models)}
-    n = len(allocs)
-    iv = Intervals(
-        source_id=np.array([a.id for a in allocs], dtype=np.int64).reshape(n),
-        tenant_id=np.array([a.tenant_id for a in allocs], dtype=np.int64).reshape(n),
-        workload_kind=np.array([0 if a.instance_id else 1 for a in allocs], dtype=np.int64).reshape(n),
-        workload_id=np.array([a.instance_id or a.job_id for a in allocs], dtype=np.int64).reshape(n),
-        model_code=np.array([code[a.gpu_model] for a in allocs], dtype=np.int64).reshape(n),
-        milli=np.array([len(a.gpu_indices) * a.milli_per_gpu for a in allocs], dtype=np.int64).reshape(n),
-        plan_code=np.array([PLANS.index(PLAN_OF_PRIORITY.get(a.priority, "on_demand")) for a in allocs], dtype=np.int64).reshape(n),
-        start_ms=np.array([dt_to_ms(a.started_at) for a in allocs], dtype=np.int64).reshape(n),
-        end_ms=np.array([dt_to_ms(a.ended_at) if a.ended_at else open_end for a in allocs], dtype=np.int64).reshape(n),
-        models=models,
-    )
-    capacity = {code[m]: c * 1000 for m, c in caps.items() if m in code}
+    capacity = {code[m]: c for m, c in caps.items() if m in code}
 
     def covered(iv: Intervals, index: np.ndarray, period: np.ndarray) -> np.ndarray:
         """Per (tenant, model, period): the active subscriptions' GPUs cover reserved work,

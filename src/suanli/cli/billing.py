@@ -246,7 +246,7 @@ def quote(
     task_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Task YAML."),
     hours: float = typer.Option(None, "--hours", help="The job's maximum duration, for a total."),
     disk: int = typer.Option(0, "--disk", help="Disk GiB (instances)."),
-    max_price: str = typer.Option(None, "--max-price", help="Spot bid per GPU-hour."),
+    max_price: str = typer.Option(None, "--max-price", help="Spot bid per GPU-hour [default: the task's resources.max_price]."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Cost per hour and for the maximum duration, before anything starts."""

@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from suanli.cli.remote import api_errors, client, gpu_desc, placed_on, print_json, table
+from suanli.cli.remote import api_errors, client, gpu_desc, placed_on, print_json, priority_desc, table
 
 app = typer.Typer(help="Rent and manage instances.", no_args_is_help=True)
 
@@ -18,8 +18,9 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "GPU", "IMAGE", "DISK", "PLACED ON", "REASON"],
-        [[i["id"], i["name"], i["state"], gpu_desc(i), i["image"], f"{i['disk_gib']} GiB", placed_on(i), i["reason"]] for i in rows],
+        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "DISK", "PLACED ON", "REASON"],
+        [[i["id"], i["name"], i["state"], gpu_desc(i), priority_desc(i), i["image"], f"{i['disk_gib']} GiB", placed_on(i), i["reason"]]
+         for i in rows],
     )
 
 
@@ -42,6 +43,8 @@ def create(
     cpus: float = typer.Option(None, help="CPU cores [default: 2 per GPU]."),
     memory: float = typer.Option(None, help="Memory GiB [default: 8 per GPU]."),
     priority: str = typer.Option("on-demand", help="on-demand | spot | reserved."),
+    max_price: str = typer.Option(None, "--max-price", help="Spot only: the most you pay per GPU-hour, e.g. 1.20; "
+                                  "above it the instance waits, and a running one is reclaimed with notice."),
     wait: bool = typer.Option(False, "--wait", help="Wait until it runs (or fails)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -55,7 +58,7 @@ def create(
     with api_errors():
         inst = client().create_instance(
             name=name, gpu_model=model, gpu_count=0 if gpu_milli else count, gpu_milli=gpu_milli,
-            image=image, disk_gib=disk, cpus=cpus, memory_gib=memory, priority=priority,
+            image=image, disk_gib=disk, cpus=cpus, memory_gib=memory, priority=priority, max_price=max_price,
         )
         if wait:
             inst = _wait(inst["id"], 120)

@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from suanli.cli.remote import api_errors, client, gpu_desc, placed_on, print_json, table
+from suanli.cli.remote import api_errors, client, gpu_desc, placed_on, print_json, priority_desc, table
 
 app = typer.Typer(help="Batch jobs.", no_args_is_help=True)
 
@@ -18,8 +18,9 @@ def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PLACED ON", "REASON"],
-        [[j["id"], j["name"], j["state"], j["exit_code"], gpu_desc(j), j["num_nodes"], placed_on(j), j["reason"]] for j in rows],
+        ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PRIORITY", "PLACED ON", "REASON"],
+        [[j["id"], j["name"], j["state"], j["exit_code"], gpu_desc(j), j["num_nodes"], priority_desc(j), placed_on(j), j["reason"]]
+         for j in rows],
     )
 
 

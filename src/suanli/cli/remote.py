@@ -60,5 +60,11 @@ def gpu_desc(obj: dict) -> str:
     return "-"
 
 
+def priority_desc(obj: dict) -> str:
+    """``spot``, or ``spot <= 1.20`` with a bid (per GPU-hour)."""
+    bid = obj.get("max_price")
+    return f"{obj.get('priority', '')} <= {bid}/GPU-h" if bid else str(obj.get("priority", ""))
+
+
 def placed_on(obj: dict) -> str:
     return ", ".join(f"{a['node']}[{','.join(map(str, a['gpu_indices']))}]" for a in obj.get("allocations", []))

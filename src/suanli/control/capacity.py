@@ -89,6 +89,7 @@ def take(session: Session, owner: Instance | Job, allocs: Sequence[SchedAllocati
             cpu_milli=a.cpu_milli,
             memory_mib=a.memory_mib,
             priority=owner.priority,
+            max_price_micros=owner.max_price_micros,  # the bid the rater caps this interval at
             started_at=now,
         )
         rows.append(row)

@@ -13,11 +13,13 @@ from pathlib import Path
 from sqlalchemy import select
 
 from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
+from suanli.billing.money import to_micros
 from suanli.control.auth import Principal
 from suanli.control.errors import Conflict, Invalid, NotFound
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
 from suanli.control.sizing import size
+from suanli.control.task import check_max_price
 from suanli.db.models import Instance
 from suanli.db.session import Database
 
@@ -33,6 +35,8 @@ class InstanceRequest:
     image: str
     disk_gib: int
     priority: str
+    #: spot bid per GPU-hour, decimal text (spot only)
+    max_price: str | None = None
 
 
 def _get(s, who: Principal, instance_id: int) -> Instance:  # type: ignore[no-untyped-def]
@@ -45,6 +49,10 @@ def _get(s, who: Principal, instance_id: int) -> Instance:  # type: ignore[no-un
 def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
     if not req.gpu_model and not req.gpu_count and not req.gpu_milli:
         raise Invalid("gpu_count: ask for gpu_count whole GPUs or gpu_milli of one GPU")
+    try:
+        bid = check_max_price(req.max_price, req.priority)
+    except ValueError as exc:
+        raise Invalid(f"max_price: {exc}") from None
     with db.transaction() as s:
         count = req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0)
         sized = size(s, req.gpu_model, count, req.gpu_milli, req.cpus, req.memory_gib, "gpu_model")
@@ -52,7 +60,7 @@ def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
             tenant_id=who.tenant_id, user_id=who.user_id, name=req.name, state="pending", desired="running",
             gpu_models=sized.gpu_models, gpu_count=sized.gpu_count, gpu_milli=sized.gpu_milli,
             cpu_milli=sized.cpu_milli, memory_mib=sized.memory_mib, image=req.image, disk_gib=req.disk_gib,
-            priority=req.priority,
+            priority=req.priority, max_price_micros=None if bid is None else to_micros(bid),
         )
         s.add(row)
         s.flush()

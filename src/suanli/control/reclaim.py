@@ -12,16 +12,22 @@ hook: after reconcile, before the scheduling pass, which then places requeued wo
    ``SUANLI_RESUME_FROM`` set, so the scheduler places it on a healthy node and it
    resumes from its latest checkpoint; a job without one fails (nothing to resume
    from, as in the simulator); an instance fails.
-3. **Expiry.** A spot victim whose notice deadline passed gets SIGTERM (then KILL after
+3. **Outbid.** Running spot work whose bid (``max_price``) is below the current spot
+   price of the model it runs on (``billing.spot``: the price the rater uses, at the
+   utilisation now) gets the same notice, lowest bid first, and only as many as it
+   takes: work already under notice counts as gone, so reclaiming one bidder can bring
+   the price back under the next one's bid. A notice is final, as on AWS.
+4. **Expiry.** A spot victim whose notice deadline passed gets SIGTERM (then KILL after
    the grace period), its allocation is released and it is requeued the same way
-   (instances: ``preempted`` then ``pending``) to resume when capacity returns.
-4. **Planning.** Waiting reserved/on-demand work that does not fit asks
+   (instances: ``preempted`` then ``pending``) to resume when capacity returns (and,
+   for an outbid one, when admission finds the price at or below its bid again).
+5. **Planning.** Waiting reserved/on-demand work that does not fit asks
    ``plan_preemption`` (least lost work: GPU-seconds since each victim's newest
    checkpoint file) for spot victims. Each victim is told at once: SIGUSR1, with the
    deadline written to ``$SUANLI_PREEMPT_DEADLINE_FILE``; the request waits for the
    notice to run out instead of choosing more victims meanwhile.
 
-A notice is stored in the victim's handles (``data.notice``: deadline, beneficiary),
+A notice is stored in the victim's handles (``data.notice``: deadline, beneficiary or why),
 so a restarted server keeps the deadlines it promised. Every step appends events, so
 the event log shows each failover and reclaim with timestamps. Backend calls happen
 with no transaction open.
@@ -40,6 +46,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from suanli.backends.base import Backend, BackendError, Handle
+from suanli.billing import spot
 from suanli.control import heartbeat, slurm_sync
 from suanli.control.capacity import give_back, snapshot, to_sched_allocation
 from suanli.control.launcher import checkpoint_dir
@@ -111,7 +118,7 @@ class Reclaimer:
             todo = self._anything_to_do()
         except Exception:
             log.exception("reclaim step: reading the database failed")
-        for part in (self.failover, self.expire_notices, self.plan) if todo else ():
+        for part in (self.failover, self.outbid, self.expire_notices, self.plan) if todo else ():
             try:
                 part()
             except Exception:
@@ -174,7 +181,7 @@ class Reclaimer:
                         due.append((kind, row.id, notice))
         done = []
         for kind, wid, notice in due:
-            why = f"spot reclaim for {notice['for']}: notice of {notice['notice_s']:.0f}s expired"
+            why = f"{notice.get('why') or 'spot reclaim for ' + notice['for']}: notice of {notice['notice_s']:.0f}s expired"
             if self._evict(kind, wid, "reclaim", why):
                 self.stats.reclaimed += 1
                 done.append((kind, wid))
@@ -234,10 +241,52 @@ class Reclaimer:
                     told.append((vkind, vid))
         return told
 
-    def _notify(self, kind: str, wid: int, handles: list[Handle], beneficiary: str, node: str) -> bool:
-        """Record the notice (transaction), then deliver SIGUSR1 (no transaction)."""
+    def outbid(self) -> list[tuple[str, int]]:
+        """Notice running spot work whose bid is below the current spot price of a model
+        it runs on; lowest bid first (newest first among equal bids), and once noticed
+        its GPUs count as gone for the bids after it. Backend calls as in ``plan``."""
+        spot_class = PriorityClass.SPOT.value
+        with self.db.transaction() as s:
+            active = list(s.scalars(select(Allocation).where(Allocation.ended_at.is_(None), Allocation.priority == spot_class)))
+            if all(a.max_price_micros is None for a in active):  # the bid is copied onto each slot (capacity.take)
+                return []
+            owned: dict[tuple[str, int], list[tuple[str, int, float]]] = {}
+            for a in active:
+                key = ("job", a.job_id) if a.job_id else ("instance", a.instance_id)
+                owned.setdefault(key, []).append((a.gpu_model, len(a.gpu_indices) * a.milli_per_gpu, a.started_at.timestamp()))
+            mk = spot.market(s)
+            cands = []
+            for (kind, wid), allocs in owned.items():
+                row = s.get(Job if kind == "job" else Instance, wid)
+                if row is None or row.state != "running" or not row.handles:
+                    continue
+                if _notice(row.handles) is not None:  # leaving already: its GPUs do not set the price
+                    for m, milli, _ in allocs:
+                        mk.busy[m] = mk.busy.get(m, 0) - milli
+                elif row.max_price_micros is not None:
+                    cands.append((row.max_price_micros, -max(t for _, _, t in allocs), kind, wid, allocs,
+                                  [Handle.from_json(h) for h in row.handles]))
+        told: list[tuple[str, int]] = []
+        for bid, _, kind, wid, allocs, handles in sorted(cands, key=lambda c: c[:4]):
+            over = [(m, p) for m in sorted({m for m, _, _ in allocs}) if (p := mk.price(m)) is not None and p > bid]
+            if not over:
+                continue
+            m, p = over[0]
+            why = (f"spot price {mk.price_text(p)}/GPU-h for {m} is above max_price {mk.text(bid)} "
+                   f"(at {mk.utilisation(m) / 10:g} % utilisation)")
+            if self._notify(kind, wid, handles, "price", m, why=why):
+                told.append((kind, wid))
+                for am, milli, _ in allocs:
+                    mk.busy[am] = mk.busy.get(am, 0) - milli
+        return told
+
+    def _notify(self, kind: str, wid: int, handles: list[Handle], beneficiary: str, node: str, why: str | None = None) -> bool:
+        """Record the notice (transaction), then deliver SIGUSR1 (no transaction). ``why``
+        replaces "spot reclaim for <beneficiary> on <node>" in the events."""
         deadline = time.time() + self.notice_s
         notice = {"deadline": deadline, "for": beneficiary, "notice_s": self.notice_s, "at": time.time()}
+        if why:
+            notice["why"] = why
         with self.db.transaction() as s:
             row = s.get(Job if kind == "job" else Instance, wid)
             if row is None or row.state != "running" or not row.handles or _notice(row.handles) is not None:
@@ -245,7 +294,8 @@ class Reclaimer:
             row.handles = [{**h, "data": {**h["data"], "notice": notice}} for h in row.handles]
             when = datetime.fromtimestamp(deadline, tz=timezone.utc).isoformat(timespec="seconds")
             record_event(s, kind, wid, "running", "noticed",
-                         f"spot reclaim for {beneficiary} on {node}: SIGUSR1 now, SIGTERM at {when} ({self.notice_s:.0f}s notice)")
+                         f"{why or f'spot reclaim for {beneficiary} on {node}'}: SIGUSR1 now, SIGTERM at {when} "
+                         f"({self.notice_s:.0f}s notice)")
         for h in handles:
             try:
                 # an instance's keeper process would die of USR1: it gets the deadline file only

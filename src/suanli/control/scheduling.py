@@ -49,7 +49,12 @@ class PassMemo:
     fails again if this pass starts from the state that one ended with."""
 
     fingerprint: bytes = b""
+    #: requests the policy could not place (not those billing held: a hold can lift
+    #: without the cluster changing, e.g. a top-up or a lower price)
     unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: the request each of those was tried with (a spot bid may narrow a request's
+    #: models differently from one pass to the next)
+    tried: dict[tuple[str, int], Request] = field(default_factory=dict)
     #: the policy's first failure is logged with its traceback, later ones briefly
     policy_error_logged: bool = False
     #: waiting work the policy has already seen arrive (online policies learn the mix
@@ -155,9 +160,14 @@ def schedule_pass(
     with db.transaction() as s:
         snap = snapshot(s, backends)
         work = waiting_work(s)
-        held, rejected = admission(s, work)  # quotas and budgets: suanli.billing.enforce
+        narrowed: dict[tuple[str, int], frozenset[str]] = {}
+        held, rejected = admission(s, work, narrowed)  # quotas, budgets, spot bids: suanli.billing.enforce
         fail_rejected(s, rejected)
     work = [w for w in work if (w.kind, w.id) not in held and (w.kind, w.id) not in rejected]
+    # a spot bid that only some allowed models meet: place it on those (the price checked
+    # is the price of the model it lands on)
+    work = [replace(w, request=replace(w.request, gpu_models=narrowed[(w.kind, w.id)])) if (w.kind, w.id) in narrowed else w
+            for w in work]
     result = PassResult([], unplaced=dict(held))
     if not work:
         return result
@@ -172,7 +182,7 @@ def schedule_pass(
     unchanged = memo is not None and memo.fingerprint == fingerprint(snap.state)
     for w in work:
         key = (w.kind, w.id)
-        if unchanged and key in memo.unplaced:  # type: ignore[union-attr]
+        if unchanged and key in memo.unplaced and memo.tried.get(key) == w.request:  # type: ignore[union-attr]
             result.unplaced[key] = memo.unplaced[key]  # type: ignore[union-attr]
             continue
         try:
@@ -206,5 +216,6 @@ def schedule_pass(
             break
     if memo is not None:
         memo.fingerprint = b"" if result.conflicts else fingerprint(snap.state)
-        memo.unplaced = dict(result.unplaced or {})
+        memo.unplaced = {k: v for k, v in (result.unplaced or {}).items() if k not in held}
+        memo.tried = {(w.kind, w.id): w.request for w in work if (w.kind, w.id) in memo.unplaced}
     return result

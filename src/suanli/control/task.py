@@ -7,6 +7,7 @@
       cpus: 16                  # cores per node (default: 2 per GPU)
       memory: 64                # GiB per node (default: 8 per GPU)
       priority: on-demand       # on-demand | spot | reserved
+      # max_price: "1.20"       # spot only: most you pay per GPU-hour (book's currency)
     num_nodes: 1
     workdir: .                  # local backend: run from here (relative to the YAML)
     setup: pip install -r requirements.txt
@@ -23,7 +24,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from suanli.billing.money import MoneyError, parse_max_price
 
 ACCEL = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?::\s*(\d+)\s*)?$")
 
@@ -44,6 +47,20 @@ def parse_accelerators(value: str) -> Accelerators:
     return Accelerators(m.group(1), count)
 
 
+def check_max_price(value: object, priority: str) -> str | None:
+    """A request's spot bid: canonical decimal text, or ValueError (pydantic names the
+    field). Only spot work may carry one."""
+    if value is None:
+        return None
+    try:
+        text = parse_max_price(value)
+    except MoneyError as exc:
+        raise ValueError(str(exc)) from None
+    if priority != "spot":
+        raise ValueError(f"a max_price is a spot bid: only valid with priority spot (this request is {priority})")
+    return text
+
+
 class Resources(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -52,6 +69,13 @@ class Resources(BaseModel):
     cpus: float | None = Field(default=None, gt=0)
     memory: float | None = Field(default=None, gt=0)
     priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
+    #: spot bid per GPU-hour, decimal text; declared after ``priority`` so it can check it
+    max_price: str | None = None
+
+    @field_validator("max_price", mode="before")
+    @classmethod
+    def _max_price(cls, v: object, info: ValidationInfo) -> object:
+        return check_max_price(v, info.data.get("priority", "spot"))
 
     @field_validator("accelerators", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -142,6 +143,8 @@ class Instance(Base):
     image: Mapped[str] = mapped_column(String(200), default="")
     disk_gib: Mapped[int] = mapped_column(Integer, default=10)
     priority: Mapped[str] = mapped_column(String(20), default="on-demand")
+    #: Spot bid in micro-units per GPU-hour (``max_price``); NULL: none.
+    max_price_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     #: What the owner asked for; the control loop moves ``state`` towards it.
     desired: Mapped[str] = mapped_column(String(20), default="running")
     handles: Mapped[list | None] = mapped_column(JSON, nullable=True)
@@ -180,6 +183,17 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
+    @property
+    def max_price_micros(self) -> int | None:
+        """The spot bid of the task (``spec.resources.max_price``) in micro-units per
+        GPU-hour; None: none. Instances keep theirs in a column of the same name."""
+        text = ((self.spec or {}).get("resources") or {}).get("max_price")
+        if text is None:
+            return None
+        from suanli.billing.money import to_micros
+
+        return to_micros(text)
+
 
 class Allocation(Base):
     """Concrete slots held by one node's share of a workload, from ``started_at``
@@ -202,6 +216,9 @@ class Allocation(Base):
     cpu_milli: Mapped[int] = mapped_column(Integer)
     memory_mib: Mapped[int] = mapped_column(Integer)
     priority: Mapped[str] = mapped_column(String(20))
+    #: The workload's spot bid when this slot was taken (micro-units per GPU-hour; NULL:
+    #: none): the rater caps this interval's spot price at it.
+    max_price_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 

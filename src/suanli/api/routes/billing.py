@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
 from suanli.billing import quote as quoting
-from suanli.billing import rater, reports, store
+from suanli.billing import rater, reports, spot, store
 from suanli.billing.money import MoneyError
-from suanli.billing.store import BillingError, current_book, dt_to_ms, tenant_id_of
+from suanli.billing.store import BillingError, dt_to_ms, tenant_id_of
 from suanli.control.auth import Principal
-from suanli.control.task import Task
+from suanli.control.task import Task, check_max_price
 
 router = APIRouter(prefix="/v1/billing", tags=["billing"])
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class QuoteIn(Strict):
     task: Task
     max_hours: float | None = Field(default=None, gt=0, le=24 * 366)
     disk_gib: int = Field(default=0, ge=0)
-    max_price: str | None = None
+    max_price: str | None = Field(default=None, description="spot bid per GPU-hour; default: the task's resources.max_price")
 
 
 class RateIn(Strict):
@@ -245,13 +245,25 @@ def quote(body: QuoteIn, ctx: ServerContext = Depends(context), who: Principal =
     r = body.task.resources
     accel = r.accel
     with ctx.db.transaction() as s:
-        _, book = current_book(s)
+        mk = spot.market(s)  # the book now, and the spot market for a spot request
+    book = mk.book
     models = [accel.model] if accel else reports.offered_models(ctx.db)
     if not r.gpu_milli and not accel:
         raise BillingError("resources.accelerators: a quote needs GPUs (MODEL:COUNT or gpu_milli)")
+    count = accel.count if accel and not r.gpu_milli else 0
+    bid = r.max_price  # the task's bid, unless the quote names another
+    if body.max_price is not None:
+        try:
+            bid = check_max_price(body.max_price, r.priority)
+        except ValueError as exc:
+            raise BillingError(f"max_price: {exc}") from None
+    util = None
+    if r.priority == "spot":  # the price admission compares the bid with: now, the request counted as running
+        milli = (r.gpu_milli or count * 1000) * body.task.num_nodes
+        util = {m: mk.utilisation(m, milli) for m in models}
     try:
-        lines = quoting.quote(book, models, accel.count if accel and not r.gpu_milli else 0, r.gpu_milli or 0,
-                              body.task.num_nodes, r.priority, body.max_hours, body.disk_gib, body.max_price)
+        lines = quoting.quote(book, models, count, r.gpu_milli or 0, body.task.num_nodes, r.priority, body.max_hours,
+                              body.disk_gib, bid, utilisation=util)
     except MoneyError as exc:
         raise BillingError(f"max_price: {exc}") from None
     if not lines:

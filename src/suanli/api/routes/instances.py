@@ -23,6 +23,7 @@ def to_request(body: InstanceCreate) -> instances.InstanceRequest:
     return instances.InstanceRequest(
         name=body.name, gpu_model=body.gpu_model, gpu_count=body.gpu_count, gpu_milli=body.gpu_milli,
         cpus=body.cpus, memory_gib=body.memory_gib, image=body.image, disk_gib=body.disk_gib, priority=body.priority,
+        max_price=body.max_price,
     )
 
 

@@ -107,6 +107,10 @@ async function viewGpus() {
       "No GPUs registered yet."));
 }
 
+function priorityDesc(w) {
+  return w.max_price ? `${w.priority} ≤ ${w.max_price}/GPU-h` : w.priority;
+}
+
 function gpuChoice(gpus, name) {
   return el("select", { name }, gpus.map((g) => el("option", { value: g.model }, `${g.model} (${g.free} free)`)));
 }
@@ -114,7 +118,8 @@ function gpuChoice(gpus, name) {
 async function quoteInto(target, resources, diskGib) {
   try {
     const q = await api("POST", "/v1/billing/quote", { task: { run: ":", resources }, max_hours: 1, disk_gib: diskGib });
-    target.textContent = q.quotes.length ? `costs ${q.quotes[0].per_hour_text} per hour (${q.quotes[0].plan})` : "";
+    const first = q.quotes[0];
+    target.textContent = first ? `costs ${first.per_hour_text} per hour (${first.plan})${first.plan === "spot" ? ` — ${first.note}` : ""}` : "";
   } catch (e) {
     target.textContent = e instanceof ApiError ? e.message : "";
   }
@@ -130,18 +135,25 @@ async function formInstance() {
     el("label", {}, "or share of one", el("select", { name: "share" },
       el("option", { value: "" }, "whole GPUs"), [1, 2, 3, 4, 5, 6, 7, 8, 9].map((t) => el("option", { value: t * 100 }, `0.${t} GPU`)))),
     el("label", {}, "Priority", el("select", { name: "priority" }, ["on-demand", "spot", "reserved"].map((p) => el("option", {}, p)))),
+    el("label", { id: "max-price", style: "display:none" }, "Max price / GPU-h",
+      el("input", { name: "max_price", inputmode: "decimal", placeholder: "spot: optional, e.g. 1.20", style: "width:9em" })),
     el("label", {}, "Image", el("input", { name: "image", value: "ubuntu:22.04" })),
     el("label", {}, "Disk GiB", el("input", { name: "disk_gib", type: "number", min: 1, value: 50, style: "width:6em" })),
     el("button", { type: "submit" }, "Rent"), price);
   const body = () => {
     const f = new FormData(form);
     const share = Number(f.get("share") || 0);
-    return { name: f.get("name"), gpu_model: f.get("gpu_model"), gpu_count: share ? 1 : Number(f.get("gpu_count")),
+    const b = { name: f.get("name"), gpu_model: f.get("gpu_model"), gpu_count: share ? 1 : Number(f.get("gpu_count")),
       gpu_milli: share, priority: f.get("priority"), image: f.get("image"), disk_gib: Number(f.get("disk_gib")) };
+    const bid = String(f.get("max_price") || "").trim();
+    if (b.priority === "spot" && bid) b.max_price = bid;  // a bid only means something for spot
+    return b;
   };
   const requote = () => {
     const b = body();
-    quoteInto(price, { accelerators: `${b.gpu_model}:${b.gpu_count || 1}`, gpu_milli: b.gpu_milli || null, priority: b.priority }, b.disk_gib);
+    form.querySelector("#max-price").style.display = b.priority === "spot" ? "" : "none";
+    quoteInto(price, { accelerators: `${b.gpu_model}:${b.gpu_count || 1}`, gpu_milli: b.gpu_milli || null, priority: b.priority,
+      max_price: b.max_price || null }, b.disk_gib);
   };
   form.addEventListener("change", requote);
   form.addEventListener("submit", (ev) => {
@@ -163,7 +175,7 @@ async function liveInstances() {
       act(`Deleting instance ${i.id}.`, () => api("DELETE", `/v1/instances/${i.id}`)) }, "Delete"));
   return el("section", {}, el("h2", {}, "Instances"),
     table(["ID", "NAME", "STATE", "GPU", "PRIORITY", "PLACED ON", "WHY", ""],
-      rows.map((i) => [String(i.id), i.name, stateCell(i.state), gpuDesc(i), i.priority, placed(i.allocations), i.reason, actions(i)]),
+      rows.map((i) => [String(i.id), i.name, stateCell(i.state), gpuDesc(i), priorityDesc(i), placed(i.allocations), i.reason, actions(i)]),
       "No instances yet."));
 }
 
@@ -198,7 +210,7 @@ async function liveJobs() {
     el("button", { class: "plain", onclick: () => showLogs(`/v1/jobs/${j.id}/logs`) }, "Logs"));
   return el("section", {}, el("h2", {}, "Jobs"),
     table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "EXIT", "WHY", ""],
-      rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), j.priority, placed(j.allocations),
+      rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), priorityDesc(j), placed(j.allocations),
         j.exit_code ?? "", j.reason, actions(j)]),
       "No jobs yet."));
 }
