@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -87,6 +88,42 @@ async def drive(url: str, tokens: list[str], seconds: float, ops: list[tuple[str
     }
 
 
+def kill_run_tasks(workloads: Path) -> int:
+    """SIGKILL every process the server started for this run, one by one: those whose
+    environment carries ``SUANLI_TASK_DIR`` under ``workloads`` (the local backend sets
+    it for each task, and everything a task starts inherits it). Nothing else is touched:
+    a process that merely names the run's directory (``tail -f .../server.log`` in
+    someone's shell) is not ours, nor is its process group. Returns how many were killed."""
+    prefix = f"SUANLI_TASK_DIR={workloads}/".encode()
+    killed: set[int] = set()
+    for _ in range(100):  # again until a pass finds none: a task may fork while we kill
+        found = 0
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) in killed:
+                continue
+            try:
+                if any(e.startswith(prefix) for e in (proc / "environ").read_bytes().split(b"\0")):
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    killed.add(int(proc.name))
+                    found += 1
+            except OSError:  # gone, or not ours to read
+                continue
+        if not found:
+            break
+        time.sleep(0.05)
+    return len(killed)
+
+
+def server_died(server: subprocess.Popen, log: Path) -> str | None:
+    """Why the server is gone (exit code or signal, and its log's tail), or None if it runs."""
+    try:
+        code = server.wait(2)  # a killed process closes its sockets a moment before it can be reaped
+    except subprocess.TimeoutExpired:
+        return None
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return f"the server {how} mid-run (pid {server.pid}); tail of {log}:\n" + log.read_text(errors="replace")[-2000:]
+
+
 def make_users(url: str, admin: str, n: int) -> list[str]:
     tokens = []
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30) as c:
@@ -144,9 +181,12 @@ def main() -> None:
         tokens = make_users(url, admin, args.clients)
 
         load_before = os.getloadavg()[0]
-        baseline = asyncio.run(drive(url, tokens, args.baseline_seconds, [("healthz", "GET", None)]))
         create = {"gpu_milli": 100, "image": "bench", "disk_gib": 1}
-        load = asyncio.run(drive(url, tokens, args.seconds, [("create", "POST", create), ("list", "GET", None)]))
+        try:
+            baseline = asyncio.run(drive(url, tokens, args.baseline_seconds, [("healthz", "GET", None)]))
+            load = asyncio.run(drive(url, tokens, args.seconds, [("create", "POST", create), ("list", "GET", None)]))
+        except httpx.TransportError:
+            raise SystemExit(server_died(server, tmp / "server.log") or "the server stopped answering") from None
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60) as c:
             rows = c.get("/v1/instances").json()
         states: dict[str, int] = {}
@@ -172,14 +212,8 @@ def main() -> None:
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
-        # the benchmark's instances are processes on this host: stop every process
-        # group whose command line names this run's directory
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and str(tmp) in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                    os.killpg(os.getpgid(int(proc.name)), 9)
-            except (OSError, ProcessLookupError):
-                pass
+        # the benchmark's instances are processes on this host, left running by design
+        kill_run_tasks((tmp / "data" / "workloads").resolve())
         if drop is not None:
             drop()
 
