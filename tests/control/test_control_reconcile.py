@@ -5,6 +5,7 @@ row owns are stopped."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -14,6 +15,7 @@ from sqlalchemy import select
 
 from control_helpers import ServerProcess, free_port, start_server, wait_until
 from suanli.backends.base import TaskSpec
+from suanli.backends.local.process import kill_leftovers
 from suanli.control.capacity import snapshot, take
 from suanli.control.launcher import task_key
 from suanli.control.scheduling import plan_gang, to_request
@@ -77,16 +79,15 @@ def test_kill9_and_restart_adopts_or_fails_never_twice(db_url: str, tmp_path: Pa
         assert _active_gpu_milli(db_url) == 0
     finally:
         srv.stop()
-        for key in os.listdir(data / "workloads"):
+        for key in os.listdir(data / "workloads"):  # only this test's processes, even after a PID wrap
             try:
-                os.killpg(c_handle(data, key), signal.SIGKILL)
-            except (ProcessLookupError, FileNotFoundError, KeyError):
+                h = json.loads((data / "workloads" / key / "handle.json").read_text())
+                kill_leftovers(int(h["pgid"]), f"SUANLI_TASK_DIR={h['dir']}")
+            except (FileNotFoundError, KeyError):
                 pass
 
 
 def c_handle(data: Path, key: str) -> int:
-    import json
-
     return int(json.loads((data / "workloads" / key / "handle.json").read_text())["pgid"])
 
 

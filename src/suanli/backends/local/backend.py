@@ -143,7 +143,7 @@ class LocalBackend:
         if not data or "pgid" not in data:
             return
         if self._leader_alive(data):
-            process.stop_group(int(data["pgid"]), lambda: self._leader_alive(data), grace_s)
+            process.stop_group(int(data["pgid"]), lambda: self._leader_alive(data), grace_s, _marker(data))
         else:
             process.kill_leftovers(int(data["pgid"]), _marker(data))
         child = self._children.get(handle.key)

@@ -46,15 +46,19 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def stop_group(pgid: int, leader_alive, grace_s: float) -> None:  # type: ignore[no-untyped-def]
+def stop_group(pgid: int, leader_alive, grace_s: float, marker: str) -> None:  # type: ignore[no-untyped-def]
     """SIGTERM the whole group, wait up to ``grace_s`` for the leader, then SIGKILL
-    what is left of the group."""
+    what is left: the whole group while its leader still holds the id, else only the
+    processes carrying ``marker`` (``kill_leftovers``: the id may be reused by then)."""
     if not signal_group(pgid, signal.SIGTERM):
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and leader_alive():
         time.sleep(0.05)
-    signal_group(pgid, signal.SIGKILL)
+    if leader_alive():
+        signal_group(pgid, signal.SIGKILL)
+    else:
+        kill_leftovers(pgid, marker)
 
 
 def kill_leftovers(pgid: int, marker: str) -> int:
