@@ -124,6 +124,43 @@ def test_suanli_leaves_scarce_gpu_models_to_restricted_work():
     assert _choices("fgd", state, whole(1), target) == {"v100", "t4"}
 
 
+def test_suanli_does_not_strand_a_node_with_a_shared_pod():
+    # Mix: 49 x (1 GPU, 1 core), 1 x (500 milli, 4 cores). A 500-milli, 4-core pod on
+    # either 1-GPU node leaves 500 idle milli the whole-GPU task cannot use (f = 500 on
+    # both). On "poor" (6 cores) 2 cores are left, too few for the sharing task too:
+    # dF = -500 -> floor(100 * sigmoid(-0.5)) = 37; on "rich" (12 cores) the sharing task
+    # still fits: dF = -0.98 * 500 = -490 -> 37. FGD ties and the node order decides;
+    # suanli leaves "poor" alone, whose idle milli no request of the mix could use.
+    state = cluster(node("poor", gpus=1, cpu=6000), node("rich", gpus=1, cpu=12_000))
+    target, pod = [whole(1)] * 49 + [share(500, cpu=4000)], share(500, cpu=4000)
+    assert _choices("suanli", state, pod, target) == {"rich"}
+    assert _choices("fgd", state, pod, target) == {"poor", "rich"}
+
+
+def test_suanli_counts_a_drained_node_as_usable():
+    # Mix as above. Both nodes have one GPU with 500 milli free and 4 cores; a 500-milli,
+    # 4-core pod leaves each with no idle milli (nothing stranded), so key 3 ties and
+    # both remain possible, as under FGD.
+    state = cluster(node("a", gpus=1, cpu=4000), node("b", gpus=1, cpu=4000), used={"a": [500], "b": [500]})
+    target, pod = [whole(1)] * 49 + [share(500, cpu=4000)], share(500, cpu=4000)
+    assert _choices("suanli", state, pod, target) == {"a", "b"}
+
+
+def test_suanli_scores_are_the_same_with_and_without_the_cache():
+    # Key 3 depends only on the node's own state and the mix, so cached scores (per
+    # request shape, refreshed by node version) equal a full rescore at every step.
+    rng = np.random.default_rng(7)
+    reqs = [share(int(m), cpu=int(c)) for m, c in zip(rng.integers(50, 1000, 40), rng.integers(500, 12_000, 40))]
+    reqs += [whole(int(k), cpu=int(c)) for k, c in zip(rng.choice([1, 2, 4], 20), rng.integers(500, 24_000, 20))]
+    reqs = [reqs[i] for i in rng.permutation(len(reqs))]
+    nodes = [node(f"n{i}", gpus=g, cpu=c) for i, (g, c) in enumerate([(8, 96_000), (4, 24_000), (2, 16_000)] * 3)]
+    cached, fresh = scheduler("suanli", cluster(*nodes), target=reqs), scheduler("suanli", cluster(*nodes), target=reqs)
+    fresh.policy.use_cache = False
+    for k, req in enumerate(reqs):
+        a, b = cached.schedule(req, key=k), fresh.schedule(req, key=k)
+        assert a.allocation == b.allocation and a.score == b.score
+
+
 def test_policies_without_a_target_place_before_learning_anything():
     # The live platform builds "suanli" with no target: before any request was observed
     # every node ties, and the seeded node order decides.

@@ -1,4 +1,4 @@
-"""Suanli's default policy: FGD, with ties broken by scarce GPU models and stranded CPU.
+"""Suanli's default policy: FGD, with ties broken by scarce GPU models and stranded capacity.
 
 The primary key is FGD's (``fgd.py``): the integer ``floor(100 * sigmoid(dF / 1000))``
 score of the target workload's expected fragmentation. Because that score is
@@ -6,9 +6,9 @@ quantised, many nodes tie, and FGD leaves the tie to the seeded node order. Ties
 the rule, not the exception: a CPU-only pod changes no node's fragmentation until the
 cluster is nearly full, so nearly every node scores 50, and a whole-GPU pod ties on
 every node that has a free GPU and enough CPU. This policy keeps FGD's score (it never
-overrides it) and breaks its ties with two facts about the future that FGD's per-node
-fragmentation does not see; only what is still tied after them goes to the seeded node
-order, which keeps FGD's packing.
+overrides it) and breaks its ties with facts about the future that FGD's per-node,
+count-weighted fragmentation does not see; only what is still tied after them goes to
+the seeded node order, which keeps FGD's packing.
 
 1. **Scarce GPU models** (GPU requests). Some requests of the mix may run only on
    certain GPU models (``gpu_spec``). For each model, the pressure is the GPU milli
@@ -28,10 +28,21 @@ order, which keeps FGD's packing.
    first-fit order of FGD's tie-break otherwise spends the CPU of CPU-poor nodes and
    strands their last free GPUs.
 
-Sharing pods are left to FGD apart from key 1: a CPU key for them lost allocation in
-the experiments (it pulls them off the packed nodes). Every key depends only on the
-node's own state and the target, so the per-shape score cache applies, and the policy
-is deterministic for a seed.
+3. **Idle GPUs left usable** (sharing requests). A sharing pod may go to any GPU with
+   room, and FGD scores every such GPU of a node. Among the GPUs (and nodes) tied on
+   FGD's score, the policy prefers a placement after which the node either has no idle
+   GPU milli left or can still host at least one GPU request of the mix (enough GPUs
+   with enough free milli, enough CPU, an allowed model). The other kind of placement
+   strands what the node has left: no request of the mix can use it, and FGD's
+   count-weighted, quantised score often does not tell the two apart. This key ranks
+   above key 1 for sharing pods. At the end of the fill almost all idle capacity is
+   gaps on shared GPUs, so it matters most on mixes with few CPU-only and many
+   multi-GPU pods (multigpu40), where keys 1 and 2 have little to work with.
+
+A CPU-surplus key (key 2) for sharing pods lost allocation in the experiments (it
+pulls them off the packed nodes); key 3 only separates placements that leave the node
+unusable. Every key depends only on the node's own state and the target, so the
+per-shape score cache applies, and the policy is deterministic for a seed.
 
 Measured against FGD on every paper trace in BENCHMARKS.md ("Scheduler: fill quality").
 """
@@ -41,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from suanli.scheduler.model import Request
-from suanli.scheduler.policies.fgd import FGD
+from suanli.scheduler.policies.fgd import FGD, sigmoid_score
 from suanli.scheduler.policies.fragmentation import TargetArrays
 from suanli.scheduler.policies.target import TargetWorkload
 from suanli.scheduler.state import ClusterState
@@ -50,6 +61,24 @@ from suanli.scheduler.state import ClusterState
 _SPAN = 1 << 16
 #: Room for the CPU level (0..2) under the model-pressure level.
 _CPU_LEVELS = 4
+
+
+def usable_after_share(state: ClusterState, req: Request, idx: np.ndarray, t: TargetArrays) -> np.ndarray:
+    """(K, G) bool: after placing the sharing request ``req`` on GPU g of node idx[k],
+    the node has no idle GPU milli left or can host at least one GPU task of ``t``
+    (enough GPUs with enough free milli, enough CPU, an allowed model). Charging GPU g
+    only changes that GPU's fit per task, so the counts are updated, not recomputed."""
+    free = state.gpu_free[idx].astype(np.int64)
+    milli = req.milli_per_gpu
+    if t.weights.size == 0:
+        return np.ones(free.shape, dtype=bool)
+    drained = (free.sum(axis=1) == milli)[:, None]  # no idle milli left (wherever g fits)
+    need = t.milli[None, None, :]  # (1, 1, M)
+    x = free[:, :, None]  # GPU g before, (K, G, 1)
+    fits = (x >= need).sum(axis=1)[:, None, :] - (x >= need) + (x - milli >= need)  # (K, G, M)
+    cpu_ok = (state.cpu_free[idx] - req.cpu_milli)[:, None] >= t.cpu[None, :]  # (K, M)
+    task_ok = cpu_ok & t.model_ok[:, state.model_id[idx]].T & (t.milli > 0)[None, :]
+    return drained | ((fits >= t.gpus) & task_ok[:, None, :]).any(axis=2)
 
 
 class SuanliPolicy(FGD):
@@ -83,6 +112,15 @@ class SuanliPolicy(FGD):
             level = len(levels) - 1 - np.searchsorted(levels, np.round(pressure, 9))
             self._model_keys_of, self._ratio, self._pressure_level = t, ratio, level.astype(np.int64)
         return self._ratio, self._pressure_level
+
+    def _score(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not req.is_sharing:
+            return super()._score(state, req, idx)
+        # Per GPU: FGD's score, then key 3 (2 * score + usable); the node takes its best GPU.
+        delta, fit = self.fragmentation_change(state, req, idx)
+        usable = usable_after_share(state, req, idx, self.arrays(state))
+        scores = np.where(fit, 2 * sigmoid_score(delta) + usable, -1)
+        return scores.max(axis=1), scores.argmax(axis=1)
 
     def node_scores(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         primary, gpu = super().node_scores(state, req, idx)
