@@ -123,11 +123,3 @@ def restarted(p: Platform, backends: dict[str, Backend]) -> Platform:
     reclaimer = Reclaimer(ctx.db, ctx.backends, ctx.data_dir, notice_s=p.reclaimer.notice_s, grace_s=2.0, health_interval_s=0.0)
     plug(ctx.loop, reclaimer)
     return Platform(ctx.loop, reclaimer, p.data_dir)
-
-
-def fresh_pg_url() -> tuple[str, Callable[[], None]] | None:
-    """A fresh migrated PostgreSQL database and the callable that drops it, or None when
-    the test server is unreachable."""
-    from pg_helpers import PG_SKIP, fresh_pg_database
-
-    return None if PG_SKIP else fresh_pg_database()

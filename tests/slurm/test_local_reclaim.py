@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from platform_helpers import ADMIN, Platform, fresh_pg_url, make_platform
+from platform_helpers import ADMIN, Platform, make_platform
 
 from suanli.backends.base import BackendError, Handle
 from suanli.control import nodes
@@ -26,23 +26,16 @@ WORKLOAD = (
 )
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platform]:
+@pytest.fixture
+def platform(db_url: str, tmp_path: Path) -> Iterator[Platform]:
+    """Two local nodes, on SQLite and on PostgreSQL (``db_url``)."""
     inv = Inventory(nodes=[NodeDecl(name=f"local{i}", gpu_model="H100", gpu_count=4, cpu_cores=16, memory_gib=64)
                            for i in (1, 2)])
-    url, drop = None, None
-    if request.param == "postgresql":
-        pg = fresh_pg_url()
-        if pg is None:
-            pytest.skip("PostgreSQL unreachable (SUANLI_TEST_PG)")
-        url, drop = pg
-    p = make_platform(tmp_path / "data", {}, inv, notice_s=2.0, db_url=url)
+    p = make_platform(tmp_path / "data", {}, inv, notice_s=2.0, db_url=db_url)
     try:
         yield p
     finally:
         p.close()
-        if drop is not None:
-            drop()
 
 
 def log_lines(p: Platform, job_id: int) -> list[str]:

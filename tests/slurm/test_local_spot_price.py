@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from platform_helpers import ADMIN, Platform, fresh_pg_url, make_platform
+from platform_helpers import ADMIN, Platform, make_platform
 from test_local_reclaim import WORKLOAD, log_lines, starts
 
 from suanli.billing import store
@@ -27,23 +27,16 @@ from suanli.inventory import Inventory, NodeDecl
 H100 = default_book().gpu("H100")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platform]:
+@pytest.fixture
+def platform(db_url: str, tmp_path: Path) -> Iterator[Platform]:
+    """Two local nodes, on SQLite and on PostgreSQL (``db_url``)."""
     inv = Inventory(nodes=[NodeDecl(name="h100", gpu_model="H100", gpu_count=8, cpu_cores=32, memory_gib=128),
                            NodeDecl(name="rtx", gpu_model="RTX4090", gpu_count=4, cpu_cores=16, memory_gib=64)])
-    url, drop = None, None
-    if request.param == "postgresql":
-        pg = fresh_pg_url()
-        if pg is None:
-            pytest.skip("PostgreSQL unreachable (SUANLI_TEST_PG)")
-        url, drop = pg
-    p = make_platform(tmp_path / "data", {}, inv, notice_s=2.0, db_url=url)
+    p = make_platform(tmp_path / "data", {}, inv, notice_s=2.0, db_url=db_url)
     try:
         yield p
     finally:
         p.close()
-        if drop is not None:
-            drop()
 
 
 def held(p: Platform, job_id: int) -> str:

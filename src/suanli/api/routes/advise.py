@@ -22,7 +22,9 @@ from suanli.control.errors import Invalid
 router = APIRouter(prefix="/v1/advise", tags=["advisor"])
 
 
-class MemoryQuery(BaseModel):
+class ModelQuery(BaseModel):
+    """A model and how it is run: what every memory-based question starts from."""
+
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(default=None, description="bundled model name, e.g. qwen2.5-72b")
@@ -31,23 +33,17 @@ class MemoryQuery(BaseModel):
     precision: str = "bf16"
     context: int = Field(default=4096, ge=1)
     batch: int = Field(default=1, ge=1)
+    training: dict[str, Any] = Field(default_factory=dict, description="zero, offload, optimizer, checkpointing, lora_rank, ...")
+
+
+class MemoryQuery(ModelQuery):
     gpus: int = Field(default=1, ge=1)
     kv_cache_dtype: str = "bf16"
     prefill_tokens: int | None = Field(default=None, ge=1)
-    training: dict[str, Any] = Field(default_factory=dict, description="zero, offload, optimizer, checkpointing, lora_rank, ...")
 
 
-class FitQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    model: str | None = Field(default=None, description="bundled model name, e.g. qwen2.5-72b")
-    params: str | float | None = Field(default=None, description="or a parameter count, e.g. 70B")
-    task: str = "inference"
-    precision: str = "bf16"
-    context: int = Field(default=4096, ge=1)
-    batch: int = Field(default=1, ge=1)
+class FitQuery(ModelQuery):
     tokens: float | None = Field(default=None, gt=0, description="training tokens, for time and total cost")
-    training: dict[str, Any] = Field(default_factory=dict, description="zero, offload, optimizer, checkpointing, lora_rank, ...")
 
 
 class TcoQuery(BaseModel):
