@@ -1,11 +1,12 @@
 """Fixtures shared by every suite: database tests run on SQLite and on the test
 PostgreSQL server (``pg_helpers``); the PostgreSQL cases skip with the reason when it is
-unreachable."""
+unreachable. ``cli`` runs ``suanli`` commands in-process against a suite's ``server``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,3 +34,29 @@ def _pg() -> Iterator[str]:
         yield url
     finally:
         drop()
+
+
+@pytest.fixture
+def cli(server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """``cli("jobs", "list", code=0, token=None)``: the control-plane and billing commands
+    against the suite's in-process ``server``, as its admin or as ``token``; returns the output."""
+    import typer
+    from typer.testing import CliRunner
+
+    from suanli.cli import billing, controlplane, remote
+
+    app = typer.Typer()
+    controlplane.register(app)
+    billing.register(app)
+    state = {"token": server.token}
+    monkeypatch.setattr(remote, "client_factory", lambda: server.client(state["token"]))
+    monkeypatch.setenv("SUANLI_CONFIG", str(tmp_path / "config.json"))
+    runner = CliRunner()
+
+    def run(*args: str, code: int = 0, token: str | None = None) -> str:
+        state["token"] = token or server.token
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == code, (args, result.output, result.exception)
+        return result.output
+
+    yield run

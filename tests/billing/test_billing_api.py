@@ -6,40 +6,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-import typer
 from typer.testing import CliRunner
 
 from control_helpers import Server, wait_state, wait_until
-from suanli.cli import billing as billing_cli
-from suanli.cli import controlplane
-from suanli.cli import remote
 
 runner = CliRunner()
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@pytest.fixture
-def cli(server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator:
-    app = typer.Typer()
-    controlplane.register(app)
-    billing_cli.register(app)
-    state = {"token": server.token}
-    monkeypatch.setattr(remote, "client_factory", lambda: server.client(state["token"]))
-
-    def run(*args: str, code: int = 0, token: str | None = None) -> str:
-        state["token"] = token or server.token
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, (args, result.output, result.exception)
-        return result.output
-
-    yield run
 
 
 def _member(server: Server, name: str = "alice", tenant: str = "lab") -> str:

@@ -4,7 +4,6 @@ app through FastAPI's TestClient), on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,24 +11,9 @@ import typer
 from typer.testing import CliRunner
 
 from control_helpers import Server, wait_until
-from suanli.cli import controlplane, remote
+from suanli.cli import controlplane
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def cli(server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator:
-    app = typer.Typer()
-    controlplane.register(app)
-    monkeypatch.setattr(remote, "client_factory", lambda: server.client())
-    monkeypatch.setenv("SUANLI_CONFIG", str(tmp_path / "config.json"))
-
-    def run(*args: str, code: int = 0) -> str:
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, (args, result.output, result.exception)
-        return result.output
-
-    yield run
 
 
 def test_gpus_and_nodes_json(cli) -> None:  # type: ignore[no-untyped-def]

@@ -7,36 +7,15 @@ bid."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-import typer
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from control_helpers import Server, wait_until
-from suanli.cli import billing as billing_cli
-from suanli.cli import controlplane, remote
 from suanli.db.models import Allocation, Event, Instance, Job
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def cli(server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator:
-    app = typer.Typer()
-    controlplane.register(app)
-    billing_cli.register(app)
-    monkeypatch.setattr(remote, "client_factory", lambda: server.client())
-    monkeypatch.setenv("SUANLI_CONFIG", str(tmp_path / "config.json"))
-
-    def run(*args: str, code: int = 0) -> str:
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, (args, result.output, result.exception)
-        return result.output
-
-    yield run
 
 
 def counts(srv: Server) -> tuple[int, ...]:
