@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -87,6 +88,17 @@ class TaskStatus:
 class ExecResult:
     exit_code: int
     output: str
+
+
+def read_log(path: Path, tail_bytes: int | None = None) -> str:
+    """A task's output file, or its last ``tail_bytes``; "" before it exists."""
+    try:
+        with open(path, "rb") as f:
+            if tail_bytes:
+                f.seek(max(0, path.stat().st_size - tail_bytes))
+            return f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 @runtime_checkable

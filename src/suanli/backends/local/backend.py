@@ -25,6 +25,7 @@ from suanli.backends.base import (
     TaskSpec,
     TaskState,
     TaskStatus,
+    read_log,
 )
 from suanli.backends.local import process
 
@@ -158,14 +159,7 @@ class LocalBackend:
             process.signal_group(int(handle.data["pgid"]), sig)
 
     def logs(self, handle: Handle, tail_bytes: int | None = None) -> str:
-        path = Path(handle.data.get("dir", self.task_dir(handle.key))) / "output.log"
-        try:
-            with open(path, "rb") as f:
-                if tail_bytes:
-                    f.seek(max(0, path.stat().st_size - tail_bytes))
-                return f.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return read_log(Path(handle.data.get("dir", self.task_dir(handle.key))) / "output.log", tail_bytes)
 
     def list_running(self) -> list[Handle]:
         running = []

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from suanli.backends.base import AlreadyRunning, BackendError, Handle, TaskSpec, TaskState, TaskStatus
+from suanli.backends.base import AlreadyRunning, BackendError, Handle, TaskSpec, TaskState, TaskStatus, read_log
 from suanli.backends.slurm.client import SlurmClient, SlurmError
 from suanli.backends.slurm.model import NodeHealth, SlurmJob, SlurmNode
 from suanli.backends.slurm.parse import SlurmParseError
@@ -295,14 +295,7 @@ class SlurmBackend:
         self.signal(handle, signals.SIGUSR1)
 
     def logs(self, handle: Handle, tail_bytes: int | None = None) -> str:
-        path = Path(handle.data.get("dir") or self.task_dir(handle.key)) / "output.log"
-        try:
-            with open(path, "rb") as f:
-                if tail_bytes:
-                    f.seek(max(0, path.stat().st_size - tail_bytes))
-                return f.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return read_log(Path(handle.data.get("dir") or self.task_dir(handle.key)) / "output.log", tail_bytes)
 
     def list_running(self) -> list[Handle]:
         """Every live job carrying this server's tag: how a restarted server re-adopts."""
