@@ -52,10 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--moves", default="0,4,16")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "defrag_fill.jsonl")
+    ap.add_argument("--fresh", action="store_true",
+                    help="measure every run again (appended to --out), instead of resuming from the runs stored there")
     args = ap.parse_args(argv)
     budgets = [int(m) for m in args.moves.split(",")]
     done = {}
-    if args.out.exists():
+    if args.out.exists() and not args.fresh:
         for line in args.out.read_text().splitlines():
             r = json.loads(line)
             done[(r["trace"], r["policy"], r["seed"], r["moves"])] = r
