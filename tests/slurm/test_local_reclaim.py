@@ -151,3 +151,42 @@ def test_local_spot_job_reclaimed_with_notice_checkpoint_and_resume(platform: Pl
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
 
 
+
+
+def test_a_spot_job_that_leaves_during_its_notice_is_requeued_and_makes_room_at_once(platform: Platform) -> None:
+    """The protocol a renter is told: checkpoint on USR1, then exit. The job was reclaimed,
+    not finished: it is requeued (never 'succeeded'), and the on-demand job it made way for
+    starts when it exits, not when the notice would have run out."""
+    p = platform
+    p.reclaimer.notice_s = 60.0
+    p.only_nodes({"local1"})
+    leaves = ('ckpt="$SUANLI_CHECKPOINT_DIR/step"; echo "start from=$(cat "$ckpt" 2>/dev/null || echo 0)" >> "$SUANLI_CHECKPOINT_DIR/log"; '
+              'trap \'echo 7 > "$ckpt"; exit 0\' USR1; while true; do sleep 0.1; done')
+    spot = p.submit(name="polite", resources={"accelerators": "H100:4", "priority": "spot"}, run=leaves, checkpoint_dir="ckpt")
+    p.until(lambda: starts(p, spot), 20, "spot running")
+    naive = p.submit(name="naive", resources={"accelerators": "H100:1", "priority": "spot"}, run="sleep 300")
+    t0 = time.monotonic()
+    urgent = p.submit(name="urgent", resources={"accelerators": "H100:4"}, run="sleep 1")
+    p.until(lambda: p.state(urgent, "running", "succeeded"), 30, "on-demand job placed once the spot job left")
+    assert time.monotonic() - t0 < 30  # well inside the 60 s notice
+    states = [e.to_state for e in p.events("job", spot)]
+    assert states[:5] == ["queued", "running", "noticed", "requeued", "queued"], states
+    assert "ended during its notice" in next(e.message for e in p.events("job", spot) if e.to_state == "requeued")
+    p.until(lambda: p.state(urgent, "succeeded"), 30, "on-demand job done")
+    assert p.until(lambda: starts(p, spot)[1:], 30, "spot resumed")[0] == "start from=7"
+    assert "succeeded" not in states and p.state(naive, "running", "queued")  # the 1-GPU one was not needed
+
+
+def test_a_spot_job_killed_by_the_notice_itself_is_requeued_not_failed(platform: Platform) -> None:
+    """A workload that does not handle USR1 dies of it; that is still a reclaim."""
+    p = platform
+    p.reclaimer.notice_s = 60.0
+    p.only_nodes({"local1"})
+    spot = p.submit(name="naive", resources={"accelerators": "H100:4", "priority": "spot"}, run="sleep 300")
+    p.until(lambda: p.state(spot, "running"), 20, "spot running")
+    urgent = p.submit(name="urgent", resources={"accelerators": "H100:4"}, run="sleep 0.5")
+    p.until(lambda: p.state(urgent, "succeeded"), 40, "on-demand job done")
+    p.until(lambda: p.state(spot, "running"), 30, "spot running again")
+    states = [e.to_state for e in p.events("job", spot)]
+    assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
+    assert "starts over" in [e.message for e in p.events("job", spot)][4]

@@ -20,7 +20,8 @@ hook: after reconcile, before the scheduling pass, which then places requeued wo
 4. **Expiry.** A spot victim whose notice deadline passed gets SIGTERM (then KILL after
    the grace period), its allocation is released and it is requeued the same way
    (instances: ``preempted`` then ``pending``) to resume when capacity returns (and,
-   for an outbid one, when admission finds the price at or below its bid again).
+   for an outbid one, when admission finds the price at or below its bid again). A job
+   that ends during its notice is due at once (``reconcile`` moves its deadline to now).
 5. **Planning.** Waiting reserved/on-demand work that does not fit asks
    ``plan_preemption`` (least lost work: GPU-seconds since each victim's newest
    checkpoint file) for spot victims. Each victim is told at once: SIGUSR1, with the
@@ -181,7 +182,8 @@ class Reclaimer:
                         due.append((kind, row.id, notice))
         done = []
         for kind, wid, notice in due:
-            why = f"{notice.get('why') or 'spot reclaim for ' + notice['for']}: notice of {notice['notice_s']:.0f}s expired"
+            ended = "it ended during its notice" if notice.get("ended_early") else "expired"
+            why = f"{notice.get('why') or 'spot reclaim for ' + notice['for']}: notice of {notice['notice_s']:.0f}s {ended}"
             if self._evict(kind, wid, "reclaim", why):
                 self.stats.reclaimed += 1
                 done.append((kind, wid))

@@ -4,7 +4,8 @@ Each pass reads what the database believes (transaction), asks the backends
 (no transaction), then applies the difference with guarded updates
 (transaction):
 
-- running work that exited: jobs become succeeded/failed with the exit code;
+- running work that exited: jobs become succeeded/failed with the exit code (a spot
+  job that exits during its reclaim notice is requeued instead, by ``control.reclaim``);
   instances whose process died become failed; their allocations are released;
 - requested changes: cancelled jobs and stopping/deleted instances are stopped on
   the backend (whole process group), then released;
@@ -84,6 +85,8 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
     states = [st.state for st in statuses]
     if all(st == TaskState.RUNNING for st in states):
         return 0
+    if ob.kind == "job" and any(h.data.get("notice") for h in ob.handles) and TaskState.RUNNING not in states:
+        return _cut_notice_short(db, ob)
     if ob.kind == "job" and all(st == TaskState.EXITED for st in states):
         bad = [st.exit_code for st in statuses if st.exit_code != 0]
         code = bad[0] if bad else 0
@@ -98,6 +101,24 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
     dead = [h.key for h, st in zip(ob.handles, statuses) if st.state != TaskState.RUNNING]
     what = "exited" if ob.kind == "instance" else "failed"
     return _finish(db, ob, stopped=False, exit_code=failed_code, message=f"task {', '.join(dead)} {what} or was lost", data_dir=data_dir, failed=True)
+
+
+def _cut_notice_short(db: Database, ob: Observed) -> int:
+    """A spot job that ends during its reclaim notice (it checkpointed and left, or USR1
+    killed it) was reclaimed, not finished: bring its deadline forward to now, and the
+    reclaimer (the loop's next step) requeues it to resume from its checkpoint and places
+    the work that was waiting for it, whichever exit code it left with."""
+    now = utcnow().timestamp()
+    with db.transaction() as s:
+        job = s.get(Job, ob.id)
+        if job is None or job.state != "running" or not job.handles:
+            return 0
+        job.handles = [
+            {**h, "data": {**h["data"], "notice": {**h["data"]["notice"], "deadline": min(h["data"]["notice"]["deadline"], now), "ended_early": True}}}
+            if (h.get("data") or {}).get("notice") else h
+            for h in job.handles
+        ]
+    return 1
 
 
 def _finish(db: Database, ob: Observed, *, stopped: bool, exit_code: int | None, message: str, data_dir: Path, failed: bool = False) -> int:
