@@ -124,3 +124,22 @@ def test_requeue_moves_the_job_to_another_node_under_the_same_id(slurm: SlurmCli
     assert wait_until(lambda: (p := backend.placement(h)) and p[0] == second and p, 30, "running on the other node")
     assert "restart=1" in wait_until(lambda: "restart=1" in (t := backend.logs(h)) and t, 20, "second run's output")
     assert backend.job(h, fresh=True).restarts == 1
+
+
+def test_exec_runs_inside_the_job_with_its_environment_gpus_and_notice(slurm: SlurmClient, backend: SlurmBackend) -> None:
+    node = nodes_with_gpu(slurm, "a100")[-1].name
+    h = backend.submit(spec("instance-7", node, (0, 1), run='trap "" USR1; sleep 60'))  # an instance's keeper
+    _, indices = running_placement(backend, h)
+    done = backend.exec(h, 'echo "cvd=$CUDA_VISIBLE_DEVICES job=$SUANLI_JOB_ID node=$SLURMD_NODENAME pwd=$PWD"; exit 3')
+    assert done.exit_code == 3
+    assert f"cvd={','.join(map(str, indices))} job=1 node={node} pwd={backend.task_dir('instance-7')}/work" in done.output
+    assert "$ echo" in backend.logs(h)  # recorded with the task's output, as on the local backend
+    deadline = int(time.time()) + backend.notice_s
+    backend.notice(h, deadline)  # the wrapper then records its own, from the same notice length
+    assert abs(int(backend.exec(h, "echo $SUANLI_PREEMPT_DEADLINE").output.strip()) - deadline) <= 2
+    slow = backend.exec(h, "sleep 5", timeout_s=1)
+    assert slow.exit_code == 124 and "timed out" in slow.output
+    backend.stop(h, grace_s=0)
+    wait_until(lambda: backend.status(h).state != TaskState.RUNNING, 30, "instance stopped")
+    with pytest.raises(BackendError, match="not running"):
+        backend.exec(h, "true")

@@ -23,13 +23,15 @@ Why these choices:
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 import signal as signals
 import threading
 import time
 from pathlib import Path
 
-from suanli.backends.base import AlreadyRunning, BackendError, Handle, TaskSpec, TaskState, TaskStatus, read_log
+from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handle, TaskSpec, TaskState, TaskStatus, read_log
 from suanli.backends.slurm.client import SlurmClient, SlurmError
 from suanli.backends.slurm.model import NodeHealth, SlurmJob, SlurmNode
 from suanli.backends.slurm.parse import SlurmParseError
@@ -194,6 +196,7 @@ class SlurmBackend:
         tdir = self.task_dir(spec.key)
         Path(sb.workdir or tdir).mkdir(parents=True, exist_ok=True)
         (tdir / "preempt_deadline").unlink(missing_ok=True)
+        (tdir / "env.json").write_text(json.dumps(sb.env))  # what exec gives its commands
         (tdir / "setup.sh").write_text(spec.setup + "\n" if spec.setup else "")
         (tdir / "run.sh").write_text(RUN_PREAMBLE + spec.run + "\n")
         try:
@@ -309,6 +312,31 @@ class SlurmBackend:
         return out
 
     # -- Slurm-specific capabilities -------------------------------------------------------
+    def exec(self, handle: Handle, command: str, timeout_s: float = 60.0) -> ExecResult:
+        """Run ``command`` inside the running job (a Slurm step on its node, sharing its
+        allocation) with the task's environment and the GPUs Slurm gave it; under a spot
+        notice also ``SUANLI_PREEMPT_DEADLINE``."""
+        job = self.job(handle, fresh=True)
+        if job is None or job.state != "RUNNING" or not job.node:
+            raise BackendError(f"{handle.key} is not running")
+        tdir = Path(handle.data.get("dir") or self.task_dir(handle.key))
+        env = json.loads((tdir / "env.json").read_text()) if (tdir / "env.json").exists() else {}
+        gpus = job.gpu_indices.get(job.node, ())
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        deadline = tdir / "preempt_deadline"
+        if deadline.exists():
+            env["SUANLI_PREEMPT_DEADLINE"] = deadline.read_text().strip()
+        exports = "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in env.items())
+        try:
+            code, output = self.client.step(int(job.job_id), job.node, ["bash", "-c", exports + command],
+                                            env.get("SUANLI_WORKDIR") or str(tdir), timeout_s)
+        except SlurmError as exc:
+            raise BackendError(f"exec in {handle.key} (Slurm job {job.job_id}): {exc}") from exc
+        with open(tdir / "output.log", "a") as log:
+            log.write(f"$ {command}\n{output}")
+        return ExecResult(code, output)
+
     def placement(self, handle: Handle) -> tuple[str, tuple[int, ...]] | None:
         """(node, GPU indices) Slurm gave a running job, or None while it is not running."""
         job = self.job(handle)

@@ -152,6 +152,25 @@ class SlurmClient:
         """
         self.run(["scancel", f"--signal={signal}", "--batch" if batch_only else "--full", str(job_id)])
 
+    def step(self, job_id: int, node: str, argv: Sequence[str], workdir: str, timeout_s: float) -> tuple[int, str]:
+        """Run ``argv`` as a step inside running job ``job_id`` on ``node``, sharing the
+        job's resources (``--overlap``); return its exit code (124 on timeout) and output.
+        A non-zero exit is the command's answer, not an error."""
+        cmd = ["srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
+               f"--chdir={workdir}", "--quiet", *argv]
+        if self.bin_dir is not None:
+            cmd[0] = str(self.bin_dir / cmd[0])
+        env = dict(os.environ)
+        if self.slurm_conf is not None:
+            env["SLURM_CONF"] = str(self.slurm_conf)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            return 124, _text(exc.stdout) + _text(exc.stderr) + f"\n[suanli] timed out after {timeout_s}s\n"
+        except FileNotFoundError as exc:
+            raise SlurmError(cmd, 127, f"{cmd[0]}: not found (is Slurm installed?)") from exc
+        return proc.returncode, proc.stdout + proc.stderr
+
     def requeue(self, job_id: int, hold: bool = False) -> None:
         """Stop the job and put it back in the queue under the same id (restart count + 1)."""
         self.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])

@@ -146,6 +146,11 @@ def sbatch_args(spec: SbatchSpec) -> list[str]:
     return args
 
 
+#: Seconds between the USR1 and the TERM the wrapper passes on when TERM comes without a
+#: notice first (Slurm preemption with GraceTime=0, a plain scancel).
+NOTICE_GAP_S = 1
+
+
 def render_script(spec: SbatchSpec) -> str:
     """The batch script: environment, then the workload under a signal-forwarding wrapper."""
     env = {"PATH": DEFAULT_PATH, **spec.env}
@@ -172,9 +177,15 @@ def render_script(spec: SbatchSpec) -> str:
         '  echo "suanli: notice received, deadline $deadline" >&2',
         "}",
         "suanli_term() {  # TERM: a job with a notice period always hears the notice first",
-        '  [ -n "${SUANLI_NOTICE_S:-}" ] && [ "$notified" = 0 ] && suanli_notice',
+        '  if [ -n "${SUANLI_NOTICE_S:-}" ] && [ "$notified" = 0 ]; then',
+        "    suanli_notice",
+        # both at once, bash may run the workload's TERM trap (exit) before its USR1 trap:
+        # give it NOTICE_GAP_S to start on the notice (a fork-free sleep on a silent pipe)
+        f"    read -r -t {NOTICE_GAP_S} -u \"$suanli_quiet\" _",
+        "  fi",
         "  suanli_pass TERM",
         "}",
+        "exec {suanli_quiet}<> <(:)",
         "trap suanli_notice USR1",
         "trap suanli_term TERM",
         # the workload in its own process group, so a forwarded signal reaches all of it
@@ -183,7 +194,10 @@ def render_script(spec: SbatchSpec) -> str:
         f"/bin/bash -c {shlex.quote(spec.command)} &",
         "child=$!",
         "set +m",
-        'for sig in $pending; do kill -"$sig" -- -"$child" 2>/dev/null; done',
+        'for sig in $pending; do',
+        f'  [ "$sig" = TERM ] && [ "$notified" = 1 ] && read -r -t {NOTICE_GAP_S} -u "$suanli_quiet" _',
+        '  kill -"$sig" -- -"$child" 2>/dev/null',
+        'done',
         '# wait returns early when a trapped signal arrives; keep waiting for the workload',
         'while kill -0 "$child" 2>/dev/null; do wait "$child"; done',
         'wait "$child"',
