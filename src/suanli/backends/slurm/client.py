@@ -63,15 +63,20 @@ class SlurmClient:
         conf = os.environ.get("SLURM_CONF")
         return cls(slurm_conf=Path(conf) if conf else None)
 
-    # ---- the one place that runs processes
-    def run(self, args: Sequence[str], stdin: str | None = None) -> str:
-        """Run one Slurm command; return stdout or raise ``SlurmError``."""
+    # ---- the places that run processes
+    def _command(self, args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        """The command line (from ``bin_dir`` when set) and environment (``SLURM_CONF``)."""
         cmd = list(args)
         if self.bin_dir is not None:
             cmd[0] = str(self.bin_dir / cmd[0])
         env = dict(os.environ)
         if self.slurm_conf is not None:
             env["SLURM_CONF"] = str(self.slurm_conf)
+        return cmd, env
+
+    def run(self, args: Sequence[str], stdin: str | None = None) -> str:
+        """Run one Slurm command; return stdout or raise ``SlurmError``."""
+        cmd, env = self._command(args)
         try:
             proc = subprocess.run(
                 cmd, input=stdin, capture_output=True, text=True, env=env, timeout=self.timeout_s, check=False
@@ -156,13 +161,8 @@ class SlurmClient:
         """Run ``argv`` as a step inside running job ``job_id`` on ``node``, sharing the
         job's resources (``--overlap``); return its exit code (124 on timeout) and output.
         A non-zero exit is the command's answer, not an error."""
-        cmd = ["srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
-               f"--chdir={workdir}", "--quiet", *argv]
-        if self.bin_dir is not None:
-            cmd[0] = str(self.bin_dir / cmd[0])
-        env = dict(os.environ)
-        if self.slurm_conf is not None:
-            env["SLURM_CONF"] = str(self.slurm_conf)
+        cmd, env = self._command(["srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1",
+                                  "--ntasks=1", f"--chdir={workdir}", "--quiet", *argv])
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
