@@ -190,3 +190,35 @@ def test_a_spot_job_killed_by_the_notice_itself_is_requeued_not_failed(platform:
     states = [e.to_state for e in p.events("job", spot)]
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
     assert "starts over" in [e.message for e in p.events("job", spot)][4]
+
+
+def test_an_on_demand_gang_gets_spot_work_reclaimed_on_as_many_nodes_as_it_needs(platform: Platform) -> None:
+    p = platform
+    spots = [p.submit(name=f"spot{i}", resources={"accelerators": "H100:3", "priority": "spot"}, run=WORKLOAD,
+                      checkpoint_dir="ckpt") for i in (1, 2)]
+    p.until(lambda: all(p.state(j, "running") for j in spots), 20, "spot work on both nodes")
+    assert {p.node_name(p.allocations(j)[0].node_id) for j in spots} == {"local1", "local2"}
+    gang = p.submit(name="gang", num_nodes=2, resources={"accelerators": "H100:2"}, run="sleep 1")
+    p.until(lambda: p.state(gang, "running", "succeeded"), 40, "the gang placed on both nodes")
+    for j in spots:
+        noticed = next(e for e in p.events("job", j) if e.to_state == "noticed")
+        assert f"spot reclaim for job-{gang} on " in noticed.message
+    assert sorted(p.node_name(a.node_id) for a in p.allocations(gang, active=False)) == ["local1", "local2"]
+    p.until(lambda: p.state(gang, "succeeded"), 30, "the gang done")
+    p.until(lambda: all(p.state(j, "running") for j in spots), 30, "spot work resumed")
+
+
+def test_no_notice_when_the_whole_gang_cannot_be_made_to_fit(platform: Platform) -> None:
+    p = platform
+    spot = p.submit(name="spot", resources={"accelerators": "H100:3", "priority": "spot"}, run=WORKLOAD, checkpoint_dir="ckpt")
+    p.until(lambda: p.state(spot, "running"), 20, "spot running")
+    node = p.node_name(p.allocations(spot)[0].node_id)
+    other = next(n for n in ("local1", "local2") if n != node)
+    hog = p.submit(name="hog", resources={"accelerators": "H100:4"}, run="sleep 60")  # on-demand: never a victim
+    p.until(lambda: p.state(hog, "running"), 20, "on-demand job on the other node")
+    assert p.node_name(p.allocations(hog)[0].node_id) == other
+    gang = p.submit(name="gang", num_nodes=2, resources={"accelerators": "H100:2"}, run="sleep 1")
+    for _ in range(20):
+        p.tick()
+    assert p.state(gang, "queued") and p.state(spot, "running")
+    assert "noticed" not in [e.to_state for e in p.events("job", spot)]

@@ -26,7 +26,8 @@ hook: after reconcile, before the scheduling pass, which then places requeued wo
    ``plan_preemption`` (least lost work: GPU-seconds since each victim's newest
    checkpoint file) for spot victims. Each victim is told at once: SIGUSR1, with the
    deadline written to ``$SUANLI_PREEMPT_DEADLINE_FILE``; the request waits for the
-   notice to run out instead of choosing more victims meanwhile.
+   notice to run out instead of choosing more victims meanwhile. A gang gets one plan
+   per node it lacks, all or nothing (``_gang_plan``).
 
 A notice is stored in the victim's handles (``data.notice``: deadline, beneficiary or why),
 so a restarted server keeps the deadlines it promised. Every step appends events, so
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 from sqlalchemy import select
 
 from suanli.backends.base import Backend, BackendError, Handle
@@ -59,7 +61,9 @@ from suanli.db.models import Allocation, Instance, Job, Node
 from suanli.db.session import Database
 from suanli.scheduler import PriorityClass
 from suanli.scheduler.framework import feasible_mask, node_ranks
-from suanli.scheduler.preemption import Candidate, plan_preemption
+from suanli.scheduler.model import Request
+from suanli.scheduler.preemption import Candidate, PreemptionPlan, plan_preemption
+from suanli.scheduler.state import ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +212,7 @@ class Reclaimer:
             if not spot_rows:
                 return []
             waiting = [w for w in waiting_work(s)
-                       if w.request.priority is not PriorityClass.SPOT and w.num_nodes == 1  # gangs: not yet
+                       if w.request.priority is not PriorityClass.SPOT
                        and f"{w.kind}-{w.id}" not in noticed_for]  # already waiting for its victims
             held, rejected = admission(s, waiting) if waiting else ({}, {})
             waiting = [w for w in waiting if (w.kind, w.id) not in held and (w.kind, w.id) not in rejected]
@@ -231,17 +235,35 @@ class Reclaimer:
         ranks = node_ranks([n.name for n in state.nodes], 0)
         told: list[tuple[str, int]] = []
         for w in waiting:  # highest class first, then oldest (waiting_work's order)
-            if feasible_mask(state, w.request).any():
-                continue  # it fits: the scheduling pass will place it
-            plan = plan_preemption(state, w.request, cands, ranks, self.strategy)
-            if plan is None:
-                continue
-            victims = sorted({(v.key[0], v.key[1]) for v in plan.victims})
+            plans = self._gang_plan(state, w.request, w.num_nodes, cands, ranks)
+            if not plans:
+                continue  # it fits already (the scheduling pass places it), or no plan exists
+            victims = sorted({(v.key[0], v.key[1]) for p in plans for v in p.victims})
             cands = [c for c in cands if (c.key[0], c.key[1]) not in victims]
+            where = ", ".join(p.node for p in plans)
             for vkind, vid in victims:
-                if self._notify(vkind, vid, handles[(vkind, vid)], f"{w.kind}-{w.id}", plan.node):
+                if self._notify(vkind, vid, handles[(vkind, vid)], f"{w.kind}-{w.id}", where):
                     told.append((vkind, vid))
         return told
+
+    def _gang_plan(self, state: ClusterState, request: Request, num_nodes: int, cands: list[Candidate],
+                   ranks: np.ndarray) -> list[PreemptionPlan]:
+        """Preemption plans for the nodes a request of ``num_nodes`` distinct nodes still
+        lacks (one plan per missing node, each on a node no other plan or free node
+        gives); [] when it fits without eviction or cannot be made to fit. Nodes are
+        picked one at a time by ``plan_preemption``'s cost, without topology preference."""
+        taken = set(np.flatnonzero(feasible_mask(state, request)).tolist())
+        if len(taken) >= num_nodes:
+            return []
+        plans = []
+        for _ in range(num_nodes - len(taken)):
+            plan = plan_preemption(state, request, [c for c in cands if state.index[c.allocation.node] not in taken],
+                                   ranks, self.strategy)
+            if plan is None:
+                return []  # all or nothing: no notice unless the whole gang can be made to fit
+            taken.add(state.index[plan.node])
+            plans.append(plan)
+        return plans
 
     def outbid(self) -> list[tuple[str, int]]:
         """Notice running spot work whose bid is below the current spot price of a model
