@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -54,6 +53,7 @@ from suanli.control import heartbeat, slurm_sync
 from suanli.control.capacity import give_back, snapshot, to_sched_allocation
 from suanli.control.launcher import checkpoint_dir
 from suanli.control.lifecycle import record_event, transition
+from suanli.control.notice import deliver_notice, notice_of, with_notice
 from suanli.billing.enforce import admission
 from suanli.control.scheduling import waiting_work
 from suanli.db.clock import utcnow
@@ -181,7 +181,7 @@ class Reclaimer:
         with self.db.transaction() as s:
             for model, kind in ((Job, "job"), (Instance, "instance")):
                 for row in s.scalars(select(model).where(model.state == "running", model.handles.is_not(None))):
-                    notice = _notice(row.handles)
+                    notice = notice_of(row.handles)
                     if notice is not None and notice["deadline"] <= now:
                         due.append((kind, row.id, notice))
         done = []
@@ -204,7 +204,7 @@ class Reclaimer:
             spot_rows: list[tuple[str, Job | Instance]] = []
             for model, kind in ((Job, "job"), (Instance, "instance")):
                 for row in s.scalars(select(model).where(model.state == "running", model.handles.is_not(None))):
-                    notice = _notice(row.handles)
+                    notice = notice_of(row.handles)
                     if notice is not None:
                         noticed_for.add(notice["for"])
                     elif row.priority == PriorityClass.SPOT.value:
@@ -284,7 +284,7 @@ class Reclaimer:
                 row = s.get(Job if kind == "job" else Instance, wid)
                 if row is None or row.state != "running" or not row.handles:
                     continue
-                if _notice(row.handles) is not None:  # leaving already: its GPUs do not set the price
+                if notice_of(row.handles) is not None:  # leaving already: its GPUs do not set the price
                     for m, milli, _ in allocs:
                         mk.busy[m] = mk.busy.get(m, 0) - milli
                 elif row.max_price_micros is not None:
@@ -313,9 +313,9 @@ class Reclaimer:
             notice["why"] = why
         with self.db.transaction() as s:
             row = s.get(Job if kind == "job" else Instance, wid)
-            if row is None or row.state != "running" or not row.handles or _notice(row.handles) is not None:
+            if row is None or row.state != "running" or not row.handles or notice_of(row.handles) is not None:
                 return False
-            row.handles = [{**h, "data": {**h["data"], "notice": notice}} for h in row.handles]
+            row.handles = with_notice(row.handles, notice)
             when = datetime.fromtimestamp(deadline, tz=timezone.utc).isoformat(timespec="seconds")
             record_event(s, kind, wid, "running", "noticed",
                          f"{why or f'spot reclaim for {beneficiary} on {node}'}: SIGUSR1 now, SIGTERM at {when} "
@@ -391,27 +391,4 @@ class Reclaimer:
         return newest
 
 
-def _notice(handles: list | None) -> dict | None:
-    for h in handles or []:
-        notice = (h.get("data") or {}).get("notice")
-        if notice:
-            return notice
-    return None
-
-
-def deliver_notice(backend: Backend, handle: Handle, deadline: float, send_signal: bool = True) -> None:
-    """SIGUSR1 with the deadline written where the task reads it
-    (``$SUANLI_PREEMPT_DEADLINE_FILE``, in the task's directory). Backends with their own
-    notice delivery (Slurm: through the batch wrapper) implement ``notice``."""
-    notice = getattr(backend, "notice", None)
-    if send_signal and callable(notice):
-        notice(handle, deadline)
-        return
-    task_dir = handle.data.get("dir")
-    if task_dir:
-        Path(task_dir, "preempt_deadline").write_text(f"{int(deadline)}\n")
-    if send_signal:
-        backend.signal(handle, signal.SIGUSR1)
-
-
-__all__ = ["DEFAULT_NOTICE_S", "Reclaimer", "ReclaimStats", "deliver_notice"]
+__all__ = ["DEFAULT_NOTICE_S", "Reclaimer", "ReclaimStats"]

@@ -28,6 +28,7 @@ from suanli.backends.base import Backend, Handle, TaskState
 from suanli.control.capacity import give_back
 from suanli.control.launcher import remove_disk, task_key
 from suanli.control.lifecycle import transition
+from suanli.control.notice import cut_short
 from suanli.db.clock import utcnow
 from suanli.db.models import Allocation, Gpu, Instance, Job, Node
 from suanli.db.session import Database
@@ -113,11 +114,7 @@ def _cut_notice_short(db: Database, ob: Observed) -> int:
         job = s.get(Job, ob.id)
         if job is None or job.state != "running" or not job.handles:
             return 0
-        job.handles = [
-            {**h, "data": {**h["data"], "notice": {**h["data"]["notice"], "deadline": min(h["data"]["notice"]["deadline"], now), "ended_early": True}}}
-            if (h.get("data") or {}).get("notice") else h
-            for h in job.handles
-        ]
+        job.handles = cut_short(job.handles, now)
     return 1
 
 
