@@ -48,12 +48,25 @@ class TaskSpec:
     run: str  #: shell command; for an instance, the command that keeps it alive
     setup: str = ""
     env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None  #: persistent directory (instance disk); None: a fresh workspace
+    #: host directory of the workload's persistent volume (instance disk, job volume), seen
+    #: at ``/workspace`` in a container; None: a fresh scratch directory
+    workdir: str | None = None
     gpu_indices: tuple[int, ...] = ()
     milli_per_gpu: int = 0
     cpu_milli: int = 0
     memory_mib: int = 0
+    #: the engine's image reference (``localhost/suanli/python:3.11``); "" for the process runtime
     image: str = ""
+    tenant_id: int = 0  #: containers of one tenant share a network; tenants never see each other's
+    #: where the run starts, relative to the volume ("code" for a job's uploaded workdir)
+    cwd: str = ""
+    #: environment variables whose values are paths relative to the volume (``SUANLI_CHECKPOINT_DIR``):
+    #: each runtime joins them with where it mounts the volume
+    volume_env: dict[str, str] = field(default_factory=dict)
+    ports: tuple[int, ...] = ()  #: container ports to publish (on loopback, for the server's proxy)
+    #: OpenSSH ``authorized_keys`` text: non-empty starts sshd in the container on port 22
+    authorized_keys: str = ""
+    disk_gib: int = 0  #: size of the volume to enforce; 0: no limit
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,13 @@ class Backend(Protocol):
     def logs(self, handle: Handle, tail_bytes: int | None = None) -> str: ...
 
     def list_running(self) -> list[Handle]: ...
+
+
+@runtime_checkable
+class SupportsSsh(Protocol):
+    """Optional: change who may SSH into a running instance (keys added or removed)."""
+
+    def set_authorized_keys(self, handle: Handle, text: str) -> None: ...
 
 
 @runtime_checkable

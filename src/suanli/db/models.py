@@ -152,6 +152,10 @@ class Instance(Base):
     #: recorded: a row with an owner and no handles is a launch in flight.
     launch_owner: Mapped[str | None] = mapped_column(String(40), nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
+    #: container ports published through the server's proxy (``--port``)
+    ports: Mapped[list] = mapped_column(JSON, default=list)
+    #: what ran it last: ``container`` or ``process`` (no isolation); "" before its first launch
+    runtime: Mapped[str] = mapped_column(String(20), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -178,6 +182,8 @@ class Job(Base):
     launch_owner: Mapped[str | None] = mapped_column(String(40), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
+    #: what ran it last: ``container`` or ``process`` (no isolation); "" before its first launch
+    runtime: Mapped[str] = mapped_column(String(20), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
@@ -193,6 +199,34 @@ class Job(Base):
         from suanli.billing.money import to_micros
 
         return to_micros(text)
+
+
+class Image(Base):
+    """A container image the platform offers; operators add them, renters pick by ``name``."""
+
+    __tablename__ = "images"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    #: the engine's reference, e.g. ``localhost/suanli/python:3.11``
+    ref: Mapped[str] = mapped_column(String(300))
+    description: Mapped[str] = mapped_column(Text, default="")
+    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: what is inside: ``{"python": "3.11", "cuda": null, "jupyterlab": false, "sshd": true}``
+    contents: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class SshKey(Base):
+    """A user's public SSH key: it opens that user's instances, nobody else's."""
+
+    __tablename__ = "ssh_keys"
+    __table_args__ = (UniqueConstraint("user_id", "fingerprint", name="uq_ssh_keys_user_fingerprint"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(100), default="")
+    public_key: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Allocation(Base):
