@@ -4,6 +4,7 @@ unreachable. ``cli`` runs ``suanli`` commands in-process against a suite's ``ser
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,12 @@ from typing import Any
 import pytest
 
 from pg_helpers import PG_SKIP, fresh_pg_database
+
+# The control-plane suites test scheduling, lifecycles and money on the process runtime
+# (fast, no image needed); tests/containers runs the same platform on real Podman
+# containers and asks for it explicitly (runtime="container").
+os.environ.setdefault("SUANLI_RUNTIME", "process")
+os.environ.setdefault("SUANLI_ALLOW_PROCESS_RUNTIME", "1")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

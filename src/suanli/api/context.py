@@ -18,6 +18,12 @@ class ServerContext:
     data_dir: Path
     loop: ControlLoop | None = None
     tokens: TokenCache = field(default_factory=TokenCache)
+    #: tenants other than the operator's may run on the process runtime (no isolation)
+    allow_process_runtime: bool = False
+    #: the host name renters' ``ssh`` reaches instances at
+    ssh_host: str = "127.0.0.1"
+    #: the largest job workdir upload, bytes
+    max_upload_bytes: int = 100 << 20
 
     def waiting_reason(self, kind: str, workload_id: int) -> str | None:
         """Why the last scheduling pass could not place this waiting row, if it tried."""

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from sqlalchemy import select
 
 from suanli.api import schemas
+from suanli.api.context import ServerContext
+from suanli.api.proxy import proxy_url
 from suanli.billing.money import price_text
 from suanli.control.nodes import GpuModelSummary
-from suanli.db.models import Allocation, Event, Gpu, Instance, Job, Node
+from suanli.db.models import Allocation, Event, Gpu, Image, Instance, Job, Node
 from suanli.db.session import Database
 
 
@@ -36,7 +40,38 @@ def _bid(micros: int | None) -> str | None:
     return None if micros is None else price_text(micros)
 
 
-def instance_out(row: Instance, allocs: list[schemas.AllocationOut], waiting: str | None = None) -> schemas.InstanceOut:
+@dataclass(frozen=True)
+class Access:
+    """How a renter reaches an instance: what runs it, SSH, published ports."""
+
+    runtime: str
+    ssh: str | None = None
+    ports: dict[str, str] = field(default_factory=dict)
+    gpu_access: str | None = None
+
+
+def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[int, Access]:
+    """``ssh`` is offered only while the instance runs in a container whose image has sshd;
+    ports are URLs of the server's proxy, never the host ports behind them."""
+    local = ctx.backends.get("local")
+    current = getattr(local, "runtime", "process")
+    with ctx.db.sessions() as s:
+        sshd = {i.name for i in s.scalars(select(Image)) if (i.contents or {}).get("sshd")}
+    out: dict[int, Access] = {}
+    for r in rows:
+        data = (r.handles[0].get("data") or {}) if r.handles and r.state == "running" else {}
+        published = data.get("ports") or {}
+        ssh = None
+        if data.get("runtime") == "container" and "22" in published and r.image in sshd:
+            ssh = f"ssh -p {published['22']} root@{ctx.ssh_host}"
+        ports = {str(p): proxy_url(base_url, r.id, int(p)) for p in r.ports or []}
+        out[r.id] = Access(r.runtime or current, ssh, ports, data.get("gpu_access"))
+    return out
+
+
+def instance_out(row: Instance, allocs: list[schemas.AllocationOut], waiting: str | None = None,
+                 access: Access | None = None) -> schemas.InstanceOut:
+    access = access or Access(row.runtime or "")
     return schemas.InstanceOut(
         id=row.id, name=row.name, state=row.state, desired=row.desired,
         gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
@@ -44,6 +79,7 @@ def instance_out(row: Instance, allocs: list[schemas.AllocationOut], waiting: st
         priority=row.priority, max_price=_bid(row.max_price_micros),
         reason=(waiting if row.state == "pending" and waiting else row.reason),
         allocations=allocs, created_at=row.created_at, updated_at=row.updated_at,
+        runtime=access.runtime, ssh=access.ssh, ports=access.ports, gpu_access=access.gpu_access,
     )
 
 
@@ -55,7 +91,7 @@ def job_out(row: Job, allocs: list[schemas.AllocationOut], waiting: str | None =
         cancel_requested=row.cancel_requested,
         reason=(waiting if row.state == "queued" and waiting else row.reason),
         allocations=allocs, created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
-        spec=row.spec,
+        spec=row.spec, runtime=row.runtime or "",
     )
 
 

@@ -16,7 +16,7 @@ from suanli.api.context import ServerContext
 from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
-from suanli.control import auth, heartbeat, nodes
+from suanli.control import auth, heartbeat, images, nodes
 from suanli.control.loop import ControlLoop
 from suanli.control.reclaim import DEFAULT_NOTICE_S, Reclaimer
 from suanli.db.session import Database, default_sqlite_url
@@ -72,15 +72,28 @@ def build(
     slurm_conf: Path | None = None,
     notice_s: float = DEFAULT_NOTICE_S,
     heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
+    runtime: str | None = None,
+    allow_process_runtime: bool | None = None,
+    ssh_bind: str = "127.0.0.1",
+    ssh_host: str | None = None,
+    max_upload_mib: int = 100,
 ) -> tuple[ServerContext, Bootstrap]:
     """``slurm_conf``: also drive that Slurm cluster (its nodes are registered on the first
     start, when the database has none); ``notice_s``: the spot reclaim notice;
-    ``heartbeat_timeout_s``: silence after which a node with an agent is down."""
+    ``heartbeat_timeout_s``: silence after which a node with an agent is down;
+    ``runtime``: the local backend's (``auto``: containers where an engine answers, else
+    host processes; default ``$SUANLI_RUNTIME``); ``allow_process_runtime``: let every tenant
+    run without isolation (default ``$SUANLI_ALLOW_PROCESS_RUNTIME``);
+    ``ssh_bind``/``ssh_host``: where instances' sshd ports listen and the host renters use."""
     data_dir = Path(data_dir).expanduser().resolve()  # tasks run with other working directories
     data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(db_url or default_sqlite_url(data_dir))
     db.migrate()
-    backends: dict[str, Backend] = {"local": LocalBackend(data_dir / "workloads")}
+    runtime = runtime or os.environ.get("SUANLI_RUNTIME") or "auto"
+    if allow_process_runtime is None:
+        allow_process_runtime = os.environ.get("SUANLI_ALLOW_PROCESS_RUNTIME", "") not in ("", "0", "false")
+    local = LocalBackend(data_dir / "workloads", runtime, ssh_bind=ssh_bind)
+    backends: dict[str, Backend] = {"local": local}
     if slurm_conf is not None:
         slurm = SlurmBackend(SlurmClient(slurm_conf=Path(slurm_conf)), data_dir / "slurm", notice_s=int(notice_s),
                              tag_prefix=slurm_tag_prefix(data_dir))
@@ -88,7 +101,10 @@ def build(
         if inventory is None and not nodes.list_nodes(db):
             inventory = slurm.discover_inventory()
     boot = bootstrap(db, data_dir, inventory)
-    ctx = ServerContext(db=db, backends=backends, data_dir=data_dir)
+    images.seed_defaults(db, local.containers.engine.image_exists if local.containers else lambda ref: False)
+    ctx = ServerContext(db=db, backends=backends, data_dir=data_dir, allow_process_runtime=allow_process_runtime,
+                        ssh_host=ssh_host or ("127.0.0.1" if ssh_bind in ("0.0.0.0", "::") else ssh_bind),
+                        max_upload_bytes=max_upload_mib << 20)
     ctx.loop = ControlLoop(db, backends, data_dir, policy=policy, interval_s=interval_s, stop_grace_s=stop_grace_s)
     ctx.loop.steps.append(Reclaimer(db, backends, data_dir, notice_s=notice_s, grace_s=stop_grace_s,
                                      heartbeat_timeout_s=heartbeat_timeout_s).step)
@@ -97,14 +113,42 @@ def build(
     return ctx, boot
 
 
+def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo) -> None:  # type: ignore[no-untyped-def]
+    """The quick start's promise: after the first start the default image exists. Pulled
+    where a registry answers, else built here from Debian's packages (minutes, once)."""
+    assert local.containers is not None
+    engine = local.containers.engine
+    with ctx.db.sessions() as s:
+        default = images.resolve(s, None)
+    echo(f"runtime: container ({engine.facts.binary}); default image {default.name} = {default.ref}")
+    if engine.image_exists(default.ref):
+        return
+    from suanli.backends.local import imagebuild
+
+    echo(f"image {default.ref} is not here yet: pulling it, or building it from Debian's packages (a few minutes, once)")
+    imagebuild.pull_or_build(default.name, engine.facts.binary, progress=lambda line: echo(f"  {line}"))
+
+
 def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print,  # type: ignore[no-untyped-def]
           *, slurm_conf: Path | None = None, notice_s: float = DEFAULT_NOTICE_S,
-          heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S) -> None:
+          heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S, **options) -> None:
+    """``options``: the rest of ``build``'s (runtime, ssh, upload size)."""
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    ctx, boot = build(data_dir, db_url, slurm_conf=slurm_conf, notice_s=notice_s, heartbeat_timeout_s=heartbeat_timeout_s)
+    ctx, boot = build(data_dir, db_url, slurm_conf=slurm_conf, notice_s=notice_s, heartbeat_timeout_s=heartbeat_timeout_s,
+                      start_loop=False, **options)
+    local = ctx.backends["local"]
+    assert isinstance(local, LocalBackend)
+    if local.containers is not None:
+        ensure_default_image(ctx, local, echo)
+    else:
+        echo(f"runtime: {local.runtime_label}: workloads run on this host's processes; "
+             + ("every tenant may use it (--allow-process-runtime)" if ctx.allow_process_runtime
+                else "only the operator's tenant may use it"))
+    assert ctx.loop is not None
+    ctx.loop.start()
     url = f"http://{host}:{port}"
     echo(f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})")
     if boot.nodes_added:

@@ -13,15 +13,29 @@ app = typer.Typer(help="Rent and manage instances.", no_args_is_help=True)
 FINAL_OR_STABLE = ("running", "stopped", "failed", "deleted")
 
 
+def runtime_desc(i: dict) -> str:
+    return "process (no isolation)" if i.get("runtime") == "process" else i.get("runtime") or ""
+
+
 def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
     if as_json:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "DISK", "PLACED ON", "REASON"],
-        [[i["id"], i["name"], i["state"], gpu_desc(i), priority_desc(i), i["image"], f"{i['disk_gib']} GiB", placed_on(i), i["reason"]]
-         for i in rows],
+        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "RUNTIME", "DISK", "PLACED ON", "REASON"],
+        [[i["id"], i["name"], i["state"], gpu_desc(i), priority_desc(i), i["image"], runtime_desc(i), f"{i['disk_gib']} GiB",
+          placed_on(i), i["reason"]] for i in rows],
     )
+
+
+def _details(i: dict) -> None:
+    _show([i], False, "Instance")
+    if i.get("ssh"):
+        typer.echo(f"ssh:   {i['ssh']} -i KEYFILE   (or: suanli ssh {i['id']})")
+    for port, url in (i.get("ports") or {}).items():
+        typer.echo(f"port {port}: {url}")
+    if i.get("gpu_access"):
+        typer.echo(f"GPUs:  {i['gpu_access']}")
 
 
 def _wait(instance_id: int, timeout_s: float) -> dict:
@@ -37,7 +51,8 @@ def _wait(instance_id: int, timeout_s: float) -> dict:
 def create(
     gpu: str = typer.Option(None, "--gpu", help="GPU model and count, MODEL[:COUNT], e.g. H100:2 (case-insensitive)."),
     gpu_milli: int = typer.Option(0, "--gpu-milli", help="A fraction of one GPU in milli (1..999), e.g. 500."),
-    image: str = typer.Option("ubuntu:22.04", help="Image name (recorded; the local backend runs on the host)."),
+    image: str = typer.Option(None, help="Image name, one of `suanli images list` [default: the platform's default image]."),
+    port: list[int] = typer.Option([], "--port", help="Container port to publish through the server's proxy (repeatable), e.g. 8888."),
     disk: int = typer.Option(50, "--disk", help="Disk GiB; kept across stop/start."),
     name: str = typer.Option("", help="A name for the instance."),
     cpus: float = typer.Option(None, help="CPU cores [default: 2 per GPU]."),
@@ -59,12 +74,21 @@ def create(
         inst = client().create_instance(
             name=name, gpu_model=model, gpu_count=0 if gpu_milli else count, gpu_milli=gpu_milli,
             image=image, disk_gib=disk, cpus=cpus, memory_gib=memory, priority=priority, max_price=max_price,
+            ports=list(port) or None,
         )
         if wait:
             inst = _wait(inst["id"], 120)
     if as_json:
         return print_json(inst)
-    _show([inst], False, "Instance")
+    _details(inst)
+
+
+@app.command("show")
+def show(instance_id: int, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """One instance, with how to reach it (ssh command, port URLs)."""
+    with api_errors():
+        inst = client().instance(instance_id)
+    print_json(inst) if as_json else _details(inst)
 
 
 @app.command("list")

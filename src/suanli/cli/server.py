@@ -21,10 +21,19 @@ def server(
     heartbeat_timeout: float = typer.Option(
         15.0, "--heartbeat-timeout", min=0.1,
         help="A node whose agent (`suanli nodes heartbeat`) is silent this long is down; its work fails over."),
+    runtime: str = typer.Option("auto", "--runtime", envvar="SUANLI_RUNTIME", help="How the local backend runs workloads: container (Podman or "
+                                "Docker Engine), process (host processes, NO isolation), or auto (containers where an engine answers)."),
+    allow_process_runtime: bool = typer.Option(False, "--allow-process-runtime", envvar="SUANLI_ALLOW_PROCESS_RUNTIME", help="Let tenants other than the "
+                                               "operator's run on the process runtime (no isolation between them or from this host)."),
+    ssh_bind: str = typer.Option("127.0.0.1", "--ssh-bind", help="Address instances' SSH ports listen on (0.0.0.0 for renters on other machines)."),
+    ssh_host: str = typer.Option(None, "--ssh-host", help="Host name renters' ssh command uses [default: the SSH address, or 127.0.0.1]."),
+    max_upload_mib: int = typer.Option(100, "--max-upload-mib", min=1, help="Largest job workdir upload, MiB."),
 ) -> None:
     """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
     from suanli.api.server import default_data_dir, serve
 
+    if runtime not in ("auto", "container", "process"):
+        raise typer.BadParameter(f"unknown runtime {runtime!r}; choose auto, container or process", param_hint="--runtime")
     unknown = sorted(set(backend) - {"local", "slurm"})
     if unknown:
         raise typer.BadParameter(f"unknown backend(s) {', '.join(unknown)}; choose local or slurm", param_hint="--backend")
@@ -35,4 +44,6 @@ def server(
         conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else Path("/etc/slurm/slurm.conf"))
         if not conf.is_file():
             raise typer.BadParameter(f"{conf} is not a file; pass the cluster's slurm.conf", param_hint="--slurm-conf")
-    serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo, slurm_conf=conf, notice_s=notice, heartbeat_timeout_s=heartbeat_timeout)
+    serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo, slurm_conf=conf, notice_s=notice,
+          heartbeat_timeout_s=heartbeat_timeout, runtime=runtime, allow_process_runtime=allow_process_runtime,
+          ssh_bind=ssh_bind, ssh_host=ssh_host, max_upload_mib=max_upload_mib)

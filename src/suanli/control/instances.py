@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
 from suanli.billing.money import to_micros
+from suanli.control import images
 from suanli.control.auth import Principal
 from suanli.control.errors import Conflict, Invalid, NotFound
 from suanli.control.launcher import remove_disk
@@ -32,11 +33,12 @@ class InstanceRequest:
     gpu_milli: int
     cpus: float | None
     memory_gib: float | None
-    image: str
+    image: str | None  #: a catalog name; None: the default image
     disk_gib: int
     priority: str
     #: spot bid per GPU-hour, decimal text (spot only)
     max_price: str | None = None
+    ports: tuple[int, ...] = ()  #: container ports to publish through the proxy
 
 
 def _get(s, who: Principal, instance_id: int) -> Instance:  # type: ignore[no-untyped-def]
@@ -53,14 +55,18 @@ def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
         bid = check_max_price(req.max_price, req.priority)
     except ValueError as exc:
         raise Invalid(f"max_price: {exc}") from None
+    bad = [p for p in req.ports if not 1 <= p <= 65535]
+    if bad or len(set(req.ports)) != len(req.ports):
+        raise Invalid(f"ports: each a TCP port 1..65535, once ({', '.join(map(str, req.ports))})")
     with db.transaction() as s:
+        image = images.resolve(s, req.image)
         count = req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0)
         sized = size(s, req.gpu_model, count, req.gpu_milli, req.cpus, req.memory_gib, "gpu_model")
         row = Instance(
             tenant_id=who.tenant_id, user_id=who.user_id, name=req.name, state="pending", desired="running",
             gpu_models=sized.gpu_models, gpu_count=sized.gpu_count, gpu_milli=sized.gpu_milli,
-            cpu_milli=sized.cpu_milli, memory_mib=sized.memory_mib, image=req.image, disk_gib=req.disk_gib,
-            priority=req.priority, max_price_micros=None if bid is None else to_micros(bid),
+            cpu_milli=sized.cpu_milli, memory_mib=sized.memory_mib, image=image.name, disk_gib=req.disk_gib,
+            priority=req.priority, max_price_micros=None if bid is None else to_micros(bid), ports=sorted(req.ports),
         )
         s.add(row)
         s.flush()

@@ -9,12 +9,15 @@ allocations are given back and the row fails: a launch is all or nothing.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 
 from sqlalchemy import select
 
 from suanli.backends.base import Backend, Handle, TaskSpec
+from suanli.backends.local import volumes
+from suanli.control import images, keys, uploads
 from suanli.control.capacity import active_allocations, give_back
 from suanli.control.environment import distributed_env, free_port, gpu_env
 from suanli.control.lifecycle import transition
@@ -24,7 +27,9 @@ from suanli.db.session import Database
 
 log = logging.getLogger(__name__)
 
-INSTANCE_KEEPER = 'echo "[suanli] instance {id} ready on {node} (GPUs: {gpus})"; exec sleep infinity'
+#: An instance's main process: it only keeps the container up (the renter works over SSH,
+#: exec and the published ports). A loop, since busybox's sleep knows no "infinity".
+INSTANCE_KEEPER = 'echo "[suanli] instance {id} ready on {node} (GPUs: {gpus})"; while :; do sleep 86400; done'
 
 
 def task_key(kind: str, workload_id: int, rank: int = 0) -> str:
@@ -32,17 +37,34 @@ def task_key(kind: str, workload_id: int, rank: int = 0) -> str:
 
 
 def disk_dir(data_dir: Path, instance_id: int) -> Path:
-    """An instance's persistent disk: survives stop/start, removed on delete."""
+    """An instance's persistent disk (``/workspace``): survives stop/start, removed on delete."""
     return data_dir / "disks" / f"instance-{instance_id}"
 
 
 def remove_disk(data_dir: Path, instance_id: int) -> None:
-    shutil.rmtree(disk_dir(data_dir, instance_id), ignore_errors=True)
+    volumes.remove(disk_dir(data_dir, instance_id))
+
+
+def job_volume(data_dir: Path, job_id: int) -> Path:
+    """A job's volume (``/workspace`` of each of its nodes): its uploaded code and its
+    checkpoints, kept across requeues so a resumed job finds what it saved."""
+    return data_dir / "checkpoints" / f"job-{job_id}"
 
 
 def checkpoint_dir(data_dir: Path, job_id: int, requested: str) -> Path:
     path = Path(requested).expanduser()
-    return path if path.is_absolute() else data_dir / "checkpoints" / f"job-{job_id}" / path
+    return path if path.is_absolute() else job_volume(data_dir, job_id) / path
+
+
+def _in_volume(requested: str) -> str | None:
+    """``checkpoint_dir`` relative to the job's volume (``ckpt``, ``/workspace/ckpt``);
+    None for another absolute path (kept as given)."""
+    path = Path(requested)
+    if not path.is_absolute():
+        return str(path)
+    if path.parts[:2] == ("/", "workspace"):
+        return str(Path(*path.parts[2:])) if len(path.parts) > 2 else ""
+    return None
 
 
 def _virtual_nodes(session, node_ids: set[int]) -> set[int]:  # type: ignore[no-untyped-def]
@@ -51,12 +73,14 @@ def _virtual_nodes(session, node_ids: set[int]) -> set[int]:  # type: ignore[no-
 
 
 def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir: Path) -> list[TaskSpec]:  # type: ignore[no-untyped-def]
+    """One spec per node, rank 0 first (the other nodes' containers resolve its address)."""
     ids = {a.node_id for a in allocs}
     nodes = {n.id: n for n in session.scalars(select(Node).where(Node.id.in_(ids)))}
     virtual = _virtual_nodes(session, ids)
     port = free_port()
     specs = []
-    for a in allocs:
+    image = images.resolve(session, (row.spec.get("image") if isinstance(row, Job) else row.image) or None).ref
+    for a in sorted(allocs, key=lambda a: a.node_rank):
         node = nodes[a.node_id]
         env: dict[str, str] = {}
         if isinstance(row, Job):
@@ -65,16 +89,19 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
             env.update(gpu_env(a, node, node.id in virtual))
             env.update(distributed_env(a, allocs, nodes, port))
             env.update({"SUANLI_JOB_ID": str(row.id), "SUANLI_TASK_NAME": row.name})
+            volume_env = {}
             if spec.get("checkpoint_dir"):
                 env["SUANLI_CHECKPOINT_DIR"] = str(checkpoint_dir(data_dir, row.id, spec["checkpoint_dir"]))
-            workdir = spec.get("workdir")
+                inside = _in_volume(spec["checkpoint_dir"])
+                if inside is not None:
+                    volume_env["SUANLI_CHECKPOINT_DIR"] = inside
             specs.append(
                 TaskSpec(
                     key=task_key("job", row.id, a.node_rank), kind="job", workload_id=row.id, node=node.name,
                     node_rank=a.node_rank, run=spec.get("run") or "", setup=spec.get("setup") or "", env=env,
-                    workdir=workdir if workdir and Path(workdir).is_dir() else None,
-                    gpu_indices=tuple(a.gpu_indices), milli_per_gpu=a.milli_per_gpu,
-                    cpu_milli=a.cpu_milli, memory_mib=a.memory_mib,
+                    workdir=str(job_volume(data_dir, row.id)), cwd="code" if spec.get("code") else "",
+                    volume_env=volume_env, gpu_indices=tuple(a.gpu_indices), milli_per_gpu=a.milli_per_gpu,
+                    cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=image, tenant_id=row.tenant_id,
                 )
             )
         else:
@@ -86,7 +113,9 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
                     key=task_key("instance", row.id), kind="instance", workload_id=row.id, node=node.name,
                     node_rank=0, run=INSTANCE_KEEPER.format(id=row.id, node=node.name, gpus=gpus), env=env,
                     workdir=str(disk_dir(data_dir, row.id)), gpu_indices=tuple(a.gpu_indices),
-                    milli_per_gpu=a.milli_per_gpu, cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=row.image,
+                    milli_per_gpu=a.milli_per_gpu, cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=image,
+                    tenant_id=row.tenant_id, ports=tuple(int(p) for p in row.ports or ()),
+                    authorized_keys=keys.authorized_keys(session, row.user_id), disk_gib=row.disk_gib,
                 )
             )
     return specs
@@ -105,15 +134,14 @@ def launch(db: Database, backends: dict[str, Backend], kind: str, workload_id: i
         allocs = active_allocations(s, row)
         node_backend = dict(s.execute(select(Node.id, Node.backend).where(Node.id.in_({a.node_id for a in allocs}))).all())
         specs = build_specs(s, row, allocs, data_dir)
-        backend_of = [node_backend[a.node_id] for a in allocs]
+        by_rank = {a.node_rank: node_backend[a.node_id] for a in allocs}
+        backend_of = [by_rank[sp.node_rank] for sp in specs]
+        tenant_id, code = row.tenant_id, (row.spec.get("code") if isinstance(row, Job) else None)
     started: list[tuple[Backend, Handle]] = []
     error = None
     for spec, bname in zip(specs, backend_of):
-        if spec.workdir:
-            Path(spec.workdir).mkdir(parents=True, exist_ok=True)
-        if "SUANLI_CHECKPOINT_DIR" in spec.env:
-            Path(spec.env["SUANLI_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
         try:
+            _prepare(spec, bname, data_dir, tenant_id, code)
             backend = backends[bname]
             started.append((backend, backend.submit(spec)))
         except Exception as exc:  # any backend failure fails this launch, not the loop
@@ -134,9 +162,25 @@ def launch(db: Database, backends: dict[str, Backend], kind: str, workload_id: i
                 row.finished_at = utcnow()
             return
         row.handles = [h.to_json() for _, h in started]
+        row.runtime = str(started[0][1].data.get("runtime", "")) if started else ""
         transition(s, row, "running", f"started on {', '.join(sp.node for sp in specs)}")
         if isinstance(row, Job):
             row.started_at = utcnow()
+
+
+def _prepare(spec: TaskSpec, backend: str, data_dir: Path, tenant_id: int, code: str | None) -> None:
+    """Host-side setup before a submit: the job's uploaded code into its volume (once: a
+    resumed job keeps what it changed), and the directories a non-local backend expects."""
+    if spec.workdir:
+        Path(spec.workdir).mkdir(parents=True, exist_ok=True)
+        dest = Path(spec.workdir) / "code"
+        if code and spec.node_rank == 0 and not os.path.lexists(dest):
+            staged = Path(spec.workdir) / ".code.partial"
+            shutil.rmtree(staged, ignore_errors=True)
+            uploads.extract_into(data_dir, tenant_id, code, staged)
+            staged.rename(dest)
+    if backend != "local" and "SUANLI_CHECKPOINT_DIR" in spec.env:
+        Path(spec.env["SUANLI_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
 
 
 def fail_launch(db: Database, kind: str, workload_id: int, owner: str, error: str) -> None:

@@ -9,8 +9,9 @@ from suanli.api.context import ServerContext
 from suanli.api.convert import allocations_for, event_out, job_out
 from suanli.api.deps import context, principal
 from suanli.api.schemas import EventOut, JobOut, LogsOut
-from suanli.control import jobs
+from suanli.control import images, jobs
 from suanli.control.auth import Principal
+from suanli.control.isolation import require_isolation
 from suanli.control.task import Task
 from suanli.db.models import Event
 
@@ -19,7 +20,10 @@ router = APIRouter(prefix="/v1", tags=["jobs"])
 
 @router.post("/jobs", response_model=JobOut, status_code=201)
 def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
-    row = jobs.submit(ctx.db, who, task)
+    require_isolation(ctx.db, ctx.backends, who, ctx.allow_process_runtime)
+    with ctx.db.sessions() as s:
+        images.resolve(s, task.image)  # an image not offered is refused before anything is created
+    row = jobs.submit(ctx.db, who, task, ctx.data_dir)
     ctx.wake()
     return job_out(row, [])
 

@@ -1,6 +1,7 @@
-"""The embedded backend: workloads as process groups on this host."""
+"""The embedded backend: workloads on this host, in containers (or, with no engine, as
+host processes with no isolation)."""
 
-from suanli.backends.local.backend import LocalBackend
+from suanli.backends.local.backend import PROCESS_LABEL, LocalBackend
 from suanli.backends.local.nvml import DiscoveredGpu, discover_gpus
 
-__all__ = ["DiscoveredGpu", "LocalBackend", "discover_gpus"]
+__all__ = ["PROCESS_LABEL", "DiscoveredGpu", "LocalBackend", "discover_gpus"]

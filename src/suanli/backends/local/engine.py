@@ -1,0 +1,200 @@
+"""One small adapter over an OCI container engine's command line: Podman or Docker Engine.
+
+Both speak the same CLI for what Suanli needs (run, ps, inspect, kill, stop, rm, exec,
+network create, image exists), so one class drives either; the differences are in
+``EngineFacts`` (the OCI runtime to force, the rlimits to lower). The CLI, not a REST
+socket, because it needs no daemon for Podman and is the interface both engines promise
+to keep stable.
+
+Facts of the machines this was built on (``../shared/containers/NOTES.md``): ``crun``
+fails on cgroup v1 hybrid hosts, so Podman runs with ``--runtime runc``; root may lack
+``CAP_SYS_RESOURCE``, so ``nofile``/``nproc`` are lowered explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from suanli.backends.base import BackendError
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    binary: str  #: ``podman`` or ``docker``
+    oci_runtime: str | None = "runc"  #: passed as ``--runtime``; None: the engine's default
+    ulimits: tuple[str, ...] = ("nofile=1024:1024", "nproc=4096:4096")
+
+
+@dataclass(frozen=True)
+class Container:
+    """One row of ``ps -a``: what the runtime needs to judge a task."""
+
+    name: str
+    state: str  #: running, exited, created, stopping, ...
+    exit_code: int | None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("running", "stopping", "paused")
+
+
+class Engine:
+    """The engine's CLI. Calls are synchronous; ``ps`` is cached for a fraction of a
+    second so a reconcile pass over many containers costs one ``ps``, not one per task."""
+
+    PS_TTL_S = 0.3
+
+    def __init__(self, facts: EngineFacts) -> None:
+        self.facts = facts
+        self._ps_lock = threading.Lock()
+        self._ps: tuple[float, str, dict[str, Container]] | None = None
+
+    # -- plumbing ------------------------------------------------------------------------
+    def cli(self, *args: str, timeout_s: float = 60.0, check: bool = True, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        try:
+            done = subprocess.run([self.facts.binary, *args], capture_output=True, timeout=timeout_s, input=input,
+                                  stdin=None if input is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise BackendError(f"{self.facts.binary} {args[0]} timed out after {timeout_s}s") from exc
+        except OSError as exc:
+            raise BackendError(f"cannot run {self.facts.binary}: {exc}") from exc
+        if check and done.returncode != 0:
+            err = (done.stderr or done.stdout).decode(errors="replace").strip()
+            raise BackendError(f"{self.facts.binary} {args[0]} failed: {err}")
+        return done
+
+    def invalidate(self) -> None:
+        with self._ps_lock:
+            self._ps = None
+
+    # -- containers ------------------------------------------------------------------------
+    def run_args(self) -> list[str]:
+        """Options every container gets from the engine facts."""
+        args = ["--runtime", self.facts.oci_runtime] if self.facts.oci_runtime else []
+        for u in self.facts.ulimits:
+            args += ["--ulimit", u]
+        return args
+
+    def run(self, args: list[str]) -> str:
+        """``run -d``; returns the container id."""
+        try:
+            return self.cli("run", "-d", *self.run_args(), *args, timeout_s=120).stdout.decode().strip()
+        finally:
+            self.invalidate()
+
+    def ps(self, label: str) -> dict[str, Container]:
+        """Every container (running or not) carrying ``label`` (``key=value``), by name."""
+        now = time.monotonic()
+        with self._ps_lock:
+            if self._ps and self._ps[1] == label and now - self._ps[0] < self.PS_TTL_S:
+                return self._ps[2]
+        raw = self.cli("ps", "-a", "--filter", f"label={label}", "--format", "json").stdout.decode() or "[]"
+        rows: list[dict[str, Any]] = json.loads(raw) if raw.strip().startswith("[") else [json.loads(x) for x in raw.splitlines() if x.strip()]
+        out: dict[str, Container] = {}
+        for r in rows:
+            names = r.get("Names") or []
+            name = names[0] if isinstance(names, list) and names else str(names).lstrip("/")
+            labels = r.get("Labels") or {}
+            if isinstance(labels, str):  # docker: "a=b,c=d"
+                labels = dict(kv.split("=", 1) for kv in labels.split(",") if "=" in kv)
+            state = str(r.get("State", "")).lower()
+            code = r.get("ExitCode")
+            out[name] = Container(name, state, int(code) if code is not None and state == "exited" else None, labels)
+        with self._ps_lock:
+            self._ps = (time.monotonic(), label, out)
+        return out
+
+    def inspect(self, name: str) -> dict[str, Any] | None:
+        done = self.cli("inspect", "--type", "container", name, check=False)
+        if done.returncode != 0:
+            return None
+        data = json.loads(done.stdout.decode() or "[]")
+        return data[0] if data else None
+
+    def host_ports(self, name: str) -> dict[str, int]:
+        """Published ports: container port (text) -> host port."""
+        info = self.inspect(name) or {}
+        out: dict[str, int] = {}
+        for cport, binds in ((info.get("NetworkSettings") or {}).get("Ports") or {}).items():
+            for b in binds or []:
+                if b.get("HostPort"):
+                    out[cport.split("/")[0]] = int(b["HostPort"])
+        return out
+
+    def address(self, name: str, network: str) -> str | None:
+        info = self.inspect(name) or {}
+        net = ((info.get("NetworkSettings") or {}).get("Networks") or {}).get(network) or {}
+        return net.get("IPAddress") or None
+
+    def kill(self, name: str, sig: str) -> None:
+        self.cli("kill", "--signal", sig, name, check=False)
+
+    def stop(self, name: str, grace_s: float) -> None:
+        """TERM to the container's init (forwarded to the workload), KILL after ``grace_s``."""
+        try:
+            self.cli("stop", "-t", str(max(0, int(round(grace_s)))), name, timeout_s=grace_s + 60, check=False)
+        finally:
+            self.invalidate()
+
+    def remove(self, name: str) -> None:
+        try:
+            self.cli("rm", "-f", name, check=False, timeout_s=60)
+        finally:
+            self.invalidate()
+
+    def exec(self, name: str, argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[bytes]:
+        try:
+            return subprocess.run([self.facts.binary, "exec", name, *argv], capture_output=True, timeout=timeout_s,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise
+        except OSError as exc:
+            raise BackendError(f"cannot run {self.facts.binary}: {exc}") from exc
+
+    # -- images and networks -----------------------------------------------------------------
+    def image_exists(self, ref: str) -> bool:
+        if self.facts.binary == "podman":
+            return self.cli("image", "exists", ref, check=False).returncode == 0
+        return self.cli("image", "inspect", ref, check=False).returncode == 0
+
+    def ensure_network(self, name: str, labels: dict[str, str]) -> str:
+        """A bridge network isolated from every other network of the engine; returns the
+        host-side interface name (for the firewall rule that keeps it off host services)."""
+        info = self.cli("network", "inspect", name, check=False)
+        if info.returncode != 0:
+            opts = ["--opt", "isolate=true", "--disable-dns"] if self.facts.binary == "podman" else \
+                ["--opt", "com.docker.network.bridge.enable_icc=true"]
+            lab = [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
+            made = self.cli("network", "create", *opts, *lab, name, check=False)
+            if made.returncode != 0 and b"already exists" not in made.stderr:
+                raise BackendError(f"cannot create network {name}: {made.stderr.decode(errors='replace').strip()}")
+            info = self.cli("network", "inspect", name)
+        data = json.loads(info.stdout.decode())
+        net = data[0] if isinstance(data, list) else data
+        iface = net.get("network_interface") or (net.get("Options") or {}).get("com.docker.network.bridge.name")
+        if not iface and net.get("Id"):
+            iface = "br-" + str(net["Id"])[:12]
+        return str(iface or "")
+
+
+def detect(preferred: str | None = None) -> Engine | None:
+    """The engine of this host: Podman first (daemonless), else a Docker Engine that answers.
+    ``preferred``: ``podman`` or ``docker`` only."""
+    for binary in ([preferred] if preferred else ["podman", "docker"]):
+        if not shutil.which(binary):
+            continue
+        facts = EngineFacts(binary) if binary == "podman" else EngineFacts(binary, oci_runtime=None)
+        engine = Engine(facts)
+        try:
+            if engine.cli("info", "--format", "json", timeout_s=30, check=False).returncode == 0:
+                return engine
+        except BackendError:
+            continue
+    return None

@@ -1,0 +1,49 @@
+"""Keep containers off the host's own services.
+
+An isolated bridge network already keeps one tenant's containers from another's (the
+engine drops traffic between networks), but a container can still open connections to
+the host through its gateway address: every host service listening on ``0.0.0.0`` would
+be reachable. Two INPUT rules per bridge close that: replies to connections the host
+opened (the port proxy reaching a published port) are accepted, anything new from the
+bridge is dropped. Traffic forwarded to the outside world (package installs) is untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+
+log = logging.getLogger(__name__)
+
+COMMENT = "suanli: containers may not reach host services"
+
+
+def _rules(iface: str) -> list[list[str]]:
+    base = ["INPUT", "-i", iface, "-m", "comment", "--comment", COMMENT]
+    return [base + ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"], base + ["-j", "DROP"]]
+
+
+def _iptables(*args: str) -> int:
+    return subprocess.run(["iptables", "-w", "5", *args], capture_output=True, timeout=30).returncode
+
+
+def guard(iface: str) -> bool:
+    """Install the rules for ``iface`` (idempotent); False when they could not be."""
+    if not iface or not shutil.which("iptables"):
+        return False
+    accept, drop = _rules(iface)
+    try:
+        if _iptables("-C", *accept) == 0 and _iptables("-C", *drop) == 0:
+            return True
+        while _iptables("-D", *accept) == 0:
+            pass
+        while _iptables("-D", *drop) == 0:
+            pass
+        ok = _iptables("-I", *drop[:1], "1", *drop[1:]) == 0 and _iptables("-I", *accept[:1], "1", *accept[1:]) == 0
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("firewall for %s: %s", iface, exc)
+        return False
+    if not ok:
+        log.warning("could not install the host firewall rules for %s: containers there can reach host services", iface)
+    return ok
