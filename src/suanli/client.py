@@ -154,6 +154,72 @@ class SuanliClient:
     def create_tenant(self, name: str) -> dict:
         return self.request("POST", "/v1/tenants", json={"name": name})
 
+    def add_key(self, public_key: str, name: str = "") -> dict:
+        return self.request("POST", "/v1/keys", json={"public_key": public_key, "name": name})
+
+    def keys(self) -> list[dict]:
+        return self.request("GET", "/v1/keys")
+
+    def remove_key(self, key_id: int | str) -> dict:
+        from urllib.parse import quote  # a fingerprint holds '/' and '+'
+
+        return self.request("DELETE", f"/v1/keys/{quote(str(key_id), safe='')}")
+
+    def upload_limit(self) -> dict:
+        """The server's cap on an upload: ``{"max_bytes": N, "max_unpacked_bytes": M}``."""
+        return self.request("GET", "/v1/uploads/limit")
+
+    def upload_info(self, upload_id: str) -> dict | None:
+        """``{"id", "size"}`` if this tenant already uploaded that archive, else None."""
+        try:
+            return self.request("GET", f"/v1/uploads/{upload_id}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def upload(self, path: Path | str, progress: Any = None, chunk_bytes: int = 1 << 20) -> dict:
+        """Stream a gzip tar to ``POST /v1/uploads`` (never read whole into memory);
+        ``progress(sent, total)`` is called after each chunk. Returns ``{"id", "size"}``."""
+        total = Path(path).stat().st_size
+
+        def chunks() -> Any:
+            sent = 0
+            with open(path, "rb") as f:
+                while chunk := f.read(chunk_bytes):
+                    yield chunk
+                    sent += len(chunk)
+                    if progress is not None:
+                        progress(sent, total)
+
+        headers = {"Content-Type": "application/gzip", "Content-Length": str(total)}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            r = self.http.request("POST", "/v1/uploads", content=chunks(), headers=headers)
+        except httpx.TransportError as exc:  # the server may close early on a body over its cap
+            raise ApiError(0, "unreachable", f"upload to {self.url} broke off: {exc}") from None
+        if r.status_code >= 400:
+            try:
+                err = r.json()["error"]
+                raise ApiError(r.status_code, err.get("code", "error"), err.get("message", r.text))
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(r.status_code, "http_error", r.text[:500]) from None
+        return r.json()
+
+    def images(self) -> list[dict]:
+        return self.request("GET", "/v1/images")
+
+    def add_image(self, name: str, ref: str, description: str = "", contents: dict | None = None, default: bool = False) -> dict:
+        body = {"name": name, "ref": ref, "description": description, "contents": contents or {}, "default": default}
+        return self.request("POST", "/v1/images", json=body)
+
+    def set_default_image(self, name: str) -> dict:
+        return self.request("PATCH", f"/v1/images/{name}", json={"default": True})
+
+    def remove_image(self, name: str) -> dict:
+        return self.request("DELETE", f"/v1/images/{name}")
+
 
 def _tail(tail_bytes: int | None) -> dict | None:
     return {"tail_bytes": tail_bytes} if tail_bytes else None

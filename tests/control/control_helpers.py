@@ -47,8 +47,28 @@ class Server:
         for backend in self.ctx.backends.values():
             for h in backend.list_running():
                 backend.stop(h, grace_s=1)
+        release_host(self.ctx.backends, self.data_dir)
         self.http.close()
         self.ctx.db.dispose()
+
+
+def release_host(backends: dict, data_dir: Path) -> None:
+    """What a test server leaves on the host beyond its directory: its containers'
+    networks and the loop-mounted instance disks."""
+    local = backends.get("local")
+    containers = getattr(local, "containers", None)
+    if containers is not None:
+        for name in containers.engine.ps(containers.label):
+            containers.engine.remove(name)
+        containers.remove_networks()
+    from suanli.backends.local import volumes
+
+    root = str(Path(data_dir).resolve())
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            where = line.split()[1]
+            if where.startswith(root + "/"):
+                volumes.unmount(Path(where))
 
 
 def start_server(data_dir: Path, db_url: str, **kw: Any) -> Server:
@@ -103,6 +123,8 @@ class ServerProcess:
     cwd: Path | None = None
     #: extra ``suanli server`` options
     args: tuple[str, ...] = ()
+    #: the port proxy's listener
+    proxy_port: int = 0
 
     @property
     def url(self) -> str:
@@ -118,8 +140,9 @@ class ServerProcess:
         db = ["--db", self.db_url] if self.db_url else []
         where = [] if self.cwd else ["--data-dir", str(self.data_dir)]
         env = {k: v for k, v in _os.environ.items() if k != "SUANLI_DATA_DIR"}
+        self.proxy_port = self.proxy_port or free_port()
         self.proc = _subprocess.Popen(
-            cli_command("server", "--port", str(self.port), *where, *db, *self.args),
+            cli_command("server", "--port", str(self.port), "--proxy-port", str(self.proxy_port), *where, *db, *self.args),
             stdout=log, stderr=_subprocess.STDOUT, stdin=_subprocess.DEVNULL, cwd=self.cwd, env=env,
         )
         wait_until(self._healthy, 60, 0.2)

@@ -8,6 +8,7 @@ import re
 from sqlalchemy import func, select
 
 from control_helpers import Server, wait_state, wait_until
+from suanli.control.launcher import job_volume
 from suanli.db.models import Allocation, Event, Gpu, Instance, Job
 
 
@@ -67,7 +68,7 @@ def test_nodes_add_is_operator_only_and_all_or_nothing(server: Server) -> None:
 
 
 def test_instance_lifecycle(server: Server) -> None:
-    inst = server.post("/v1/instances", {"gpu_model": "h100", "gpu_count": 2, "image": "pytorch:2.4", "disk_gib": 20}, expect=201).json()
+    inst = server.post("/v1/instances", {"gpu_model": "h100", "gpu_count": 2, "image": "python", "disk_gib": 20}, expect=201).json()
     assert inst["state"] == "pending" and inst["gpu_model"] == "H100"
     inst = wait_state(server, "instance", inst["id"], ("running",))
     [alloc] = inst["allocations"]
@@ -148,7 +149,7 @@ def test_cancel_running_job_stops_process_group(server: Server) -> None:
     run = "sleep 300 & echo $! > child.pid; wait"
     job = server.post("/v1/jobs", {"resources": {"accelerators": "H100:1"}, "run": run}, expect=201).json()
     wait_state(server, "job", job["id"], ("running",))
-    pid_file = server.data_dir / "workloads" / f"job-{job['id']}-0" / "work" / "child.pid"
+    pid_file = job_volume(server.data_dir, job["id"]) / "child.pid"
     pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text().strip()))
     server.post(f"/v1/jobs/{job['id']}/cancel", expect=200)
     job = wait_state(server, "job", job["id"], ("cancelled",))
@@ -267,5 +268,5 @@ def test_one_failing_node_fails_the_gang_and_stops_the_rest(server: Server) -> N
     job = server.post("/v1/jobs", {"resources": {"accelerators": "H100:1"}, "num_nodes": 2, "run": run}, expect=201).json()
     job = wait_state(server, "job", job["id"], ("failed", "succeeded"), 30)
     assert job["state"] == "failed" and job["exit_code"] == 4 and job["allocations"] == []
-    pid_file = server.data_dir / "workloads" / f"job-{job['id']}-0" / "work" / "leader.pid"
+    pid_file = job_volume(server.data_dir, job["id"]) / "leader.pid"
     assert not _alive(int(pid_file.read_text()))

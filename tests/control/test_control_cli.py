@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from control_helpers import Server, wait_until
 from suanli.cli import controlplane
+from suanli.control.launcher import job_volume
 
 runner = CliRunner()
 
@@ -53,7 +54,7 @@ def test_instances_commands(cli) -> None:  # type: ignore[no-untyped-def]
     assert "invalid" in cli("instances", "create", "--gpu", "nope:1", code=1)
 
 
-def test_launch_jobs_list_logs_cancel(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_launch_jobs_list_logs_cancel(cli, server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     task = tmp_path / "task.yaml"
     task.write_text("name: hello\nresources:\n  accelerators: h100:1\nworkdir: .\nrun: echo hello from rank $RANK > out.txt; cat out.txt\n")
     job = json.loads(cli("launch", str(task), "--json"))
@@ -62,7 +63,9 @@ def test_launch_jobs_list_logs_cancel(cli, tmp_path: Path) -> None:  # type: ign
     [listed] = json.loads(cli("jobs", "list", "--json"))
     assert listed["exit_code"] == 0 and listed["id"] == job["id"]
     assert cli("jobs", "logs", str(job["id"])) == "hello from rank 0\n"
-    assert (tmp_path / "out.txt").read_text() == "hello from rank 0\n"  # ran in workdir
+    # it ran in its own copy of the uploaded workdir, in the job's volume; the renter's directory is untouched
+    assert (job_volume(server.data_dir, job["id"]) / "code" / "out.txt").read_text() == "hello from rank 0\n"
+    assert not (tmp_path / "out.txt").exists()
 
     sleeper = tmp_path / "sleep.yaml"
     sleeper.write_text("resources: {accelerators: 'H100:1'}\nrun: sleep 300\n")

@@ -103,7 +103,7 @@ def test_local_spot_instance_is_preempted_after_its_notice_and_starts_again(plat
 
     p = platform
     p.only_nodes({"local1"})
-    inst = instances.create(p.db, ADMIN, instances.InstanceRequest("spot-box", "H100", 4, 0, None, None, "ubuntu:22.04",
+    inst = instances.create(p.db, ADMIN, instances.InstanceRequest("spot-box", "H100", 4, 0, None, None, None,
                                                                     10, "spot")).id
 
     def row() -> Instance:

@@ -8,7 +8,7 @@ from sqlalchemy import text
 from suanli import __version__
 from suanli.api import console, errors, metrics
 from suanli.api.context import ServerContext
-from suanli.api.routes import advise, billing, instances, jobs, nodes, users
+from suanli.api.routes import advise, billing, images, instances, jobs, keys, nodes, uploads, users
 
 
 def create_app(ctx: ServerContext) -> FastAPI:
@@ -24,8 +24,10 @@ def create_app(ctx: ServerContext) -> FastAPI:
         loop = ctx.loop
         return {"ok": True, "loop_ticks": loop.stats.ticks if loop else None}
 
-    for module in (users, nodes, instances, jobs, advise):
+    for module in (users, nodes, instances, jobs, advise, images, keys, uploads):
         app.include_router(module.router)
     billing.install(app)  # billing routes and the server's rating thread
     console.install(app)
+    # The port proxy is not here: it serves renters' own pages, which must not share the
+    # console's origin (its token in localStorage); see ``proxy.create_proxy_app``.
     return app

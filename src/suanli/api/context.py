@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from suanli.backends.base import Backend
 from suanli.control.auth import TokenCache
@@ -24,6 +25,15 @@ class ServerContext:
     ssh_host: str = "127.0.0.1"
     #: the largest job workdir upload, bytes
     max_upload_bytes: int = 100 << 20
+    #: the port proxy's own listener (an origin apart from the console's); None: not served
+    proxy_port: int | None = None
+
+    def proxy_base(self, request_base: str) -> str:
+        """The proxy's base URL as the caller reaches this server: same host, the proxy's port."""
+        if self.proxy_port is None:
+            return request_base
+        parts = urlsplit(request_base)
+        return urlunsplit((parts.scheme, f"{parts.hostname}:{self.proxy_port}", "", "", ""))
 
     def waiting_reason(self, kind: str, workload_id: int) -> str | None:
         """Why the last scheduling pass could not place this waiting row, if it tried."""

@@ -58,6 +58,7 @@ def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[
     with ctx.db.sessions() as s:
         sshd = {i.name for i in s.scalars(select(Image)) if (i.contents or {}).get("sshd")}
     out: dict[int, Access] = {}
+    base_url = ctx.proxy_base(base_url)
     for r in rows:
         data = (r.handles[0].get("data") or {}) if r.handles and r.state == "running" else {}
         published = data.get("ports") or {}

@@ -129,10 +129,33 @@ def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo) -> None:
     imagebuild.pull_or_build(default.name, engine.facts.binary, progress=lambda line: echo(f"  {line}"))
 
 
+def start_proxy(ctx: ServerContext, host: str, port: int, echo):  # type: ignore[no-untyped-def]
+    """The port proxy on a listener of its own, in a thread: renters' pages get an origin
+    that is not the console's. Returns the uvicorn server (set ``should_exit`` to stop it)."""
+    import threading
+
+    import uvicorn
+
+    from suanli.api.proxy import create_proxy_app
+
+    ctx.proxy_port = port
+    server = uvicorn.Server(uvicorn.Config(create_proxy_app(ctx), host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="suanli-proxy", daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        thread.join(0.05)
+    if not server.started:
+        raise SystemExit(f"the port proxy cannot listen on {host}:{port} (choose another with --proxy-port)")
+    echo(f"port proxy: http://{host}:{port}/proxy/instances/ID/PORT/ (instances' published ports)")
+    return server
+
+
 def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print,  # type: ignore[no-untyped-def]
           *, slurm_conf: Path | None = None, notice_s: float = DEFAULT_NOTICE_S,
-          heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S, **options) -> None:
-    """``options``: the rest of ``build``'s (runtime, ssh, upload size)."""
+          heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S, proxy_port: int | None = None,
+          **options) -> None:
+    """``proxy_port``: where instances' published ports are served [default: ``port`` + 1];
+    ``options``: the rest of ``build``'s (runtime, ssh, upload size)."""
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -161,9 +184,11 @@ def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print, 
         echo(f"admin token: see {(data_dir / 'admin-token').resolve()} (created on first start)")
     echo(f"next: suanli login --url {url} --token $(cat {data_dir / 'admin-token'})")
     app = create_app(ctx)
+    ports = start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
+        ports.should_exit = True
         if ctx.loop is not None:
             ctx.loop.stop()
         ctx.db.dispose()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from suanli.cli import gpus, instances, jobs, launch, login, nodes, server, slurm
+from suanli.cli import gpus, images, instances, jobs, keys, launch, login, nodes, server, slurm, ssh
 
 
 def register(app: typer.Typer) -> None:
@@ -18,3 +18,6 @@ def register(app: typer.Typer) -> None:
     app.command("launch")(launch.launch)
     app.add_typer(jobs.app, name="jobs")
     app.add_typer(slurm.app, name="slurm")
+    app.add_typer(images.app, name="images")
+    app.add_typer(keys.app, name="keys")
+    app.command("ssh")(ssh.ssh)

@@ -13,6 +13,8 @@ DEFAULT_PORT = 8470
 def server(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (only loopback unless you say otherwise)."),
     port: int = typer.Option(DEFAULT_PORT, help="TCP port."),
+    proxy_port: int = typer.Option(None, "--proxy-port", help="TCP port of the port proxy (instances' published "
+                                   "ports, on an origin apart from the console's) [default: PORT + 1]."),
     data_dir: Path = typer.Option(None, "--data-dir", help="Database, admin token and workspaces [default: ./.suanli or $SUANLI_DATA_DIR]."),
     db: str = typer.Option(None, "--db", help="Database URL, e.g. postgresql+psycopg://user@host/db [default: SQLite in the data dir]."),
     backend: list[str] = typer.Option(["local"], "--backend", help="Backends to drive: local (always on) and/or slurm."),
@@ -46,4 +48,4 @@ def server(
             raise typer.BadParameter(f"{conf} is not a file; pass the cluster's slurm.conf", param_hint="--slurm-conf")
     serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo, slurm_conf=conf, notice_s=notice,
           heartbeat_timeout_s=heartbeat_timeout, runtime=runtime, allow_process_runtime=allow_process_runtime,
-          ssh_bind=ssh_bind, ssh_host=ssh_host, max_upload_mib=max_upload_mib)
+          ssh_bind=ssh_bind, ssh_host=ssh_host, max_upload_mib=max_upload_mib, proxy_port=proxy_port)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import select
 
 from suanli.backends.base import Backend, Handle
+from suanli.control import uploads
 from suanli.control.auth import Principal
-from suanli.control.errors import NotFound
+from suanli.control.errors import Invalid, NotFound
 from suanli.control.lifecycle import JOB_FINAL, record_event, transition
 from suanli.control.sizing import size
 from suanli.control.task import Task
@@ -22,7 +25,24 @@ def _get(s, who: Principal, job_id: int) -> Job:  # type: ignore[no-untyped-def]
     return row
 
 
-def submit(db: Database, who: Principal, task: Task) -> Job:
+def check_code(who: Principal, task: Task, data_dir: Path | None) -> None:
+    """A job's code is an upload of its own tenant, never a path on the server: a
+    ``workdir`` here would name a server directory (and a missing one used to run the
+    job in an empty directory), so it is refused before anything is created."""
+    if task.workdir:
+        raise Invalid(
+            "workdir: the server does not run jobs from its own paths; upload the directory "
+            "(POST /v1/uploads with a gzip tar; `suanli launch TASK.yaml` does it) and send its id as `code`"
+        )
+    if task.code is None:
+        return
+    if data_dir is None or not uploads.exists(data_dir, who.tenant_id, task.code):
+        raise Invalid(f"code: no upload {task.code} for this tenant; upload the directory first (`suanli launch` does it)")
+
+
+def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = None) -> Job:
+    """Queue a job. ``data_dir`` is where uploads live; without it a task with ``code`` is refused."""
+    check_code(who, task, data_dir)
     r = task.resources
     accel = r.accel
     with db.transaction() as s:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 
 from sqlalchemy import select
@@ -175,10 +174,7 @@ def _prepare(spec: TaskSpec, backend: str, data_dir: Path, tenant_id: int, code:
         Path(spec.workdir).mkdir(parents=True, exist_ok=True)
         dest = Path(spec.workdir) / "code"
         if code and spec.node_rank == 0 and not os.path.lexists(dest):
-            staged = Path(spec.workdir) / ".code.partial"
-            shutil.rmtree(staged, ignore_errors=True)
-            uploads.extract_into(data_dir, tenant_id, code, staged)
-            staged.rename(dest)
+            uploads.extract_into(data_dir, tenant_id, code, dest)
     if backend != "local" and "SUANLI_CHECKPOINT_DIR" in spec.env:
         Path(spec.env["SUANLI_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
 

@@ -1,6 +1,7 @@
 """The task YAML format of ``suanli launch`` (in the spirit of SkyPilot's).
 
     name: train-gpt
+    image: python               # one of `suanli images list` (default: the platform's default image)
     resources:
       accelerators: H100:8      # MODEL[:COUNT], model case-insensitive
       # gpu_milli: 500          # or a fraction of one GPU instead
@@ -9,12 +10,17 @@
       priority: on-demand       # on-demand | spot | reserved
       # max_price: "1.20"       # spot only: most you pay per GPU-hour (book's currency)
     num_nodes: 1
-    workdir: .                  # local backend: run from here (relative to the YAML)
+    workdir: .                  # your code: `suanli launch` uploads this local directory
+                                # (relative to the YAML; skips .git, __pycache__, .venv and
+                                # the globs in its .suanliignore) and the job runs in a copy
+                                # of it, /workspace/code in its container
     setup: pip install -r requirements.txt
     run: torchrun --nproc_per_node=$NPROC_PER_NODE train.py
     envs: {EPOCHS: 3}
     checkpoint_dir: ckpt        # relative: kept per job in the server's data dir
 
+Over the API a task carries ``code: <upload id>`` (``POST /v1/uploads``) and no
+``workdir``: the server refuses a ``workdir``, which would name a path on its own machine.
 Validation errors name the field path (``resources.accelerators``).
 """
 
@@ -103,9 +109,16 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(default="", max_length=100)
+    #: an image name of the platform's catalog (``suanli images list``); None: the default image
+    image: str | None = Field(default=None, max_length=200)
     resources: Resources = Field(default_factory=Resources)
     num_nodes: int = Field(default=1, ge=1, le=64)
+    #: the LOCAL directory ``suanli launch`` packs and uploads (relative to the YAML); the
+    #: server never reads a path of its own from a task and refuses a job that sends one
     workdir: str | None = None
+    #: the upload id (SHA-256 of the archive, control/uploads.py) the CLI fills in from
+    #: ``workdir``; the job runs with that tree as its working directory (/workspace/code)
+    code: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     setup: str | None = None
     run: str = Field(min_length=1)
     envs: dict[str, str | int | float | bool] = Field(default_factory=dict)

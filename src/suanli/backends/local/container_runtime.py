@@ -276,7 +276,9 @@ class ContainerRuntime:
         if c is not None and c.running:
             return TaskStatus(TaskState.RUNNING)
         if c is not None and c.exit_code is not None:
-            _write(tdir / "exit_code", f"{c.exit_code}\n")  # the server's record: the container may go
+            _write(tdir / "exit_code", f"{c.exit_code}\n")  # the server's record, so the container can go
+            self._archive_log(handle)
+            self.engine.remove(data["name"])
             return TaskStatus(TaskState.EXITED, c.exit_code)
         code = _read_int(tdir / "exit_code")
         if code is not None:
@@ -355,6 +357,19 @@ class ContainerRuntime:
             output += f"\n[suanli] timed out after {timeout_s}s\n"
             return ExecResult(124, output)
         return ExecResult(done.returncode, output)
+
+    def remove_networks(self) -> list[str]:
+        """Delete this root's tenant networks that no container uses any more (a server
+        that is taken down for good, tests)."""
+        done = self.engine.cli("network", "ls", "--filter", f"label={self.label}", "--format", "{{.Name}}", check=False)
+        removed = []
+        for name in done.stdout.decode().split():
+            iface = self.engine.ensure_network(name, {})
+            if self.engine.cli("network", "rm", name, check=False).returncode == 0:
+                firewall.unguard(iface)
+                self._guarded.discard(name)
+                removed.append(name)
+        return removed
 
     def set_authorized_keys(self, handle: Handle, text: str) -> None:
         tdir = Path(handle.data["dir"])

@@ -47,3 +47,12 @@ def guard(iface: str) -> bool:
     if not ok:
         log.warning("could not install the host firewall rules for %s: containers there can reach host services", iface)
     return ok
+
+
+def unguard(iface: str) -> None:
+    """Remove the rules of a bridge that is gone."""
+    if not iface or not shutil.which("iptables"):
+        return
+    for rule in _rules(iface):
+        while _iptables("-D", *rule) == 0:
+            pass

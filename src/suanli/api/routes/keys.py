@@ -1,0 +1,57 @@
+"""SSH keys of the signed-in user: add, list, delete.
+
+Every change is pushed to the user's running instances at once, so a removed
+key stops opening them without a restart."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import partial
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from suanli.api.context import ServerContext
+from suanli.api.deps import context, principal
+from suanli.control import keys
+from suanli.control.auth import Principal
+from suanli.db.models import SshKey
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    public_key: str = Field(min_length=1, max_length=keys.MAX_TEXT + 1,
+                            description="one OpenSSH public key line, e.g. the content of ~/.ssh/id_ed25519.pub")
+    name: str = Field(default="", max_length=keys.NAME_MAX, description="a label; default: the key's comment")
+
+
+class KeyOut(BaseModel):
+    id: int
+    name: str
+    type: str = Field(description="ssh-ed25519, ecdsa-sha2-nistp256, ssh-rsa, ...")
+    fingerprint: str = Field(description="SHA256:..., as `ssh-keygen -lf FILE` prints it")
+    public_key: str = Field(description="the stored, normalised line")
+    created_at: datetime
+
+
+def key_out(row: SshKey) -> KeyOut:
+    return KeyOut(id=row.id, name=row.name, type=keys.key_type(row.public_key), fingerprint=row.fingerprint,
+                  public_key=row.public_key, created_at=row.created_at)
+
+
+@router.post("", response_model=KeyOut, status_code=201)
+def add(body: KeyCreate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
+    return key_out(keys.add(ctx.db, who, body.public_key, body.name, on_change=partial(keys.push_keys, ctx.db, ctx.backends)))
+
+
+@router.get("", response_model=list[KeyOut])
+def list_(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[KeyOut]:
+    return [key_out(r) for r in keys.list_(ctx.db, who)]
+
+
+@router.delete("/{key_id:path}", response_model=KeyOut)
+def delete(key_id: str, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
+    """``key_id``: the key's id, or its ``SHA256:...`` fingerprint (URL-encoded)."""
+    return key_out(keys.remove(ctx.db, who, key_id, on_change=partial(keys.push_keys, ctx.db, ctx.backends)))

@@ -1,0 +1,113 @@
+"""A real ``suanli server`` process on containers, driven by the real CLI: the interface
+contract scripts rely on, ``suanli ssh``, adoption of running containers after ``kill -9``
+of the server, the unknown image, and the process runtime's refusal of strangers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from control_helpers import ServerProcess, cli_command, free_port, release_host, wait_until
+
+from suanli.backends.local.container_runtime import root_label
+from suanli.backends.local.engine import detect
+
+
+@pytest.fixture
+def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        _release(srv.data_dir)
+
+
+def _release(data_dir: Path) -> None:
+    from suanli.backends.local import LocalBackend
+
+    release_host({"local": LocalBackend(data_dir / "workloads", "container")}, data_dir)
+
+
+def suanli(srv: ServerProcess, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(cli_command(*args), capture_output=True, text=True, env=srv.cli_env(), timeout=120)
+    if code is not None:
+        assert r.returncode == code, (args, r.stdout, r.stderr)
+    return r
+
+
+def container_ids(data_dir: Path) -> dict[str, str]:
+    engine = detect("podman")
+    assert engine is not None
+    done = engine.cli("ps", "--filter", f"label=suanli.root={root_label((data_dir / 'workloads').resolve())}",
+                      "--format", "{{.Names}} {{.ID}}")
+    return dict(line.split() for line in done.stdout.decode().splitlines() if line.strip())
+
+
+def test_contract_ssh_and_adoption_after_kill_9(proc: ServerProcess, keypair) -> None:  # type: ignore[no-untyped-def]
+    key, _ = keypair("renter")
+    suanli(proc, "keys", "add", f"{key}.pub")
+    listed = json.loads(suanli(proc, "images", "list", "--json").stdout)
+    default = [i["name"] for i in listed if i["default"]]
+    assert default == ["python"], listed
+    inst = json.loads(suanli(proc, "instances", "create", "--gpu", "h100:1", "--disk", "2", "--port", "8888",
+                             "--wait", "--json").stdout)
+    assert inst["state"] == "running" and inst["image"] == "python" and inst["runtime"] == "container", inst
+    assert inst["ssh"].startswith("ssh -p ") and list(inst["ports"]) == ["8888"], inst
+    assert inst["ports"]["8888"] == f"http://127.0.0.1:{proc.proxy_port}/proxy/instances/{inst['id']}/8888/"
+    shown = json.loads(suanli(proc, "instances", "show", str(inst["id"]), "--json").stdout)
+    assert shown["ssh"] == inst["ssh"]
+    r = wait_until(lambda: (x := suanli(proc, "ssh", str(inst["id"]), "-i", str(key), "--", "echo", "ok;", "exit", "4",
+                                        code=None)).returncode != 255 and x, 20)
+    assert r.returncode == 4 and "ok" in r.stdout, (r.stdout, r.stderr)
+
+    before = container_ids(proc.data_dir)
+    assert list(before) == [f"suanli-{root_label((proc.data_dir / 'workloads').resolve())}-instance-{inst['id']}"]
+    proc.kill9()
+    assert container_ids(proc.data_dir) == before  # the container outlives the server
+    proc.start()
+    again = json.loads(suanli(proc, "instances", "show", str(inst["id"]), "--json").stdout)
+    assert again["state"] == "running" and again["ssh"] == inst["ssh"]
+    assert container_ids(proc.data_dir) == before  # adopted, never started a second time
+    r = suanli(proc, "instances", "exec", str(inst["id"]), "--", "cat /proc/1/cmdline | tr '\\0' ' '", code=None)
+    assert r.returncode == 0 and "catatonit" in r.stdout or "podman-init" in r.stdout, r.stdout
+    suanli(proc, "instances", "rm", str(inst["id"]))
+    wait_until(lambda: container_ids(proc.data_dir) == {}, 30)
+
+
+def test_unknown_image_is_refused_with_the_offered_list_and_creates_nothing(proc: ServerProcess) -> None:
+    r = suanli(proc, "instances", "create", "--gpu", "h100:1", "--image", "ubuntu:22.04", code=None)
+    assert r.returncode != 0 and "ubuntu:22.04" in r.stdout + r.stderr and "python" in r.stdout + r.stderr, r
+    assert json.loads(suanli(proc, "instances", "list", "--json").stdout) == []
+    task = proc.data_dir / "t.yaml"
+    task.write_text("image: nosuch\nrun: echo hi\n")
+    r = suanli(proc, "launch", str(task), code=None)
+    assert r.returncode != 0 and "nosuch" in r.stdout + r.stderr
+    assert json.loads(suanli(proc, "jobs", "list", "--json").stdout) == []
+
+
+def test_process_runtime_is_named_and_refused_to_other_tenants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SUANLI_ALLOW_PROCESS_RUNTIME", raising=False)  # the suite's default; a real server has none
+    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "process"))
+    srv.start()
+    try:
+        env = srv.cli_env()
+        c = srv.client()
+        c.request("POST", "/v1/tenants", json={"name": "strangers"})
+        member = c.request("POST", "/v1/users", json={"name": "m", "tenant": "strangers"})["token"]
+        mine = c.create_instance(gpu_model="h100", gpu_count=1)
+        assert mine["runtime"] == "process"
+        out = subprocess.run(cli_command("instances", "list"), capture_output=True, text=True, env=env).stdout
+        assert "process (no isolation)" in out
+        from suanli.client import ApiError, SuanliClient
+
+        with pytest.raises(ApiError) as refused:
+            SuanliClient(srv.url, member).create_instance(gpu_model="h100", gpu_count=1)
+        assert refused.value.status == 403 and refused.value.code == "no_isolation"
+        assert "--allow-process-runtime" in refused.value.message
+        assert len(c.instances()) == 1  # nothing was created for the stranger
+    finally:
+        srv.stop()
