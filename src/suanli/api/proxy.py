@@ -54,6 +54,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response, Streamin
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
+from suanli.control.access import proxy_path
 from suanli.api import errors
 from suanli.api.errors import error_body
 from suanli.control import instances
@@ -82,15 +83,9 @@ class BadGateway(ControlError):
 
 # -- URLs ---------------------------------------------------------------------------------
 
-def proxy_path(instance_id: int, port: int, *, absolute: bool = False) -> str:
-    """The path prefix of a port, with a trailing slash (JupyterLab's ``base_url``
-    when ``absolute``)."""
-    return f"/proxy/instances/{instance_id}/absolute/{port}/" if absolute else f"/proxy/instances/{instance_id}/{port}/"
-
-
-def proxy_url(base_url: str, instance_id: int, port: int) -> str:
+def proxy_url(base_url: str, instance_id: int, port: int, *, absolute: bool = False) -> str:
     """What the instance listing shows for a published port."""
-    return base_url.rstrip("/") + proxy_path(instance_id, port)
+    return base_url.rstrip("/") + proxy_path(instance_id, port, absolute=absolute)
 
 
 def cookie_name(instance_id: int) -> str:

@@ -17,6 +17,7 @@ from sqlalchemy import select
 from suanli.backends.base import Backend, Handle, TaskSpec
 from suanli.backends.local import volumes
 from suanli.control import images, keys, uploads
+from suanli.control.access import JUPYTER_PORT, jupyter_command
 from suanli.control.capacity import active_allocations, give_back
 from suanli.control.environment import distributed_env, free_port, gpu_env
 from suanli.control.lifecycle import transition
@@ -78,7 +79,7 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
     virtual = _virtual_nodes(session, ids)
     port = free_port()
     specs = []
-    image = images.resolve(session, (row.spec.get("image") if isinstance(row, Job) else row.image) or None).ref
+    img = images.resolve(session, (row.spec.get("image") if isinstance(row, Job) else row.image) or None)
     for a in sorted(allocs, key=lambda a: a.node_rank):
         node = nodes[a.node_id]
         env: dict[str, str] = {}
@@ -100,19 +101,22 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
                     node_rank=a.node_rank, run=spec.get("run") or "", setup=spec.get("setup") or "", env=env,
                     workdir=str(job_volume(data_dir, row.id)), cwd="code" if spec.get("code") else "",
                     volume_env=volume_env, gpu_indices=tuple(a.gpu_indices), milli_per_gpu=a.milli_per_gpu,
-                    cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=image, tenant_id=row.tenant_id,
+                    cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=img.ref, tenant_id=row.tenant_id,
                 )
             )
         else:
             env.update(gpu_env(a, node, node.id in virtual))
             env.update({"SUANLI_INSTANCE_ID": str(row.id), "SUANLI_IMAGE": row.image, "SUANLI_DISK_GIB": str(row.disk_gib)})
             gpus = ",".join(str(i) for i in a.gpu_indices) or "none"
+            keeper = INSTANCE_KEEPER.format(id=row.id, node=node.name, gpus=gpus)
+            if (img.contents or {}).get("jupyterlab") and JUPYTER_PORT in (row.ports or []):
+                keeper = jupyter_command(row.id) + "\n" + keeper
             specs.append(
                 TaskSpec(
                     key=task_key("instance", row.id), kind="instance", workload_id=row.id, node=node.name,
-                    node_rank=0, run=INSTANCE_KEEPER.format(id=row.id, node=node.name, gpus=gpus), env=env,
+                    node_rank=0, run=keeper, env=env,
                     workdir=str(disk_dir(data_dir, row.id)), gpu_indices=tuple(a.gpu_indices),
-                    milli_per_gpu=a.milli_per_gpu, cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=image,
+                    milli_per_gpu=a.milli_per_gpu, cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=img.ref,
                     tenant_id=row.tenant_id, ports=tuple(int(p) for p in row.ports or ()),
                     authorized_keys=keys.authorized_keys(session, row.user_id), disk_gib=row.disk_gib,
                 )

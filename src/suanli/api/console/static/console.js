@@ -60,14 +60,18 @@ function flash(message, ok = false) {
   f.hidden = !message;
 }
 
+// Run an API call, say how it went, refresh the live part; true when it succeeded.
 async function act(what, fn) {
+  let ok = false;
   try {
     await fn();
     flash(what, true);
+    ok = true;
   } catch (e) {
     flash(e instanceof ApiError ? `${e.message} (${e.code})` : String(e));
   }
   render();
+  return ok;
 }
 
 function gpuDesc(o) {
@@ -94,6 +98,107 @@ async function showLogs(path) {
   } catch (e) {
     flash(e.message);
   }
+}
+
+// Put text on the clipboard: the async Clipboard API where the page is a secure context
+// (https, localhost), else the old copy command on a hidden field (plain-http servers).
+async function copyText(text) {
+  try {
+    if (navigator.clipboard && window.isSecureContext) {
+      await navigator.clipboard.writeText(text);
+    } else {
+      const area = el("textarea", { readonly: true, style: "position:fixed;top:0;left:0;opacity:0" }, text);
+      document.body.append(area);
+      area.select();
+      const done = document.execCommand("copy");
+      area.remove();
+      if (!done) throw new Error("the browser refused");
+    }
+    flash("Copied: " + text, true);
+  } catch (e) {
+    flash(`Could not copy (${e.message || e}): select the command and copy it by hand.`);
+  }
+}
+
+// -- instances: image, runtime, SSH, ports ------------------------------------------------
+
+// What an image holds, as small tags: Python 3.11, CUDA 12.4, sshd, JupyterLab.
+function contentTags(image) {
+  if (!image) return [];
+  const c = image.contents || {};
+  return [c.python && `Python ${c.python}`, c.cuda && `CUDA ${c.cuda}`, c.sshd && "sshd", c.jupyterlab && "JupyterLab"]
+    .filter(Boolean).map((t) => el("span", { class: "tag" }, t));
+}
+
+// "container", or the no-isolation fallback said loudly (a host process shares the host
+// with every other tenant); with how its GPUs are given where it has any.
+function runtimeCell(i) {
+  if (!i.runtime) return el("span", { class: "muted" }, "not started");
+  if (i.runtime.startsWith("process")) {
+    return el("span", { class: "warn runtime", "data-runtime": "process",
+      title: "runs as a host process: no isolation from the host or from other tenants" }, "process (no isolation)");
+  }
+  return el("span", { class: "runtime", "data-runtime": i.runtime }, i.runtime,
+    i.gpu_access && i.gpu_access !== "none" && el("span", { class: "tags" }, el("span", { class: "tag" }, `GPUs: ${i.gpu_access}`)));
+}
+
+// A published port: a plain link to the port proxy, which listens on an origin of its own
+// because it serves the renter's own pages. Copying the link shares no token (opened bare,
+// the proxy answers 401). A click opens it once with ?token=: the proxy trades that token
+// for an HttpOnly cookie scoped to /proxy/instances/ID/ and redirects to the same URL
+// without it before relaying anything (api/proxy.py), so the renter's service never sees
+// the console's token, not in its URL, its Referer (noreferrer) nor its scripts.
+function portLink(port, url) {
+  const a = el("a", { href: url, target: "_blank", rel: "noopener noreferrer", "data-port": port,
+    title: `port ${port} of the instance, through the server's port proxy` }, `${port} ↗`);
+  a.addEventListener("click", (ev) => {
+    ev.preventDefault();
+    const once = new URL(url);
+    once.searchParams.set("token", localStorage.getItem(TOKEN_KEY));
+    window.open(once.href, "_blank", "noopener,noreferrer");
+  });
+  return a;
+}
+
+function accessCell(i) {
+  const ssh = i.ssh && `${i.ssh} -i KEYFILE`;
+  const ports = Object.entries(i.ports || {});
+  return el("div", { class: "access" },
+    ssh && el("div", { class: "ssh" },
+      el("code", { title: "KEYFILE: the private key of a public key added under SSH keys" }, ssh),
+      el("button", { class: "plain", type: "button", onclick: () => copyText(ssh) }, "Copy")),
+    !ssh && i.state === "running" && el("span", { class: "muted" },
+      i.runtime && i.runtime.startsWith("process") ? "no SSH (process runtime)" : "no SSH (image has no sshd)"),
+    ports.length > 0 && el("div", { class: "ports" }, "ports: ", ports.map(([p, u]) => portLink(p, u))));
+}
+
+// "8888, 6006" -> [8888, 6006]. Anything else throws with what is wrong, before anything is sent.
+function parsePorts(text) {
+  const parts = String(text || "").split(",").map((p) => p.trim());
+  if (parts.length === 1 && parts[0] === "") return [];
+  const out = [];
+  for (const p of parts) {
+    if (!/^[0-9]{1,5}$/.test(p) || Number(p) < 1 || Number(p) > 65535) {
+      throw new Error(`Ports: ${JSON.stringify(p)} is not a TCP port (1 to 65535); write them comma-separated, ` +
+        "e.g. 8888, 6006. Nothing was sent.");
+    }
+    if (out.includes(Number(p))) throw new Error(`Ports: ${p} is listed twice. Nothing was sent.`);
+    out.push(Number(p));
+  }
+  if (out.length > 16) throw new Error(`Ports: at most 16 (got ${out.length}). Nothing was sent.`);
+  return out;
+}
+
+function imageChoice(images) {
+  const tags = el("span", { class: "tags", id: "image-contents" });
+  const select = el("select", { name: "image" }, images.length
+    ? images.map((im) => el("option", { value: im.name, selected: im.default },
+      im.description ? `${im.name} — ${im.description}` : im.name))
+    : el("option", { value: "" }, "the platform's default"));
+  const show = () => tags.replaceChildren(...contentTags(images.find((im) => im.name === select.value)));
+  select.addEventListener("change", show);
+  show();
+  return [select, tags];
 }
 
 // -- views ---------------------------------------------------------------------------
@@ -126,7 +231,7 @@ async function quoteInto(target, resources, diskGib) {
 }
 
 async function formInstance() {
-  const gpus = await api("GET", "/v1/gpus");
+  const [gpus, images] = await Promise.all([api("GET", "/v1/gpus"), api("GET", "/v1/images")]);
   const price = el("span", { class: "muted", id: "instance-price" });
   const form = el("form", { class: "inline", id: "create-instance" },
     el("label", {}, "Name", el("input", { name: "name", placeholder: "my-box" })),
@@ -137,14 +242,15 @@ async function formInstance() {
     el("label", {}, "Priority", el("select", { name: "priority" }, ["on-demand", "spot", "reserved"].map((p) => el("option", {}, p)))),
     el("label", { id: "max-price", style: "display:none" }, "Max price / GPU-h",
       el("input", { name: "max_price", inputmode: "decimal", placeholder: "spot: optional, e.g. 1.20", style: "width:9em" })),
-    el("label", {}, "Image", el("input", { name: "image", value: "ubuntu:22.04" })),
+    el("label", {}, "Image", imageChoice(images)),
     el("label", {}, "Disk GiB", el("input", { name: "disk_gib", type: "number", min: 1, value: 50, style: "width:6em" })),
+    el("label", {}, "Ports (e.g. 8888, 6006)", el("input", { name: "ports", placeholder: "none", style: "width:10em" })),
     el("button", { type: "submit" }, "Rent"), price);
   const body = () => {
     const f = new FormData(form);
     const share = Number(f.get("share") || 0);
     const b = { name: f.get("name"), gpu_model: f.get("gpu_model"), gpu_count: share ? 1 : Number(f.get("gpu_count")),
-      gpu_milli: share, priority: f.get("priority"), image: f.get("image"), disk_gib: Number(f.get("disk_gib")) };
+      gpu_milli: share, priority: f.get("priority"), image: f.get("image") || null, disk_gib: Number(f.get("disk_gib")) };
     const bid = String(f.get("max_price") || "").trim();
     if (b.priority === "spot" && bid) b.max_price = bid;  // a bid only means something for spot
     return b;
@@ -156,9 +262,20 @@ async function formInstance() {
       max_price: b.max_price || null }, b.disk_gib);
   };
   form.addEventListener("change", requote);
-  form.addEventListener("submit", (ev) => {
+  const portsInput = form.querySelector("input[name=ports]");
+  form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    act("Instance requested.", () => api("POST", "/v1/instances", body()));
+    const b = body();
+    try {
+      b.ports = parsePorts(portsInput.value);
+    } catch (e) {
+      portsInput.setAttribute("aria-invalid", "true");
+      portsInput.focus();
+      flash(e.message);
+      return;
+    }
+    portsInput.removeAttribute("aria-invalid");
+    if (await act("Instance requested.", () => api("POST", "/v1/instances", b))) portsInput.value = "";
   });
   requote();
   return el("section", {}, el("h2", {}, "Rent an instance"), form);
@@ -174,8 +291,9 @@ async function liveInstances() {
     el("button", { class: "plain", onclick: () => confirm(`Delete instance ${i.id} and its disk?`) &&
       act(`Deleting instance ${i.id}.`, () => api("DELETE", `/v1/instances/${i.id}`)) }, "Delete"));
   return el("section", {}, el("h2", {}, "Instances"),
-    table(["ID", "NAME", "STATE", "GPU", "PRIORITY", "PLACED ON", "WHY", ""],
-      rows.map((i) => [String(i.id), i.name, stateCell(i.state), gpuDesc(i), priorityDesc(i), placed(i.allocations), i.reason, actions(i)]),
+    table(["ID", "NAME", "STATE", "GPU", "IMAGE", "RUNTIME", "PRIORITY", "PLACED ON", "ACCESS", "WHY", ""],
+      rows.map((i) => [String(i.id), i.name, stateCell(i.state), gpuDesc(i), i.image, runtimeCell(i), priorityDesc(i),
+        placed(i.allocations), accessCell(i), i.reason, actions(i)]),
       "No instances yet."));
 }
 
@@ -213,6 +331,93 @@ async function liveJobs() {
       rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), priorityDesc(j), placed(j.allocations),
         j.exit_code ?? "", j.reason, actions(j)]),
       "No jobs yet."));
+}
+
+// -- SSH keys and images ------------------------------------------------------------------
+
+// The browser-side twin of control/keys.py's private-key markers: a private key pasted by
+// mistake never leaves the page (the CLI checks the same before sending; the server refuses too).
+const PRIVATE_KEY = /-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----|PuTTY-User-Key-File-|^\s*openssh-key-v1/m;
+
+async function formKeys() {
+  const text = el("textarea", { name: "public_key", required: true, spellcheck: "false",
+    placeholder: "ssh-ed25519 AAAA… you@laptop" });
+  const file = el("input", { name: "file", type: "file", accept: ".pub,text/plain" });
+  const form = el("form", { class: "inline", id: "add-key" },
+    el("label", { style: "flex-basis:100%" }, "Public key: one line of your .pub file (e.g. ~/.ssh/id_ed25519.pub), never the private key", text),
+    el("label", {}, "Name", el("input", { name: "name", placeholder: "default: the key's comment", maxlength: 100 })),
+    el("label", {}, "or read a .pub file", file),
+    el("button", { type: "submit" }, "Add key"));
+  file.addEventListener("change", async () => {
+    if (file.files[0]) text.value = (await file.files[0].text()).slice(0, 20000);
+    file.value = "";
+  });
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(form);
+    const key = String(f.get("public_key") || "");
+    if (PRIVATE_KEY.test(key)) {
+      text.value = "";
+      flash("This looks like a PRIVATE key; nothing was sent or stored. Paste the public key (the .pub file, " +
+        "e.g. ~/.ssh/id_ed25519.pub) and keep the private key to yourself.");
+      return;
+    }
+    const body = { public_key: key };
+    if (String(f.get("name") || "").trim()) body.name = String(f.get("name")).trim();
+    if (await act("Key added: it opens your running instances now.", () => api("POST", "/v1/keys", body))) form.reset();
+  });
+  return el("section", {}, el("h2", {}, "Add an SSH key"),
+    el("p", { class: "muted" }, "Your keys open your own instances (ssh, scp, sftp), nobody else's."), form);
+}
+
+async function liveKeys() {
+  const keys = await api("GET", "/v1/keys");
+  return el("section", {}, el("h2", {}, "Your SSH keys"),
+    table(["NAME", "TYPE", "FINGERPRINT", "ADDED", ""],
+      keys.map((k) => [k.name, k.type, el("code", { class: "fp" }, k.fingerprint), new Date(k.created_at).toLocaleString(),
+        el("button", { class: "plain", onclick: () => confirm(`Remove key ${k.name || k.fingerprint}? It stops opening your instances.`) &&
+          act(`Key ${k.name || k.fingerprint} removed.`, () => api("DELETE", `/v1/keys/${k.id}`)) }, "Remove")]),
+      "No SSH keys yet: add one to reach your instances with ssh."));
+}
+
+async function formImages() {
+  if (!isOperator()) return "";
+  const form = el("form", { class: "inline", id: "add-image" },
+    el("label", {}, "Name", el("input", { name: "name", required: true, placeholder: "pytorch", style: "width:9em" })),
+    el("label", {}, "Engine ref", el("input", { name: "ref", required: true, placeholder: "localhost/suanli/python:3.11" })),
+    el("label", { style: "flex:1" }, "Description", el("input", { name: "description" })),
+    el("label", {}, "Python", el("input", { name: "python", placeholder: "3.11", style: "width:5em" })),
+    el("label", {}, "CUDA", el("input", { name: "cuda", placeholder: "12.4", style: "width:5em" })),
+    el("label", { class: "check" }, el("input", { name: "sshd", type: "checkbox" }), "sshd"),
+    el("label", { class: "check" }, el("input", { name: "jupyterlab", type: "checkbox" }), "JupyterLab"),
+    el("label", { class: "check" }, el("input", { name: "default", type: "checkbox" }), "default"),
+    el("button", { type: "submit" }, "Offer image"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(form);
+    const opt = (k) => String(f.get(k) || "").trim() || null;
+    const body = { name: String(f.get("name")).trim(), ref: String(f.get("ref")).trim(), description: String(f.get("description") || ""),
+      default: f.get("default") === "on",
+      contents: { python: opt("python"), cuda: opt("cuda"), sshd: f.get("sshd") === "on", jupyterlab: f.get("jupyterlab") === "on" } };
+    if (await act(`Image ${body.name} offered.`, () => api("POST", "/v1/images", body))) form.reset();
+  });
+  return el("section", {}, el("h2", {}, "Offer an image"), form);
+}
+
+async function liveImages() {
+  const images = await api("GET", "/v1/images");
+  const here = (im) => im.present === null ? el("span", { class: "muted" }, "no engine") :
+    im.present ? "yes" : el("span", { class: "warn" }, "no: build or pull it");
+  const actions = (im) => isOperator() && el("span", {},
+    !im.default && el("button", { class: "plain", onclick: () => act(`${im.name} is the default image.`,
+      () => api("PATCH", `/v1/images/${encodeURIComponent(im.name)}`, { default: true })) }, "Make default"),
+    el("button", { class: "plain", onclick: () => confirm(`Stop offering image ${im.name}?`) &&
+      act(`Image ${im.name} removed.`, () => api("DELETE", `/v1/images/${encodeURIComponent(im.name)}`)) }, "Remove"));
+  return el("section", {}, el("h2", {}, "Images renters can pick"),
+    table(["NAME", "DESCRIPTION", "CONTAINS", "REF", "ON THIS HOST", ""],
+      images.map((im) => [el("td", {}, im.name, im.default && el("span", { class: "tags" }, el("span", { class: "tag" }, "default"))),
+        im.description, el("span", { class: "tags" }, contentTags(im)), el("code", { class: "fp" }, im.ref), here(im), actions(im)]),
+      "No images offered: operators add them here or with `suanli images add`."));
 }
 
 async function viewBilling() {
@@ -319,6 +524,8 @@ const VIEWS = {
   gpus: { live: viewGpus },
   instances: { form: formInstance, live: liveInstances },
   jobs: { form: formJob, live: liveJobs },
+  keys: { form: formKeys, live: liveKeys },
+  images: { form: formImages, live: liveImages },
   billing: { live: viewBilling },
   nodes: { live: viewNodes },
   events: { live: viewEvents },

@@ -1,0 +1,64 @@
+"""JupyterLab on the ``jupyter`` image, started with the instance behind the port proxy:
+the page loads and a kernel runs code over the proxied WebSocket."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from control_helpers import ServerProcess, free_port, wait_until
+from test_container_server import _release
+
+from suanli.backends.local import imagebuild
+
+
+@pytest.fixture
+def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
+    imagebuild.pull_or_build("jupyter", "podman")
+    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        _release(srv.data_dir)
+
+
+def test_jupyterlab_runs_a_kernel_through_the_proxy(proc: ServerProcess) -> None:
+    from websockets.sync.client import connect
+
+    c = proc.client()
+    inst = c.create_instance(gpu_milli=500, image="jupyter", ports=[8888])
+    wait_until(lambda: c.instance(inst["id"])["state"] == "running", 60)
+    url = c.instance(inst["id"])["ports"]["8888"]
+    assert url.endswith(f"/proxy/instances/{inst['id']}/absolute/8888/")
+    auth = {"Authorization": f"Bearer {proc.token}"}
+    with httpx.Client(headers=auth) as browser:
+        page = wait_until(lambda: _get(browser, url + "lab"), 60)
+        assert "JupyterLab" in page.text
+        xsrf = browser.cookies.get("_xsrf")
+        kernel = browser.post(url + "api/kernels", headers={"X-XSRFToken": xsrf or ""}, json={"name": "python3"})
+        assert kernel.status_code == 201, kernel.text
+    assert httpx.get(url + "lab").status_code == 401  # Jupyter has no token of its own: the proxy is the door
+    with connect(url.replace("http://", "ws://") + f"api/kernels/{kernel.json()['id']}/channels",
+                 additional_headers=auth, proxy=None) as ws:
+        ws.send(json.dumps({
+            "header": {"msg_id": uuid.uuid4().hex, "username": "t", "session": uuid.uuid4().hex,
+                       "msg_type": "execute_request", "version": "5.3", "date": ""},
+            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+            "content": {"code": "import os; print(6 * 7, os.getcwd())", "silent": False, "store_history": False,
+                        "user_expressions": {}, "allow_stdin": False},
+        }))
+        out = wait_until(lambda: (m := json.loads(ws.recv(timeout=30))).get("msg_type") == "stream" and m, 60, 0)
+    assert out["content"]["text"] == "42 /workspace\n"
+
+
+def _get(client: httpx.Client, url: str) -> httpx.Response | None:
+    try:
+        r = client.get(url)
+    except httpx.TransportError:
+        return None
+    return r if r.status_code == 200 else None
