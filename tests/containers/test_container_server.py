@@ -111,3 +111,21 @@ def test_process_runtime_is_named_and_refused_to_other_tenants(tmp_path: Path, m
         assert len(c.instances()) == 1  # nothing was created for the stranger
     finally:
         srv.stop()
+
+
+def test_launch_ships_the_workdir_and_the_job_runs_it_in_its_container(proc: ServerProcess, tmp_path: Path) -> None:
+    work = tmp_path / "proj"
+    work.mkdir()
+    (work / "train.py").write_text("import os, sys\nprint('trained in', os.getcwd(), sys.version_info[:2])\n")
+    task = tmp_path / "task.yaml"
+    task.write_text("name: t\nimage: python\nworkdir: proj\nresources: {accelerators: 'H100:1'}\nrun: python3 train.py\n")
+    job = json.loads(suanli(proc, "launch", str(task), "--json").stdout)
+    c = proc.client()
+    done = wait_until(lambda: (j := c.job(job["id"]))["state"] in ("succeeded", "failed") and j, 60)
+    logs = c.request("GET", f"/v1/jobs/{job['id']}/logs")["text"]
+    assert done["state"] == "succeeded" and done["runtime"] == "container", (done, logs)
+    assert "trained in /workspace/code (3, 11)" in logs, logs
+    (tmp_path / "gone.yaml").write_text("workdir: nowhere\nrun: python3 train.py\n")
+    r = suanli(proc, "launch", str(tmp_path / "gone.yaml"), code=None)
+    assert r.returncode == 2 and "nowhere" in r.stdout + r.stderr
+    assert [j["id"] for j in c.jobs()] == [job["id"]]  # nothing was created

@@ -126,7 +126,14 @@ def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo) -> None:
     from suanli.backends.local import imagebuild
 
     echo(f"image {default.ref} is not here yet: pulling it, or building it from Debian's packages (a few minutes, once)")
-    imagebuild.pull_or_build(default.name, engine.facts.binary, progress=lambda line: echo(f"  {line}"))
+    try:
+        done = imagebuild.pull_or_build(default.name, engine.facts.binary, progress=lambda line: echo(f"  {line}"),
+                                        ref=default.ref, cache_dir=ctx.data_dir / "cache" / "debootstrap")
+    except imagebuild.BuildError as exc:
+        echo(f"WARNING: the default image {default.ref} is not available ({exc}); instances of it fail to start "
+             "until an operator builds it (suanli images build) or adds another (suanli images add)")
+        return
+    echo(f"image {default.ref}: {done.how} in {done.seconds:.0f} s")
 
 
 def start_proxy(ctx: ServerContext, host: str, port: int, echo):  # type: ignore[no-untyped-def]

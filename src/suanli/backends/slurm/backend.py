@@ -19,13 +19,20 @@ Why these choices:
   server (one host in tests; a shared filesystem on a real cluster).
 - ``squeue --json`` is the only status source and costs a process start, so one
   answer is cached briefly and shared by every ``status`` call of a reconcile pass.
+- A task with an image runs, on a backend that runs containers, as the local runtime's
+  container started on the node by the batch script (``container.py``); without an image,
+  or on ``runtime="process"``, the workload is a process of the job as before. The handle
+  says which (``runtime``: ``container`` or ``process``) and keeps it across restarts
+  (``handle.json`` in the task directory, read back by ``list_running``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
+import shutil
 import signal as signals
 import threading
 import time
@@ -33,6 +40,7 @@ from pathlib import Path
 
 from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handle, TaskSpec, TaskState, TaskStatus, read_log
 from suanli.backends.slurm.client import SlurmClient, SlurmError
+from suanli.backends.slurm.container import SlurmContainers
 from suanli.backends.slurm.model import NodeHealth, SlurmJob, SlurmNode
 from suanli.backends.slurm.parse import SlurmParseError
 from suanli.backends.slurm.sbatch import RESERVED_ENV, SbatchSpec, SbatchSpecError, shards_for_milli
@@ -69,7 +77,17 @@ class SlurmBackend:
         notice_s: int = 300,
         partition: str | None = None,
         cache_s: float = 0.3,
+        runtime: str | None = None,
+        engine: str = "podman",
+        gpu_access: str | None = None,
+        pull: str = "missing",
     ) -> None:
+        """``runtime``: ``container`` (tasks with an image run in a container of ``engine`` on
+        their node; the node must have it), ``process``, or ``auto`` (containers when
+        ``engine`` is installed here, as it is on the cluster's nodes in the usual setup of
+        one image for all machines); default ``$SUANLI_RUNTIME``, else ``auto``.
+        ``gpu_access``: ``cdi`` (NVIDIA's CDI devices on the nodes) or ``virtual``
+        (``CUDA_VISIBLE_DEVICES`` only); default: ``cdi`` where this host has a CDI spec."""
         if not tag_prefix or any(c.isspace() or c == ":" for c in tag_prefix):
             raise ValueError(f"tag_prefix must be one word without ':', got {tag_prefix!r}")
         if notice_s < 0:
@@ -84,6 +102,18 @@ class SlurmBackend:
         self._lock = threading.Lock()
         self._jobs: tuple[float, dict[int, SlurmJob]] = (-math.inf, {})
         self._nodes: tuple[float, dict[str, SlurmNode]] = (-math.inf, {})
+        runtime = runtime or os.environ.get("SUANLI_RUNTIME") or "auto"
+        if runtime not in ("auto", "container", "process"):
+            raise ValueError(f"runtime must be auto, container or process, got {runtime!r}")
+        if runtime == "auto":
+            runtime = "container" if shutil.which(engine) else "process"
+        self.runtime = runtime
+        if gpu_access is None:
+            from suanli.backends.local.container_runtime import cdi_available
+
+            gpu_access = "cdi" if cdi_available() else "virtual"
+        prefix = tag_prefix if tag_prefix.startswith("suanli") else f"suanli-{tag_prefix}"
+        self.containers = SlurmContainers(prefix=prefix, gpu_access=gpu_access, engine=engine, pull=pull)
 
     # -- cached views of the cluster -----------------------------------------------------
     def jobs(self, fresh: bool = False) -> dict[int, SlurmJob]:
@@ -169,20 +199,28 @@ class SlurmBackend:
                 raise BackendError(f"{spec.key}: a fraction of a GPU is one GPU, got {spec.gpu_indices}")
             shards = shards_for_milli(spec.milli_per_gpu, node.shards_per_gpu)
         tdir = self.task_dir(spec.key)
-        env = {k: v for k, v in spec.env.items() if k not in SLURM_OWNED_ENV}
         workdir = spec.workdir or str(tdir / "work")
+        cpus = max(1, math.ceil(spec.cpu_milli / 1000))
+        in_container = self.in_container(spec)
+        # a container's environment is its env.sh; the batch script keeps only its own
+        env = {} if in_container else {k: v for k, v in spec.env.items() if k not in SLURM_OWNED_ENV}
         env.update({
             "SUANLI_TASK_DIR": str(tdir), "SUANLI_WORKDIR": workdir,
             "SUANLI_PREEMPT_DEADLINE_FILE": str(tdir / "preempt_deadline"),
             "SUANLI_SLURM_TAG": self.tag(spec.key),
         })
+        command = self.containers.command(spec, str(tdir), workdir, self.tag(spec.key), cpus) if in_container else COMMAND
         return SbatchSpec(
-            name=spec.key, command=COMMAND, node=spec.node, gpu_type=gpu_type, gpu_count=gpu_count,
-            shards=shards, cpus=max(1, math.ceil(spec.cpu_milli / 1000)),
+            name=spec.key, command=command, node=spec.node, gpu_type=gpu_type, gpu_count=gpu_count,
+            shards=shards, cpus=cpus,
             memory_mb=spec.memory_mib or None, partition=self.partition, requeue=True,
             notice_s=self.notice_s, env=env, output=str(tdir / "output.log"), workdir=workdir,
-            comment=self.tag(spec.key),
+            comment=self.tag(spec.key), engine=self.containers.engine if in_container else None,
         )
+
+    def in_container(self, spec: TaskSpec) -> bool:
+        """A task with an image, on a backend that runs containers."""
+        return self.runtime == "container" and bool(spec.image)
 
     def submit(self, spec: TaskSpec) -> Handle:
         """sbatch the task pinned to its node; at most one live job per task key."""
@@ -196,16 +234,27 @@ class SlurmBackend:
         tdir = self.task_dir(spec.key)
         Path(sb.workdir or tdir).mkdir(parents=True, exist_ok=True)
         (tdir / "preempt_deadline").unlink(missing_ok=True)
+        (tdir / "handle.json").unlink(missing_ok=True)
         (tdir / "env.json").write_text(json.dumps(sb.env))  # what exec gives its commands
-        (tdir / "setup.sh").write_text(spec.setup + "\n" if spec.setup else "")
-        (tdir / "run.sh").write_text(RUN_PREAMBLE + spec.run + "\n")
+        data: dict[str, object] = {"runtime": "process"}
+        if sb.engine:
+            for name, (text, mode) in self.containers.files(spec).items():
+                _write(tdir / name, text, mode)
+            data = {"runtime": "container", "container": self.containers.name(spec.key), "image": spec.image,
+                    "network": self.containers.network(spec), "volume": sb.workdir,
+                    "gpu_access": self.containers.gpu_access if spec.gpu_indices else "none", "disk_enforced": False}
+        else:
+            (tdir / "setup.sh").write_text(spec.setup + "\n" if spec.setup else "")
+            (tdir / "run.sh").write_text(RUN_PREAMBLE + spec.run + "\n")
         try:
             job_id = self.client.submit(sb)
         except SlurmError as exc:
             raise BackendError(f"sbatch for {spec.key} on {spec.node} failed: {exc}") from exc
         finally:
             self._forget_jobs()
-        return Handle(self.name, spec.key, {"job_id": job_id, "tag": sb.comment, "dir": str(tdir), "node": spec.node})
+        data.update({"job_id": job_id, "tag": sb.comment, "dir": str(tdir), "node": spec.node})
+        _write(tdir / "handle.json", json.dumps(data))  # what list_running hands a restarted server
+        return Handle(self.name, spec.key, data)
 
     def job(self, handle: Handle, fresh: bool = False) -> SlurmJob | None:
         job_id = handle.data.get("job_id")
@@ -307,8 +356,15 @@ class SlurmBackend:
         for job in sorted(self.jobs(fresh=True).values(), key=lambda j: j.job_id):
             if job.is_active and job.comment.startswith(prefix):
                 key = job.comment[len(prefix):]
-                out.append(Handle(self.name, key, {"job_id": job.job_id, "tag": job.comment,
-                                                   "dir": str(self.task_dir(key)), "node": job.node or ""}))
+                data = {"runtime": "process", "job_id": job.job_id, "tag": job.comment,
+                        "dir": str(self.task_dir(key)), "node": job.node or ""}
+                try:
+                    stored = json.loads((self.task_dir(key) / "handle.json").read_text())
+                except (OSError, ValueError):
+                    stored = {}
+                if stored.get("job_id") == job.job_id:
+                    data = {**stored, "node": job.node or stored.get("node", "")}
+                out.append(Handle(self.name, key, data))
         return out
 
     # -- Slurm-specific capabilities -------------------------------------------------------
@@ -320,6 +376,8 @@ class SlurmBackend:
         if job is None or job.state != "RUNNING" or not job.node:
             raise BackendError(f"{handle.key} is not running")
         tdir = Path(handle.data.get("dir") or self.task_dir(handle.key))
+        if handle.data.get("runtime") == "container":
+            return self._exec_container(handle, job, tdir, command, timeout_s)
         env = json.loads((tdir / "env.json").read_text()) if (tdir / "env.json").exists() else {}
         gpus = job.gpu_indices.get(job.node, ())
         if gpus:
@@ -333,6 +391,21 @@ class SlurmBackend:
                                             env.get("SUANLI_WORKDIR") or str(tdir), timeout_s)
         except SlurmError as exc:
             raise BackendError(f"exec in {handle.key} (Slurm job {job.job_id}): {exc}") from exc
+        with open(tdir / "output.log", "a") as log:
+            log.write(f"$ {command}\n{output}")
+        return ExecResult(code, output)
+
+    def _exec_container(self, handle: Handle, job: SlurmJob, tdir: Path, command: str, timeout_s: float) -> ExecResult:
+        """``podman exec`` into the task's container, as a step on its node (the engine is
+        there, not here); the container's environment, not the server's, is what it sees."""
+        assert job.node is not None
+        argv = self.containers.exec_argv(handle.key, command, timeout_s)
+        try:
+            code, output = self.client.step(int(job.job_id), job.node, argv, str(tdir), timeout_s + 10)
+        except SlurmError as exc:
+            raise BackendError(f"exec in {handle.key} (Slurm job {job.job_id}): {exc}") from exc
+        if code == 137 and "timed out" not in output:  # the inner `timeout -s KILL`
+            code, output = 124, output + f"\n[suanli] timed out after {timeout_s}s\n"
         with open(tdir / "output.log", "a") as log:
             log.write(f"$ {command}\n{output}")
         return ExecResult(code, output)
@@ -377,3 +450,13 @@ def _catalog_memory_gib(model: str) -> float:
         return float(find_gpu(model).memory_gb)
     except Exception:
         return 0.0
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    """Atomic replace: a container or a restarted server reading it never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
