@@ -123,3 +123,30 @@ def test_two_node_job_reaches_its_master_across_containers(csrv: Server) -> None
     logs = csrv.get(f"/v1/jobs/{job['id']}/logs")["text"]
     assert done["state"] == "succeeded", (done, logs)
     assert "ready" in logs and "reached=0" in logs and "served" in logs, logs
+
+
+def test_a_job_fails_over_to_another_node_from_its_checkpoint(images: list[str], tmp_path: Path) -> None:
+    """Node down: the old container is stopped, a new one on the other node resumes from
+    the checkpoint in the job's volume."""
+    inv = Inventory(nodes=[NodeDecl(name=f"n{i}", gpu_model="H100", gpu_count=2, cpu_cores=8, memory_gib=32) for i in (1, 2)])
+    (tmp_path / "d").mkdir()
+    srv = make_server(tmp_path / "d", inventory=inv)
+    try:
+        run_ = ('ckpt="$SUANLI_CHECKPOINT_DIR/step"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
+                'echo "start from=$step on=$SUANLI_NODE_NAME"; '
+                'while true; do step=$((step + 1)); echo "$step" > "$ckpt"; sleep 0.1; done')
+        job = srv.post("/v1/jobs", {"name": "fo", "image": "tiny", "run": run_, "checkpoint_dir": "ckpt",
+                                    "resources": {"accelerators": "H100:2"}}, expect=201).json()
+        logs = lambda: srv.get(f"/v1/jobs/{job['id']}/logs")["text"]  # noqa: E731
+        first = wait_until(lambda: "start from=0" in (t := logs()) and t, 60)
+        node = first.split("on=")[1].split()[0]
+        time.sleep(1.0)
+        r = srv.http.patch(f"/v1/nodes/{node}", json={"state": "down"}, headers=srv.headers)
+        assert r.status_code == 200, r.text
+        text = wait_until(lambda: (t := logs()).count("start from") >= 2 and t, 60)
+        resumed = text.split("start from=")[2]
+        assert int(resumed.split()[0]) > 3 and f"on={node}" not in resumed, text
+        names = list(containers_of(srv))
+        assert len(names) == 1 and names[0].endswith(f"job-{job['id']}-0"), names  # the old one is gone
+    finally:
+        srv.close()

@@ -5,7 +5,8 @@ A tick is a numbered recipe (as in Kueue's ``schedule()``):
 1. reconcile running work with the backends (stops and cancels every tick,
    exits every ``poll_interval_s``), then run the plugged-in ``steps``;
 2. schedule: place waiting work and claim allocations;
-3. launch what was claimed.
+3. launch what was claimed, several at once (a container start is mostly waiting on the
+   engine; rows are independent).
 
 On start it first repairs what a previous (possibly killed) server left behind:
 adopt or fail its in-flight launches, stop tasks nobody owns, recompute usage
@@ -19,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,9 @@ from suanli.db.session import Database
 from suanli.scheduler import make_policy
 
 log = logging.getLogger(__name__)
+
+#: Launches run at most this many at a time.
+LAUNCH_WORKERS = 8
 
 
 @dataclass
@@ -99,15 +104,9 @@ class ControlLoop:
                 except Exception:
                     log.exception("control loop step %r failed", step)
             result = schedule_pass(self.db, self.policy, list(self.backends), self.owner, memo=self._memo, fallback=self.fallback)  # 2
-            for kind, wid in result.claimed:  # 3
-                if self._halt.is_set():  # shutting down: leave it for the next start
-                    unclaim(self.db, kind, wid, self.owner)
-                    continue
-                try:
-                    launch(self.db, self.backends, kind, wid, self.owner, self.data_dir)
-                except Exception as exc:
-                    log.exception("launching %s %s failed", kind, wid)
-                    fail_launch(self.db, kind, wid, self.owner, f"{type(exc).__name__}: {exc}")
+            if result.claimed:  # 3
+                with ThreadPoolExecutor(max_workers=min(LAUNCH_WORKERS, len(result.claimed)), thread_name_prefix="suanli-launch") as pool:
+                    list(pool.map(lambda claim: self._launch(*claim), result.claimed))
             self.stats.ticks += 1
             self.stats.launched += len(result.claimed)
             self.stats.conflicts += result.conflicts
@@ -117,6 +116,16 @@ class ControlLoop:
             if result.conflicts:
                 self._wake.set()  # stale snapshot: try again at once
             return result
+
+    def _launch(self, kind: str, wid: int) -> None:
+        if self._halt.is_set():  # shutting down: leave it for the next start
+            unclaim(self.db, kind, wid, self.owner)
+            return
+        try:
+            launch(self.db, self.backends, kind, wid, self.owner, self.data_dir)
+        except Exception as exc:
+            log.exception("launching %s %s failed", kind, wid)
+            fail_launch(self.db, kind, wid, self.owner, f"{type(exc).__name__}: {exc}")
 
     def wake(self) -> None:
         self._wake.set()

@@ -150,7 +150,8 @@ class ContainerRuntime:
         self.label = f"suanli.root={root_label(self.root)}"
         self.prefix = f"suanli-{root_label(self.root)}-"
         self.cdi = cdi_available()
-        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
         self._guarded: set[str] = set()
 
     def name_of(self, key: str) -> str:
@@ -161,16 +162,26 @@ class ContainerRuntime:
         """The tenant's network: containers of one tenant reach each other (a job's nodes),
         never another tenant's, nor the host's services."""
         name = f"suanli-{root_label(self.root)}-t{tenant_id}"
+        with self._lock(name):
+            return self._ensure_network(name)
+
+    def _ensure_network(self, name: str) -> str:
         if name not in self._guarded:
             iface = self.engine.ensure_network(name, {"suanli.root": root_label(self.root)})
             if not firewall.guard(iface):
-                log.warning("network %s (%s): host services are NOT firewalled from its containers", name, iface)
+                raise BackendError(f"cannot keep network {name} ({iface}) off this host's services (iptables): "
+                                   "no container is started on it")
             self._guarded.add(name)
         return name
 
     # -- Backend protocol --------------------------------------------------------------------
+    def _lock(self, key: str) -> threading.Lock:
+        """One lock per task key: a key never starts twice, different keys start at once."""
+        with self._locks_lock:
+            return self._locks.setdefault(key, threading.Lock())
+
     def submit(self, spec: TaskSpec, tdir: Path) -> Handle:
-        with self._lock:
+        with self._lock(spec.key):
             name = self.name_of(spec.key)
             old = self.engine.ps(self.label).get(name)
             if old is not None and old.running:
@@ -186,7 +197,7 @@ class ContainerRuntime:
             volume = Path(spec.workdir) if spec.workdir else tdir.parent / (spec.key + ".scratch")
             enforced = volumes.mount_sized(volume, spec.disk_gib) if spec.disk_gib else False
             volume.mkdir(parents=True, exist_ok=True)
-            network = self.network(spec.tenant_id)
+            network = self.network(spec.tenant_id)  # raises where host services cannot be firewalled
             env, gpu_args, gpu_access = self._environment(spec, network)
             _write(tdir / "env.sh", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()), 0o600)
             _write(tdir / "setup.sh", spec.setup + "\n" if spec.setup else "")
@@ -283,6 +294,8 @@ class ContainerRuntime:
         code = _read_int(tdir / "exit_code")
         if code is not None:
             return TaskStatus(TaskState.EXITED, code)
+        if c is None and self.engine.ps(self.label, fresh=True).get(data["name"]) is not None:
+            return self.status(handle)  # the listing was older than the container
         return TaskStatus(TaskState.LOST if c is None else TaskState.EXITED, None)
 
     def stop(self, handle: Handle, grace_s: float) -> None:

@@ -55,6 +55,7 @@ class Engine:
         self.facts = facts
         self._ps_lock = threading.Lock()
         self._ps: tuple[float, str, dict[str, Container]] | None = None
+        self._generation = 0  #: bumped by every change, so a listing taken before one is not kept
 
     # -- plumbing ------------------------------------------------------------------------
     def cli(self, *args: str, timeout_s: float = 60.0, check: bool = True, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -73,6 +74,7 @@ class Engine:
     def invalidate(self) -> None:
         with self._ps_lock:
             self._ps = None
+            self._generation += 1
 
     # -- containers ------------------------------------------------------------------------
     def run_args(self) -> list[str]:
@@ -89,12 +91,13 @@ class Engine:
         finally:
             self.invalidate()
 
-    def ps(self, label: str) -> dict[str, Container]:
+    def ps(self, label: str, fresh: bool = False) -> dict[str, Container]:
         """Every container (running or not) carrying ``label`` (``key=value``), by name."""
         now = time.monotonic()
         with self._ps_lock:
-            if self._ps and self._ps[1] == label and now - self._ps[0] < self.PS_TTL_S:
+            if not fresh and self._ps and self._ps[1] == label and now - self._ps[0] < self.PS_TTL_S:
                 return self._ps[2]
+            generation = self._generation
         raw = self.cli("ps", "-a", "--filter", f"label={label}", "--format", "json").stdout.decode() or "[]"
         rows: list[dict[str, Any]] = json.loads(raw) if raw.strip().startswith("[") else [json.loads(x) for x in raw.splitlines() if x.strip()]
         out: dict[str, Container] = {}
@@ -106,9 +109,11 @@ class Engine:
                 labels = dict(kv.split("=", 1) for kv in labels.split(",") if "=" in kv)
             state = str(r.get("State", "")).lower()
             code = r.get("ExitCode")
-            out[name] = Container(name, state, int(code) if code is not None and state == "exited" else None, labels)
+            finished = state in ("exited", "stopped")
+            out[name] = Container(name, state, int(code) if code is not None and finished else None, labels)
         with self._ps_lock:
-            self._ps = (time.monotonic(), label, out)
+            if generation == self._generation:
+                self._ps = (time.monotonic(), label, out)
         return out
 
     def inspect(self, name: str) -> dict[str, Any] | None:

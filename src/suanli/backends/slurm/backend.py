@@ -40,7 +40,7 @@ from pathlib import Path
 
 from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handle, TaskSpec, TaskState, TaskStatus, read_log
 from suanli.backends.slurm.client import SlurmClient, SlurmError
-from suanli.backends.slurm.container import SlurmContainers
+from suanli.backends.slurm.container import SlurmContainers, write_atomic
 from suanli.backends.slurm.model import NodeHealth, SlurmJob, SlurmNode
 from suanli.backends.slurm.parse import SlurmParseError
 from suanli.backends.slurm.sbatch import RESERVED_ENV, SbatchSpec, SbatchSpecError, shards_for_milli
@@ -113,7 +113,7 @@ class SlurmBackend:
 
             gpu_access = "cdi" if cdi_available() else "virtual"
         prefix = tag_prefix if tag_prefix.startswith("suanli") else f"suanli-{tag_prefix}"
-        self.containers = SlurmContainers(prefix=prefix, gpu_access=gpu_access, engine=engine, pull=pull)
+        self.containers = SlurmContainers(prefix=prefix, tag=tag_prefix, gpu_access=gpu_access, engine=engine, pull=pull)
 
     # -- cached views of the cluster -----------------------------------------------------
     def jobs(self, fresh: bool = False) -> dict[int, SlurmJob]:
@@ -209,12 +209,14 @@ class SlurmBackend:
             "SUANLI_PREEMPT_DEADLINE_FILE": str(tdir / "preempt_deadline"),
             "SUANLI_SLURM_TAG": self.tag(spec.key),
         })
-        command = self.containers.command(spec, str(tdir), workdir, self.tag(spec.key), cpus) if in_container else COMMAND
+        command = self.containers.command(spec, str(tdir), workdir, cpus) if in_container else COMMAND
         return SbatchSpec(
             name=spec.key, command=command, node=spec.node, gpu_type=gpu_type, gpu_count=gpu_count,
             shards=shards, cpus=cpus,
             memory_mb=spec.memory_mib or None, partition=self.partition, requeue=True,
-            notice_s=self.notice_s, env=env, output=str(tdir / "output.log"), workdir=workdir,
+            notice_s=self.notice_s, env=env, output=str(tdir / "output.log"),
+            # a process starts where the job's uploaded code is; a container there too (SUANLI_CWD)
+            workdir=str(Path(workdir) / spec.cwd) if spec.cwd and not in_container else workdir,
             comment=self.tag(spec.key), engine=self.containers.engine if in_container else None,
         )
 
@@ -232,6 +234,7 @@ class SlurmBackend:
         except SbatchSpecError as exc:
             raise BackendError(f"{spec.key}: {exc}") from exc
         tdir = self.task_dir(spec.key)
+        tdir.mkdir(parents=True, exist_ok=True)
         Path(sb.workdir or tdir).mkdir(parents=True, exist_ok=True)
         (tdir / "preempt_deadline").unlink(missing_ok=True)
         (tdir / "handle.json").unlink(missing_ok=True)
@@ -239,7 +242,7 @@ class SlurmBackend:
         data: dict[str, object] = {"runtime": "process"}
         if sb.engine:
             for name, (text, mode) in self.containers.files(spec).items():
-                _write(tdir / name, text, mode)
+                write_atomic(tdir / name, text, mode)
             data = {"runtime": "container", "container": self.containers.name(spec.key), "image": spec.image,
                     "network": self.containers.network(spec), "volume": sb.workdir,
                     "gpu_access": self.containers.gpu_access if spec.gpu_indices else "none", "disk_enforced": False}
@@ -253,7 +256,7 @@ class SlurmBackend:
         finally:
             self._forget_jobs()
         data.update({"job_id": job_id, "tag": sb.comment, "dir": str(tdir), "node": spec.node})
-        _write(tdir / "handle.json", json.dumps(data))  # what list_running hands a restarted server
+        write_atomic(tdir / "handle.json", json.dumps(data))  # what list_running hands a restarted server
         return Handle(self.name, spec.key, data)
 
     def job(self, handle: Handle, fresh: bool = False) -> SlurmJob | None:
@@ -450,13 +453,3 @@ def _catalog_memory_gib(model: str) -> float:
         return float(find_gpu(model).memory_gb)
     except Exception:
         return 0.0
-
-
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    """Atomic replace: a container or a restarted server reading it never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)

@@ -24,8 +24,10 @@ there, by the batch script: the server only writes files on the shared task dire
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from suanli.backends.base import TaskSpec
 from suanli.backends.local.container_runtime import MOUNT, RUN_PREAMBLE, WORKSPACE, WRAPPER
@@ -52,6 +54,7 @@ class SlurmContainers:
     """How one Slurm backend runs its tasks' containers (the same on every node)."""
 
     prefix: str  #: names of containers and networks: ``<prefix>-<key>``, ``<prefix>-t<tenant>``
+    tag: str  #: the backend's job tag prefix, as label ``suanli.tag`` of its containers and networks
     gpu_access: str = "virtual"
     engine: str = "podman"
     pids_limit: int = 4096
@@ -100,31 +103,31 @@ class SlurmContainers:
             args += ["--shm-size", "1g"]
         return args
 
-    def run_args(self, spec: TaskSpec, tdir: str, volume: str, tag: str, cpus: int) -> list[str]:
+    def run_args(self, spec: TaskSpec, tdir: str, volume: str, cpus: int) -> list[str]:
         """Everything of ``ENGINE run`` that the server knows (the node adds GPUs and ids)."""
         facts = EngineFacts(self.engine) if self.engine == "podman" else EngineFacts(self.engine, oci_runtime=None)
         engine_args = (["--runtime", facts.oci_runtime] if facts.oci_runtime else []) + \
             [a for u in facts.ulimits for a in ("--ulimit", u)]
         return [
             "--rm", "--replace", "--name", self.name(spec.key), "--hostname", spec.key, "--init", "--pull", self.pull,
-            "--label", f"suanli.tag={tag}", "--label", f"suanli.key={spec.key}", "--label", f"suanli.tenant={spec.tenant_id}",
+            "--label", f"suanli.tag={self.tag}", "--label", f"suanli.key={spec.key}", "--label", f"suanli.tenant={spec.tenant_id}",
             *engine_args, "--network", self.network(spec), *self.limits(spec, cpus),
             "--security-opt", "no-new-privileges", "--cap-drop", "NET_RAW", "--cap-drop", "MKNOD", "--cap-drop", "AUDIT_WRITE",
             "-v", f"{volume}:{WORKSPACE}", "-v", f"{tdir}:{MOUNT}:ro",
         ]
 
-    def command(self, spec: TaskSpec, tdir: str, volume: str, tag: str, cpus: int) -> str:
+    def command(self, spec: TaskSpec, tdir: str, volume: str, cpus: int) -> str:
         """The batch script's workload (bash, run on the node): the tenant's network, the
         GPUs Slurm gave, then ``exec ENGINE run``, whose exit status is the workload's."""
         eng, net = shlex.quote(self.engine), self.network(spec)
-        static = " ".join(shlex.quote(a) for a in self.run_args(spec, tdir, volume, tag, cpus))
+        static = " ".join(shlex.quote(a) for a in self.run_args(spec, tdir, volume, cpus))
         lines = [f"# the workload as container {self.name(spec.key)} of {spec.image}"]
         if net != "host":
             q = shlex.quote(net)
             rule = f'-i "$iface" -m comment --comment {shlex.quote(COMMENT)}'
             lines += [
                 f"{eng} network exists {q} || {eng} network create --opt isolate=true --disable-dns "
-                f"--label suanli.tag={shlex.quote(tag)} {q} >/dev/null 2>&1 || {eng} network exists {q} || "
+                f"--label suanli.tag={shlex.quote(self.tag)} {q} >/dev/null 2>&1 || {eng} network exists {q} || "
                 f'{{ echo "[suanli] cannot create network {net} on ${{SLURMD_NODENAME:-this node}}" >&2; exit 125; }}',
                 "if command -v iptables >/dev/null 2>&1; then  # keep the node's own services out of reach",
                 f"  iface=$({eng} network inspect --format '{{{{.NetworkInterface}}}}' {q} 2>/dev/null)",
@@ -158,3 +161,13 @@ class SlurmContainers:
         """``ENGINE exec`` into the task's container (run on its node as a Slurm step)."""
         return [self.engine, "exec", self.name(key), "sh", "-c", EXEC_SCRIPT, "suanli-exec", command,
                 str(max(1, int(timeout_s)))]
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` at once: a container or a restarted server never reads half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)

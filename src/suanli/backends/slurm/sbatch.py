@@ -240,13 +240,19 @@ def _process_wrapper(spec: SbatchSpec) -> list[str]:
     ]
 
 
+#: Seconds the batch shell's EXIT trap gives a container still running when the engine's
+#: client is gone, before KILL (Slurm KILLs the shell after KillWait; the guard then KILLs).
+CLEANUP_GRACE_S = 10
+
+
 def _container_wrapper(spec: SbatchSpec) -> list[str]:
     eng = spec.engine
     assert eng is not None
-    sweep = f'{eng} ps -aq --filter "label=suanli.slurm_run=$1" | xargs -r {eng} rm -f -i -t 0 >/dev/null 2>&1'
+    # remove this run's container: TERM, KILL after $2 s (--rm has done it when the workload ended)
+    sweep = f'{eng} ps -aq --filter "label=suanli.slurm_run=$1" | xargs -r {eng} rm -f -i -t "$2" >/dev/null 2>&1'
     guard = (  # outlives a KILLed batch shell: runs outside the job's process tree, ignores its signals
-        'trap "" TERM INT HUP USR1; while kill -0 "$2" 2>/dev/null; do sleep 1; done; '
-        f"{sweep}; rm -f \"$3\""
+        'trap "" TERM INT HUP USR1; while kill -0 "$3" 2>/dev/null; do sleep 1; done; '
+        f"{sweep}; rm -f \"$4\""
     )
     pass_fn = [
         "ready=''",
@@ -268,11 +274,12 @@ def _container_wrapper(spec: SbatchSpec) -> list[str]:
         "}",
         "suanli_cleanup() {  # no container outlives its job, whatever ended it",
         "  local rc=$?",
-        f"  set -- \"$SUANLI_RUN_ID\"; {sweep}",
+        # the engine died before its container (a signal race): the workload still gets a grace period
+        f"  set -- \"$SUANLI_RUN_ID\" {CLEANUP_GRACE_S}; {sweep}",
         '  rm -f "$SUANLI_CIDFILE"',
         '  exit "$rc"',
         "}",
-        f"( setsid /bin/bash -c {shlex.quote(guard)} suanli-guard \"$SUANLI_RUN_ID\" $$ \"$SUANLI_CIDFILE\" "
+        f"( setsid /bin/bash -c {shlex.quote(guard)} suanli-guard \"$SUANLI_RUN_ID\" 0 $$ \"$SUANLI_CIDFILE\" "
         "</dev/null >/dev/null 2>&1 & )",
         "trap suanli_cleanup EXIT",
         "set -m",
