@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from container_start import Api, leftovers, load, pct, release, start_server, wait_for  # noqa: E402
+from container_start import Api, code_version, leftovers, load, pct, release, start_server, wait_for  # noqa: E402
 
 from suanli.backends.local.container_runtime import root_label  # noqa: E402
 
@@ -277,7 +277,7 @@ def main() -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "a") as f:
-            f.write(json.dumps({"bench": "container_density", "at": started, "load_before": load_before,
+            f.write(json.dumps({"bench": "container_density", "at": started, "code": code_version(), "load_before": load_before,
                                 "load_after": load_after, "args": {k: str(v) for k, v in vars(args).items()},
                                 **fig, "problems": problems}) + "\n")
     return 1 if problems else 0

@@ -78,6 +78,13 @@ def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def code_version() -> str:
+    """The commit measured, ``+dirty`` when ``src/`` differs from it (results name their code)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"], cwd=ROOT).returncode != 0
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
 class Api:
     """The HTTP API as the benchmark uses it (one keep-alive connection per thread)."""
 
@@ -390,7 +397,7 @@ def main() -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "a") as f:
-            f.write(json.dumps({"bench": "container_start", "at": started, "load_before": load_before,
+            f.write(json.dumps({"bench": "container_start", "at": started, "code": code_version(), "load_before": load_before,
                                 "load_after": load_after, "image": args.image, "disk_gib": args.disk,
                                 "rounds": rounds, "warmup": warm, "profile": prof, "leaks": leaks,
                                 "summary": {rt: {m: summary(rounds, rt, m) for m in ("running", "exec", "ssh")}

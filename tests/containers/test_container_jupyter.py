@@ -1,9 +1,12 @@
-"""JupyterLab on the ``jupyter`` image, started with the instance behind the port proxy:
-the page loads and a kernel runs code over the proxied WebSocket."""
+"""JupyterLab on the ``jupyter`` image, started with the instance behind the port proxy at
+``/`` of its port's own host: the page loads and a kernel runs code over the proxied
+WebSocket. (The tests connect to 127.0.0.1 with the port's ``Host``: this machine's
+resolver does not map ``*.localhost``, browsers do.)"""
 
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from control_helpers import ServerProcess, free_port, wait_until
+from test_container_ports import via_loopback
 from test_container_server import _release
 
 from suanli.backends.local import imagebuild
@@ -34,17 +38,26 @@ def test_jupyterlab_runs_a_kernel_through_the_proxy(proc: ServerProcess) -> None
     inst = c.create_instance(gpu_milli=500, image="jupyter", ports=[8888])
     wait_until(lambda: c.instance(inst["id"])["state"] == "running", 60)
     url = c.instance(inst["id"])["ports"]["8888"]
-    assert url.endswith(f"/proxy/instances/{inst['id']}/absolute/8888/")
+    assert url == f"http://{inst['id']}-8888.localhost:{proc.proxy_port}/"
+    base, host = via_loopback(url)
     auth = {"Authorization": f"Bearer {proc.token}"}
-    with httpx.Client(headers=auth) as browser:
-        page = wait_until(lambda: _get(browser, url + "lab"), 60)
-        assert "JupyterLab" in page.text
-        xsrf = browser.cookies.get("_xsrf")
-        kernel = browser.post(url + "api/kernels", headers={"X-XSRFToken": xsrf or ""}, json={"name": "python3"})
+    with httpx.Client(base_url=base, headers={**host, **auth}) as client:
+        page = wait_until(lambda: _get(client, "lab"), 60)
+        assert "JupyterLab" in page.text and '"baseUrl": "/"' in page.text
+        xsrf = client.cookies.get("_xsrf")
+        kernel = client.post("api/kernels", headers={"X-XSRFToken": xsrf or ""}, json={"name": "python3"})
         assert kernel.status_code == 201, kernel.text
-    assert httpx.get(url + "lab").status_code == 401  # Jupyter has no token of its own: the proxy is the door
-    with connect(url.replace("http://", "ws://") + f"api/kernels/{kernel.json()['id']}/channels",
-                 additional_headers=auth, proxy=None) as ws:
+    assert httpx.get(base + "lab", headers=host).status_code == 401  # Jupyter has no token of its own: the proxy is the door
+    with httpx.Client(base_url=base, headers=host) as browser:  # a browser: the link's token, then the pass alone
+        assert browser.get(f"lab?token={proc.token}").status_code == 307
+        assert "JupyterLab" in browser.get("lab").text
+        api = browser.get("api/kernels")
+        assert api.status_code == 200 and kernel.json()["id"] in {k["id"] for k in api.json()}
+        cookies = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
+    # the kernel's socket as JupyterLab's page opens it: the pass cookie, from the port's own origin
+    sock = socket.create_connection(("127.0.0.1", proc.proxy_port))
+    with connect(url.replace("http://", "ws://") + f"api/kernels/{kernel.json()['id']}/channels", sock=sock,
+                 origin=url.rstrip("/"), additional_headers={"Cookie": cookies}, proxy=None) as ws:
         ws.send(json.dumps({
             "header": {"msg_id": uuid.uuid4().hex, "username": "t", "session": uuid.uuid4().hex,
                        "msg_type": "execute_request", "version": "5.3", "date": ""},

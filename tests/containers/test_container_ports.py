@@ -1,12 +1,19 @@
 """A published port of a real container through the server's port proxy (its own
-listener): HTTP and WebSocket, only with a token that may see the instance."""
+listener, one host name per port): HTTP and WebSocket, only with a credential that may
+see the instance.
+
+This machine's resolver does not map ``*.localhost`` (browsers do it themselves), so the
+tests connect to 127.0.0.1 and send the port's ``Host`` header, which the proxy routes by.
+"""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -52,6 +59,12 @@ while True:
 '''
 
 
+def via_loopback(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` of a port's host as 127.0.0.1's URL and the ``Host`` header that names the port."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"127.0.0.1:{parts.port}")), {"Host": parts.netloc}
+
+
 @pytest.fixture
 def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
     srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
@@ -70,21 +83,34 @@ def test_http_and_websocket_reach_the_instance_through_the_proxy(proc: ServerPro
                        capture_output=True, text=True, env=proc.cli_env(), timeout=120)
     inst = json.loads(r.stdout)
     url = inst["ports"]["8888"]
-    assert url == f"http://127.0.0.1:{proc.proxy_port}/proxy/instances/{inst['id']}/8888/"
+    assert url == f"http://{inst['id']}-8888.localhost:{proc.proxy_port}/"
     start = admin.exec(inst["id"], f"cat > /workspace/echo.py <<'EOF'\n{ECHO}\nEOF\n"
                                    "setsid python3 /workspace/echo.py > /workspace/echo.log 2>&1 < /dev/null &", 30)
     assert start["exit_code"] == 0, start
+    base, host = via_loopback(url)
     auth = {"Authorization": f"Bearer {proc.token}"}
-    page = wait_until(lambda: (x := httpx.get(url + "lab?x=1", headers=auth)).status_code == 200 and x, 20)
-    assert page.text == f"hello from instance-{inst['id']} path=/lab?x=1"
-    assert httpx.get(url).status_code == 401  # no token
+    page = wait_until(lambda: (x := httpx.get(base + "lab?x=1", headers={**host, **auth})).status_code == 200 and x, 20)
+    assert page.text == f"hello from instance-{inst['id']} path=/lab?x=1"  # the path reaches the service unchanged
+    assert httpx.get(base, headers=host).status_code == 401  # no credential
     admin.request("POST", "/v1/tenants", json={"name": "other"})
     stranger = admin.request("POST", "/v1/users", json={"name": "s", "tenant": "other"})["token"]
-    assert httpx.get(url, headers={"Authorization": f"Bearer {stranger}"}).status_code == 404
+    assert httpx.get(base, headers={**host, "Authorization": f"Bearer {stranger}"}).status_code == 404
     assert SuanliClient(proc.url, stranger).instances() == []
+
+    # a browser's link: ?token= traded for a host-only pass, which then opens this port alone
+    link = httpx.get(base + f"lab?token={proc.token}", headers=host)
+    assert link.status_code == 307 and link.headers["location"] == "/lab" and "Domain" not in link.headers["set-cookie"]
+    cookie = {"Cookie": link.headers["set-cookie"].split(";")[0]}
+    assert httpx.get(base + "lab", headers={**host, **cookie}).text.endswith("path=/lab")
+    # the path form (API clients): the bearer header opens it, the browser's cookie does not
+    path_form = f"http://127.0.0.1:{proc.proxy_port}/proxy/instances/{inst['id']}/8888/"
+    assert httpx.get(path_form + "x", headers=auth).text.endswith("path=/x")
+    assert httpx.get(path_form + "x", headers=cookie).status_code == 401
     # the API's own origin serves no proxy: renters' pages never share the console's origin
     assert httpx.get(f"{proc.url}/proxy/instances/{inst['id']}/8888/", headers=auth).status_code == 404
-    with connect(url.replace("http://", "ws://") + "ws", additional_headers=auth, proxy=None) as ws:
+
+    sock = socket.create_connection(("127.0.0.1", proc.proxy_port))
+    with connect(url.replace("http://", "ws://") + "ws", sock=sock, additional_headers=auth, proxy=None) as ws:
         ws.send("ping")
         assert ws.recv(timeout=10) == "ping"
         ws.send(b"\x00\x01binary")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from suanli.backends.base import Backend
+from suanli.control.access import DEFAULT_PROXY_DOMAIN, port_url
 from suanli.control.auth import TokenCache
 from suanli.control.loop import ControlLoop
 from suanli.db.session import Database
@@ -27,13 +28,15 @@ class ServerContext:
     max_upload_bytes: int = 100 << 20
     #: the port proxy's own listener (an origin apart from the console's); None: not served
     proxy_port: int | None = None
+    #: every published port is served at ``ID-PORT.<proxy_domain>``, an origin of its own
+    #: (``localhost``: browsers resolve ``*.localhost`` to loopback; else a wildcard DNS name)
+    proxy_domain: str = DEFAULT_PROXY_DOMAIN
 
-    def proxy_base(self, request_base: str) -> str:
-        """The proxy's base URL as the caller reaches this server: same host, the proxy's port."""
-        if self.proxy_port is None:
-            return request_base
+    def port_url(self, request_base: str, instance_id: int, port: int) -> str:
+        """The URL of a published port, in the scheme the caller reached this server with."""
         parts = urlsplit(request_base)
-        return urlunsplit((parts.scheme, f"{parts.hostname}:{self.proxy_port}", "", "", ""))
+        return port_url(parts.scheme or "http", self.proxy_domain, self.proxy_port if self.proxy_port is not None
+                        else parts.port, instance_id, port)
 
     def waiting_reason(self, kind: str, workload_id: int) -> str | None:
         """Why the last scheduling pass could not place this waiting row, if it tried."""

@@ -8,8 +8,6 @@ from sqlalchemy import select
 
 from suanli.api import schemas
 from suanli.api.context import ServerContext
-from suanli.api.proxy import proxy_url
-from suanli.control.access import JUPYTER_PORT
 from suanli.billing.money import price_text
 from suanli.control.nodes import GpuModelSummary
 from suanli.db.models import Allocation, Event, Gpu, Image, Instance, Job, Node
@@ -53,13 +51,13 @@ class Access:
 
 def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[int, Access]:
     """``ssh`` is offered only while the instance runs in a container whose image has sshd;
-    ports are URLs of the server's proxy, never the host ports behind them."""
+    ports are URLs of the server's proxy, one host name per port (its own origin), never
+    the host ports behind them."""
     local = ctx.backends.get("local")
     current = getattr(local, "runtime", "process")
     with ctx.db.sessions() as s:
         contents = {i.name: i.contents or {} for i in s.scalars(select(Image))}
     out: dict[int, Access] = {}
-    base_url = ctx.proxy_base(base_url)
     for r in rows:
         data = (r.handles[0].get("data") or {}) if r.handles and r.state == "running" else {}
         published = data.get("ports") or {}
@@ -67,8 +65,7 @@ def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[
         has = contents.get(r.image, {})
         if data.get("runtime") == "container" and "22" in published and has.get("sshd"):
             ssh = f"ssh -p {published['22']} root@{ctx.ssh_host}"
-        ports = {str(p): proxy_url(base_url, r.id, int(p), absolute=bool(has.get("jupyterlab")) and p == JUPYTER_PORT)
-                 for p in r.ports or []}
+        ports = {str(p): ctx.port_url(base_url, r.id, int(p)) for p in r.ports or []}
         out[r.id] = Access(r.runtime or current, ssh, ports, data.get("gpu_access"))
     return out
 

@@ -1,49 +1,55 @@
 """Port proxy: a renter reaches the web services of an instance (JupyterLab,
-TensorBoard, an inference server) through an authenticated URL of the Suanli
-server, ``/proxy/instances/ID/PORT/...``, WebSocket included.
+TensorBoard, an inference server), WebSocket included, through the Suanli server.
 
 Why a proxy: containers publish their ports on the host's loopback only
 (``-p 127.0.0.1:HOST:CTR``), so no host port is exposed to the network and no
-service in an instance is reachable without a Suanli token that may see that
+service in an instance is reachable without a Suanli credential that may see that
 instance. The proxy authenticates, checks that the instance is running and the
 port was published (``--port``), and relays to ``127.0.0.1:HOST``.
 
+One origin per port, like RunPod and vast.ai: browsers open
+``http://ID-PORT.DOMAIN:PROXY_PORT/...`` (``--proxy-domain``, default ``localhost``,
+whose sub-domains browsers resolve to loopback themselves), chosen by the ``Host``
+header; the path reaches the service unchanged. Each instance's pages run their
+scripts on an origin of their own, so a page of tenant A's instance cannot read
+tenant B's (the same-origin policy) nor make the browser present the credentials a
+user holds for B (host-only cookie, a pass signed for B's port alone).
+
 Credentials, all of them stripped before anything reaches the instance:
 
-- ``Authorization: Bearer sl_...`` (scripts, the CLI);
-- ``?token=sl_...``: a link a browser can open; the proxy answers with an
-  HttpOnly, SameSite=Lax cookie scoped to ``/proxy/instances/ID/`` and a
-  redirect to the same URL without the token;
-- that cookie, ``suanli_proxy_ID`` (the browser's later requests, WebSockets).
+- ``Authorization: Bearer sl_...`` (scripts, the CLI), on either form;
+- on a port's host only: ``?token=sl_...``, a link a browser can open: the proxy
+  answers with a host-only (no ``Domain``), ``Path=/``, HttpOnly, SameSite=Lax cookie
+  ``suanli_proxy`` and a redirect to the same URL without the token. The cookie holds a
+  *pass* (``control/access.py``): HMAC-signed (token id, instance, port, expiry), not
+  the API token, so a leaked cookie opens that one port for a day at most, and
+  revoking the token revokes it;
+- on a port's host only: that cookie (the browser's later requests, WebSockets).
+
+The path form ``/proxy/instances/ID/PORT/rest`` stays for API clients: it reaches the
+service as ``/rest`` (prefix stripped, ``X-Forwarded-Prefix`` set, ``Location``
+redirects re-prefixed) and takes *only* the bearer header, never a cookie or
+``?token=``: every port shares that origin, so no ambient browser credential may work
+there.
 
 Only values that look like Suanli tokens (``sl_`` prefix) are taken: a service's
 own ``?token=`` (Jupyter) or ``Authorization`` (an API key of vLLM) passes through.
 A request that only the cookie authenticates, if it is a WebSocket or changes
-something (not GET/HEAD/OPTIONS), must come from the server's own origin: SameSite
-does not separate sibling sub-domains, and a hijacked Jupyter socket is a shell.
+something (not GET/HEAD/OPTIONS), must come from the port's own origin: SameSite
+does not separate sibling sub-domains, and a hijacked Jupyter socket is a shell. A
+service's ``Set-Cookie`` loses any ``Domain`` attribute (host-only: no instance sets
+cookies for its siblings) and may not set ``suanli_proxy``.
 
-Proxied pages are served from the Suanli server's origin, so their scripts share it
-with the web console (whose token is in localStorage): ``create_proxy_app`` gives the
-proxy alone, for a listener on an origin of its own (another port or host name).
-
-Two URL forms, because services disagree about paths behind a prefix:
-
-- ``/proxy/instances/ID/PORT/rest`` reaches the service as ``/rest`` (prefix
-  stripped, ``X-Forwarded-Prefix`` set, ``Location`` redirects re-prefixed):
-  any service with relative links (``python -m http.server``, TensorBoard) or
-  a client that takes a base URL (an OpenAI-compatible API);
-- ``/proxy/instances/ID/absolute/PORT/rest`` reaches it with the full path, for
-  services told their base URL (JupyterLab ``--ServerApp.base_url``, which
-  cannot work behind a stripping proxy); ``proxy_path(..., absolute=True)``.
-
-The client's ``Host`` and ``Origin`` are passed through (Jupyter compares them
-to refuse cross-site WebSockets and XSRF).
+The client's ``Host`` and ``Origin`` are passed through (Jupyter compares them to
+refuse cross-site WebSockets and XSRF). A reverse proxy in front must keep ``Host``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -54,18 +60,22 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response, Streamin
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
-from suanli.control.access import proxy_path
 from suanli.api import errors
 from suanli.api.errors import error_body
 from suanli.control import instances
+from suanli.control.access import (PASS_TTL_S, check_pass, load_secret, make_pass, parse_port_host, pass_owner,
+                                   port_url, proxy_path, token_owner)
 from suanli.control.auth import Principal, authenticate
 from suanli.control.errors import Conflict, ControlError, Forbidden, NotFound, Unauthorized
 from suanli.db.models import Instance
 from suanli.db.session import Database
 
+__all__ = ["create_proxy_app", "port_url", "proxy_path", "resolve_upstream", "COOKIE"]
+
 router = APIRouter(tags=["proxy"])
 
 TOKEN_PREFIX = "sl_"  #: every Suanli API token starts so (control/auth.py)
+COOKIE = "suanli_proxy"  #: the pass of a port's host (host-only, so one name serves every port)
 LOOPBACK = "127.0.0.1"
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 #: RFC 9110 hop-by-hop headers, never forwarded either way
@@ -81,19 +91,39 @@ class BadGateway(ControlError):
     code = "upstream_unreachable"
 
 
-# -- URLs ---------------------------------------------------------------------------------
+# -- which port a request is for ------------------------------------------------------------
 
-def proxy_url(base_url: str, instance_id: int, port: int, *, absolute: bool = False) -> str:
-    """What the instance listing shows for a published port."""
-    return base_url.rstrip("/") + proxy_path(instance_id, port, absolute=absolute)
+@dataclass(frozen=True)
+class Target:
+    instance_id: int
+    port: int  #: in the container
+    #: True: the port's own host (browser credentials taken); False: the path form (bearer only)
+    by_host: bool
+    #: the path prefix stripped before the service (path form), "" on the port's host
+    prefix: str = ""
 
 
-def cookie_name(instance_id: int) -> str:
-    return f"suanli_proxy_{instance_id}"
+_PATH_FORM = re.compile(r"^/proxy/instances/(\d{1,12})/(\d{1,5})(/.*)?$")
 
 
-def cookie_path(instance_id: int) -> str:
-    return f"/proxy/instances/{instance_id}/"
+def target_of(host: str | None, raw_path: str, domain: str) -> Target | str | None:
+    """The port a request is for: by its ``Host`` (``ID-PORT.DOMAIN``), else by the path
+    form; the path with a slash added when the path form lacks it; None for neither."""
+    if (hit := parse_port_host(host, domain)) is not None:
+        return Target(hit[0], hit[1], by_host=True)
+    m = _PATH_FORM.match(raw_path)
+    if m is None or not 0 < int(m.group(2)) < 65536:
+        return None
+    if m.group(3) is None:
+        return raw_path + "/"
+    instance_id, port = int(m.group(1)), int(m.group(2))
+    return Target(instance_id, port, by_host=False, prefix=proxy_path(instance_id, port))
+
+
+def _nowhere(domain: str) -> NotFound:
+    return NotFound(f"this is Suanli's port proxy: open a published port at http://ID-PORT.{domain}:PROXY_PORT/ "
+                    "(the instance's ports list it), or, with an Authorization: Bearer header, at "
+                    "/proxy/instances/ID/PORT/", code="not_found")
 
 
 # -- instance -> host port ----------------------------------------------------------------
@@ -165,33 +195,72 @@ def strip_token_query(raw_query: str) -> str:
     return "&".join(kept)
 
 
+def _cookie_values(header: str) -> list[str]:
+    """Every ``suanli_proxy`` value of a Cookie header (a sibling may have tossed one in)."""
+    out = []
+    for part in header.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == COOKIE:
+            out.append(value.strip().strip('"'))
+    return out
+
+
 def _strip_cookies(header: str) -> str:
-    """The Cookie header without any ``suanli_proxy_*`` cookie (no instance sees a token)."""
-    kept = [c for c in (p.strip() for p in header.split(";")) if c and not c.startswith("suanli_proxy_")]
+    """The Cookie header without any ``suanli_proxy*`` cookie (no instance sees a pass)."""
+    kept = [c for c in (p.strip() for p in header.split(";")) if c and not c.startswith(COOKIE)]
     return "; ".join(kept)
 
 
 @dataclass(frozen=True)
 class Credential:
-    token: str
     source: str  #: "query", "header" or "cookie"
+    token: str | None = None  #: an API token (query, header)
+    token_id: int | None = None  #: the issuing token of a cookie's pass
 
 
-def credential(headers: Any, raw_query: str, cookies: dict[str, str], instance_id: int) -> Credential | None:
-    if token := _query_token(raw_query):
-        return Credential(token, "query")
+def credential(headers: Any, raw_query: str, target: Target, secret: bytes, now: float) -> Credential | None:
+    """What authenticates the request, by the form it came in: the path form takes the
+    bearer header alone (Unauthorized, saying so, for a cookie or ``?token=`` there)."""
+    if target.by_host and (token := _query_token(raw_query)):
+        return Credential("query", token=token)
     if token := _bearer(headers):
-        return Credential(token, "header")
-    if token := _ours(cookies.get(cookie_name(instance_id))):
-        return Credential(token, "cookie")
+        return Credential("header", token=token)
+    if not target.by_host:
+        if _query_token(raw_query) or _cookie_values(headers.get("cookie", "")):
+            raise Unauthorized("the path form /proxy/instances/ID/PORT/ takes only an Authorization: Bearer header; "
+                               "a browser opens the port's own address (the instance's ports list it)")
+        return None
+    for value in _cookie_values(headers.get("cookie", "")):
+        if (token_id := check_pass(secret, value, target.instance_id, target.port, now)) is not None:
+            return Credential("cookie", token_id=token_id)
     return None
 
 
-def _principal(db: Database, cred: Credential | None, tokens: Any) -> Principal:
+def _principal(db: Database, cred: Credential | None, tokens: Any, target: Target) -> Principal:
     if cred is None:
-        raise Unauthorized("this proxy needs a Suanli token: an Authorization: Bearer header, or open the URL "
-                           "once with ?token=TOKEN (it then sets a cookie)")
-    return authenticate(db, cred.token, tokens)
+        how = ("an Authorization: Bearer header, or open the URL once with ?token=TOKEN (it then sets a cookie "
+               "for this port)") if target.by_host else "an Authorization: Bearer header"
+        raise Unauthorized(f"this proxy needs a Suanli token: {how}")
+    if cred.token is not None:
+        return authenticate(db, cred.token, tokens)
+    assert cred.token_id is not None
+    key = f"pass:{cred.token_id}"
+    if (who := tokens.get(key)) is not None:
+        return who
+    who = pass_owner(db, cred.token_id)
+    if who is None:
+        raise Unauthorized("this port's cookie was issued by a revoked token: open the link again")
+    tokens.put(key, who)
+    return who
+
+
+def _issue_pass(db: Database, token: str, target: Target, secret: bytes, now: float) -> str:
+    """A pass for this port, for a token that may see the instance (else 401 / 404)."""
+    issued = token_owner(db, token)
+    if issued is None:
+        raise Unauthorized("invalid or revoked token")
+    instances.get(db, issued.who, target.instance_id)
+    return make_pass(secret, issued.token_id, target.instance_id, target.port, int(now) + PASS_TTL_S)
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -205,7 +274,7 @@ def check_origin(headers: Any, cred: Credential, method: str | None) -> None:
     origin = headers.get("origin")
     if origin is None:
         return  # not a browser's cross-origin request: browsers send Origin on those and on every WebSocket
-    host = (headers.get("x-forwarded-host") or headers.get("host") or "").split(",")[0].strip().lower()
+    host = (headers.get("host") or "").strip().lower()
     netloc = urlsplit(origin).netloc.lower() if origin != "null" else None
     strip = lambda h: h.removesuffix(":80").removesuffix(":443")  # noqa: E731 - default ports
     if netloc is None or strip(netloc) != strip(host):
@@ -246,12 +315,11 @@ def _upstream_headers(headers: Any, cred: Credential | None, client_host: str | 
     return out
 
 
-def _upstream_target(scope: dict, absolute: bool) -> str:
+def _upstream_target(scope: dict, target: Target) -> str:
     """The path and query the service sees (raw bytes kept: ``%2F`` stays encoded)."""
     raw = _raw_path(scope)
-    if not absolute:
-        parts = raw.split("/", 5)  # "", proxy, instances, ID, PORT, rest
-        raw = "/" + (parts[5] if len(parts) > 5 else "")
+    if target.prefix:
+        raw = "/" + raw[len(target.prefix):]
     query = strip_token_query(scope.get("query_string", b"").decode("latin-1"))
     return raw + ("?" + query if query else "")
 
@@ -263,8 +331,8 @@ def _raw_path(scope: dict) -> str:
 
 
 def _rewrite_location(location: str, up: Upstream, public_host: str | None, prefix: str) -> str:
-    """Keep redirects of the service inside its proxy path: a Location at the upstream's
-    own address, or (prefix stripped) a path-absolute one outside the prefix."""
+    """Keep redirects of the service inside its proxy address: a Location at the upstream's
+    own address, or (path form) a path-absolute one outside the prefix."""
     parts = urlsplit(location)
     if parts.netloc == up.address:
         parts = parts._replace(scheme="", netloc="")
@@ -275,61 +343,64 @@ def _rewrite_location(location: str, up: Upstream, public_host: str | None, pref
     return urlunsplit(parts)
 
 
+def _host_only_cookie(value: str) -> str | None:
+    """A service's Set-Cookie without ``Domain`` (host-only: it reaches no sibling port),
+    or None for one that would replace our ``suanli_proxy``."""
+    pair, *attrs = value.split(";")
+    if pair.strip().partition("=")[0].strip().startswith(COOKIE):
+        return None
+    kept = [a for a in attrs if a.strip().partition("=")[0].strip().lower() != "domain"]
+    return ";".join([pair, *kept]) if len(kept) != len(attrs) else value
+
+
 def create_proxy_app(ctx: Any) -> FastAPI:
-    """The proxy alone (``ctx``: the ServerContext), to serve on an origin of its own:
+    """The proxy alone (``ctx``: the ServerContext), to serve on a listener of its own:
     proxied pages then share no origin (localStorage, the console's token) with the
-    console and the API."""
+    console and the API, nor with each other (one host name per port)."""
     app = FastAPI(title="Suanli port proxy", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.ctx = ctx
+    app.state.secret = load_secret(ctx.data_dir)
     errors.install(app)
     app.include_router(router)
     return app
 
 
+def _domain(app: Any) -> str:
+    return getattr(app.state.ctx, "proxy_domain", None) or "localhost"
+
+
 # -- HTTP ---------------------------------------------------------------------------------
 
-@router.api_route("/proxy/instances/{instance_id}/{port:int}", methods=METHODS, include_in_schema=False)
-@router.api_route("/proxy/instances/{instance_id}/absolute/{port:int}", methods=METHODS, include_in_schema=False)
-async def slash(request: Request, instance_id: int, port: int) -> Response:
-    """The service's root is the path with a slash: relative links resolve against it."""
-    query = request.url.query
-    return RedirectResponse(_raw_path(request.scope) + "/" + ("?" + query if query else ""), status_code=307)
-
-
-@router.api_route("/proxy/instances/{instance_id}/{port:int}/{path:path}", methods=METHODS,
-                  summary="Reach a published port of an instance (prefix stripped)")
-async def forward(request: Request, instance_id: int, port: int, path: str) -> Response:
-    return await _forward(request, instance_id, port, absolute=False)
-
-
-@router.api_route("/proxy/instances/{instance_id}/absolute/{port:int}/{path:path}", methods=METHODS,
-                  summary="Reach a published port of an instance (full path, for services told their base URL)")
-async def forward_absolute(request: Request, instance_id: int, port: int, path: str) -> Response:
-    return await _forward(request, instance_id, port, absolute=True)
-
-
-async def _forward(request: Request, instance_id: int, port: int, *, absolute: bool) -> Response:
-    ctx = request.app.state.ctx
-    cred = credential(request.headers, request.url.query, request.cookies, instance_id)
-    who = await run_in_threadpool(_principal, ctx.db, cred, ctx.tokens)
-    assert cred is not None
-    check_origin(request.headers, cred, request.method)
-    if cred.source == "query":  # a browser's link: trade the token for a cookie, drop it from the URL
-        await run_in_threadpool(instances.get, ctx.db, who, instance_id)
+@router.api_route("/{rest:path}", methods=METHODS, include_in_schema=False)
+async def forward(request: Request, rest: str) -> Response:
+    """Every request: to the port its ``Host`` names, or the path form's."""
+    ctx, secret, domain = request.app.state.ctx, request.app.state.secret, _domain(request.app)
+    target = target_of(request.headers.get("host"), _raw_path(request.scope), domain)
+    if target is None:
+        raise _nowhere(domain)
+    if isinstance(target, str):  # the service's root is the path with a slash: relative links resolve against it
+        query = request.url.query
+        return RedirectResponse(target + ("?" + query if query else ""), status_code=307)
+    now = time.time()
+    cred = credential(request.headers, request.url.query, target, secret, now)
+    if cred is not None and cred.source == "query":  # a browser's link: trade the token for a pass, drop it from the URL
+        value = await run_in_threadpool(_issue_pass, ctx.db, cred.token, target, secret, now)
         query = strip_token_query(request.url.query)
         resp = RedirectResponse(_raw_path(request.scope) + ("?" + query if query else ""), status_code=307)
         secure = (request.headers.get("x-forwarded-proto") or request.url.scheme) == "https"
-        resp.set_cookie(cookie_name(instance_id), cred.token, path=cookie_path(instance_id), httponly=True,
-                        samesite="lax", secure=secure)
+        resp.set_cookie(COOKIE, value, max_age=PASS_TTL_S, path="/", httponly=True, samesite="lax", secure=secure)
         return resp
-    up = await run_in_threadpool(resolve_upstream, ctx.db, who, instance_id, port)
-    prefix = proxy_path(instance_id, port)
+    who = await run_in_threadpool(_principal, ctx.db, cred, ctx.tokens, target)
+    assert cred is not None
+    check_origin(request.headers, cred, request.method)
+    up = await run_in_threadpool(resolve_upstream, ctx.db, who, target.instance_id, target.port)
     headers = _upstream_headers(request.headers, cred, request.client.host if request.client else None,
-                                request.url.scheme, None if absolute else prefix)
+                                request.url.scheme, target.prefix or None)
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False, verify=_SSL)
+    port, instance_id = target.port, target.instance_id
     try:
-        upstream_req = client.build_request(request.method, f"http://{up.address}{_upstream_target(request.scope, absolute)}",
+        upstream_req = client.build_request(request.method, f"http://{up.address}{_upstream_target(request.scope, target)}",
                                             headers=headers, content=request.stream() if has_body else None)
         upstream = await client.send(upstream_req, stream=True)
     except httpx.ConnectError:
@@ -353,7 +424,9 @@ async def _forward(request: Request, instance_id: int, port: int, *, absolute: b
         if low in HOP_BY_HOP or low in listed or low in ("date", "server"):  # the server adds its own
             continue
         if low == "location":
-            value = _rewrite_location(value, up, request.headers.get("host"), "" if absolute else prefix)
+            value = _rewrite_location(value, up, request.headers.get("host"), target.prefix)
+        if low == "set-cookie" and (value := _host_only_cookie(value)) is None:  # type: ignore[assignment]
+            continue
         raw.append((low.encode("latin-1"), value.encode("latin-1")))
     out.raw_headers = raw
     return out
@@ -377,39 +450,41 @@ async def _deny(websocket: WebSocket, status: int, code: str, message: str) -> N
         await websocket.close(code=1008, reason=f"{code}: {message}"[:120])
 
 
-@router.websocket("/proxy/instances/{instance_id}/{port:int}/{path:path}")
-async def forward_ws(websocket: WebSocket, instance_id: int, port: int, path: str) -> None:
-    await _forward_ws(websocket, instance_id, port, absolute=False)
+def _ws_admit(ctx: Any, secret: bytes, domain: str, headers: Any, raw_path: str, raw_query: str) -> tuple[Target, Credential, Upstream]:
+    """Who may open this WebSocket, to where (a ControlError to deny it). A link's
+    ``?token=`` counts on a port's host: a socket cannot be redirected to set a cookie."""
+    target = target_of(headers.get("host"), raw_path, domain)
+    if not isinstance(target, Target):
+        raise _nowhere(domain)
+    cred = credential(headers, raw_query, target, secret, time.time())
+    who = _principal(ctx.db, cred, ctx.tokens, target)
+    assert cred is not None
+    check_origin(headers, cred, None)
+    return target, cred, resolve_upstream(ctx.db, who, target.instance_id, target.port)
 
 
-@router.websocket("/proxy/instances/{instance_id}/absolute/{port:int}/{path:path}")
-async def forward_ws_absolute(websocket: WebSocket, instance_id: int, port: int, path: str) -> None:
-    await _forward_ws(websocket, instance_id, port, absolute=True)
-
-
-async def _forward_ws(websocket: WebSocket, instance_id: int, port: int, *, absolute: bool) -> None:
+@router.websocket("/{rest:path}")
+async def forward_ws(websocket: WebSocket, rest: str) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import InvalidHandshake, InvalidStatus
 
-    ctx = websocket.app.state.ctx
-    cred = credential(websocket.headers, websocket.url.query, websocket.cookies, instance_id)
+    app = websocket.app
     try:
-        who = await run_in_threadpool(_principal, ctx.db, cred, ctx.tokens)
-        assert cred is not None
-        check_origin(websocket.headers, cred, None)
-        up = await run_in_threadpool(resolve_upstream, ctx.db, who, instance_id, port)
+        target, cred, up = await run_in_threadpool(_ws_admit, app.state.ctx, app.state.secret, _domain(app),
+                                                   websocket.headers, _raw_path(websocket.scope), websocket.url.query)
     except ControlError as exc:
         await _deny(websocket, exc.status, exc.code, exc.message)
         return
+    port, instance_id = target.port, target.instance_id
     scheme = "wss" if websocket.url.scheme == "wss" else "ws"
     headers = [(k, v) for k, v in _upstream_headers(
         websocket.headers, cred, websocket.client.host if websocket.client else None,
-        "https" if scheme == "wss" else "http", None if absolute else proxy_path(instance_id, port),
+        "https" if scheme == "wss" else "http", target.prefix or None,
     ) if k.lower() not in ("host", "origin", "user-agent", "sec-websocket-extensions")]
     host = websocket.headers.get("host") or up.address
     try:
         upstream = await connect(
-            f"ws://{host}{_upstream_target(websocket.scope, absolute)}", host=up.host, port=up.host_port,
+            f"ws://{host}{_upstream_target(websocket.scope, target)}", host=up.host, port=up.host_port,
             subprotocols=websocket.scope.get("subprotocols") or None, additional_headers=headers,
             origin=websocket.headers.get("origin"), user_agent_header=websocket.headers.get("user-agent"),
             proxy=None, compression=None, max_size=None, ping_interval=None, open_timeout=10,

@@ -95,7 +95,7 @@ def build(
     local = LocalBackend(data_dir / "workloads", runtime, ssh_bind=ssh_bind)
     backends: dict[str, Backend] = {"local": local}
     if slurm_conf is not None:
-        slurm = SlurmBackend(SlurmClient(slurm_conf=Path(slurm_conf)), data_dir / "slurm", notice_s=int(notice_s),
+        slurm = SlurmBackend(SlurmClient(slurm_conf=Path(slurm_conf)), data_dir / "slurm", notice_s=int(notice_s), runtime=runtime,
                              tag_prefix=slurm_tag_prefix(data_dir))
         backends["slurm"] = slurm
         if inventory is None and not nodes.list_nodes(db):
@@ -136,16 +136,17 @@ def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo) -> None:
     echo(f"image {default.ref}: {done.how} in {done.seconds:.0f} s")
 
 
-def start_proxy(ctx: ServerContext, host: str, port: int, echo):  # type: ignore[no-untyped-def]
+def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "localhost"):  # type: ignore[no-untyped-def]
     """The port proxy on a listener of its own, in a thread: renters' pages get an origin
-    that is not the console's. Returns the uvicorn server (set ``should_exit`` to stop it)."""
+    that is not the console's, one per published port (``ID-PORT.domain``). Returns the
+    uvicorn server (set ``should_exit`` to stop it)."""
     import threading
 
     import uvicorn
 
     from suanli.api.proxy import create_proxy_app
 
-    ctx.proxy_port = port
+    ctx.proxy_port, ctx.proxy_domain = port, domain
     server = uvicorn.Server(uvicorn.Config(create_proxy_app(ctx), host=host, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="suanli-proxy", daemon=True)
     thread.start()
@@ -153,15 +154,18 @@ def start_proxy(ctx: ServerContext, host: str, port: int, echo):  # type: ignore
         thread.join(0.05)
     if not server.started:
         raise SystemExit(f"the port proxy cannot listen on {host}:{port} (choose another with --proxy-port)")
-    echo(f"port proxy: http://{host}:{port}/proxy/instances/ID/PORT/ (instances' published ports)")
+    echo(f"port proxy: http://ID-PORT.{domain}:{port}/ (instances' published ports, one origin each"
+         + ("; browsers on this machine only: renters elsewhere need --proxy-domain with wildcard DNS)"
+            if domain == "localhost" else f"; *.{domain} must resolve to this server)"))
     return server
 
 
 def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print,  # type: ignore[no-untyped-def]
           *, slurm_conf: Path | None = None, notice_s: float = DEFAULT_NOTICE_S,
           heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S, proxy_port: int | None = None,
-          **options) -> None:
-    """``proxy_port``: where instances' published ports are served [default: ``port`` + 1];
+          proxy_domain: str = "localhost", **options) -> None:
+    """``proxy_port``: where instances' published ports are served [default: ``port`` + 1],
+    each at ``ID-PORT.proxy_domain``;
     ``options``: the rest of ``build``'s (runtime, ssh, upload size)."""
     import uvicorn
 
@@ -191,7 +195,7 @@ def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print, 
         echo(f"admin token: see {(data_dir / 'admin-token').resolve()} (created on first start)")
     echo(f"next: suanli login --url {url} --token $(cat {data_dir / 'admin-token'})")
     app = create_app(ctx)
-    ports = start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo)
+    ports = start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo, proxy_domain)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

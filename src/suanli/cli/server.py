@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -15,6 +16,10 @@ def server(
     port: int = typer.Option(DEFAULT_PORT, help="TCP port."),
     proxy_port: int = typer.Option(None, "--proxy-port", help="TCP port of the port proxy (instances' published "
                                    "ports, on an origin apart from the console's) [default: PORT + 1]."),
+    proxy_domain: str = typer.Option("localhost", "--proxy-domain", help="Each published port is served at "
+                                     "http://ID-PORT.DOMAIN:PROXY_PORT/, an origin of its own; localhost works for "
+                                     "browsers on this machine, renters elsewhere need a wildcard DNS name "
+                                     "(*.DOMAIN -> this server)."),
     data_dir: Path = typer.Option(None, "--data-dir", help="Database, admin token and workspaces [default: ./.suanli or $SUANLI_DATA_DIR]."),
     db: str = typer.Option(None, "--db", help="Database URL, e.g. postgresql+psycopg://user@host/db [default: SQLite in the data dir]."),
     backend: list[str] = typer.Option(["local"], "--backend", help="Backends to drive: local (always on) and/or slurm."),
@@ -36,6 +41,10 @@ def server(
 
     if runtime not in ("auto", "container", "process"):
         raise typer.BadParameter(f"unknown runtime {runtime!r}; choose auto, container or process", param_hint="--runtime")
+    proxy_domain = proxy_domain.strip().lower().rstrip(".")
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*", proxy_domain):
+        raise typer.BadParameter(f"{proxy_domain!r} is not a DNS name (e.g. proxy.example.com; no scheme or port)",
+                                 param_hint="--proxy-domain")
     unknown = sorted(set(backend) - {"local", "slurm"})
     if unknown:
         raise typer.BadParameter(f"unknown backend(s) {', '.join(unknown)}; choose local or slurm", param_hint="--backend")
@@ -48,4 +57,5 @@ def server(
             raise typer.BadParameter(f"{conf} is not a file; pass the cluster's slurm.conf", param_hint="--slurm-conf")
     serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo, slurm_conf=conf, notice_s=notice,
           heartbeat_timeout_s=heartbeat_timeout, runtime=runtime, allow_process_runtime=allow_process_runtime,
-          ssh_bind=ssh_bind, ssh_host=ssh_host, max_upload_mib=max_upload_mib, proxy_port=proxy_port)
+          ssh_bind=ssh_bind, ssh_host=ssh_host, max_upload_mib=max_upload_mib, proxy_port=proxy_port,
+          proxy_domain=proxy_domain)

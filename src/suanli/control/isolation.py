@@ -24,12 +24,12 @@ def operator_tenant(db: Database) -> int | None:
 
 
 def require_isolation(db: Database, backends: dict[str, Backend], who: Principal, allow_process: bool) -> None:
-    local = backends.get("local")
-    if allow_process or getattr(local, "runtime", "container") == "container" or who.sees_all:
+    bare = [name for name, b in backends.items() if getattr(b, "runtime", "container") != "container"]
+    if allow_process or not bare or who.sees_all:
         return
     if who.tenant_id == operator_tenant(db):
         return
     raise Forbidden(
-        "this server runs workloads as host processes with no isolation (no container engine answers); only the "
+        f"this server runs workloads as host processes with no isolation ({', '.join(bare)}: no container engine); only the "
         "operator's own tenant may use it. The operator can install Podman, or start the server with "
         "--allow-process-runtime to accept the risk", code="no_isolation")

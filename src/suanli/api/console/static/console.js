@@ -142,12 +142,13 @@ function runtimeCell(i) {
     i.gpu_access && i.gpu_access !== "none" && el("span", { class: "tags" }, el("span", { class: "tag" }, `GPUs: ${i.gpu_access}`)));
 }
 
-// A published port: a plain link to the port proxy, which listens on an origin of its own
-// because it serves the renter's own pages. Copying the link shares no token (opened bare,
+// A published port: a plain link to the port proxy, which serves every port on an origin
+// of its own (http://ID-PORT.DOMAIN:PROXY_PORT/) because it serves renters' own pages: one
+// instance's scripts can read no other's. Copying the link shares no token (opened bare,
 // the proxy answers 401). A click opens it once with ?token=: the proxy trades that token
-// for an HttpOnly cookie scoped to /proxy/instances/ID/ and redirects to the same URL
-// without it before relaying anything (api/proxy.py), so the renter's service never sees
-// the console's token, not in its URL, its Referer (noreferrer) nor its scripts.
+// for an HttpOnly, host-only cookie holding a pass for that one port and redirects to the
+// same URL without it before relaying anything (api/proxy.py), so the renter's service
+// never sees the console's token, not in its URL, its Referer (noreferrer) nor its scripts.
 function portLink(port, url) {
   const a = el("a", { href: url, target: "_blank", rel: "noopener noreferrer", "data-port": port,
     title: `port ${port} of the instance, through the server's port proxy` }, `${port} ↗`);
