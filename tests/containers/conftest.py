@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "control"))
+sys.path.insert(0, str(Path(__file__).parent))
 
-from control_helpers import Server, start_server  # noqa: E402
+from container_helpers import make_server  # noqa: E402
+from control_helpers import Server  # noqa: E402
 
 from suanli.backends.local import imagebuild  # noqa: E402
 from suanli.backends.local.engine import detect  # noqa: E402
@@ -45,12 +47,6 @@ def images() -> list[str]:
     for name in ("tiny", "python"):
         imagebuild.pull_or_build(name, "podman", progress=lambda line: None)
     return ["tiny", "python"]
-
-
-def make_server(data_dir: Path, db_url: str | None = None, **kw: object) -> Server:
-    kw.setdefault("runtime", "container")
-    kw.setdefault("allow_process_runtime", False)
-    return start_server(data_dir, db_url or f"sqlite:///{data_dir / 'suanli.db'}", **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from conftest import make_server
+from container_helpers import make_server
 from control_helpers import Server, wait_state, wait_until
 
 from suanli.backends.local import LocalBackend

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from control_helpers import ServerProcess, cli_command, free_port, release_host, wait_until
+from container_helpers import release_data_dir
+from control_helpers import ServerProcess, cli_command, free_port, wait_until
 
 from suanli.backends.local.container_runtime import root_label
 from suanli.backends.local.engine import detect
@@ -23,13 +24,7 @@ def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
         yield srv
     finally:
         srv.stop()
-        _release(srv.data_dir)
-
-
-def _release(data_dir: Path) -> None:
-    from suanli.backends.local import LocalBackend
-
-    release_host({"local": LocalBackend(data_dir / "workloads", "container")}, data_dir)
+        release_data_dir(srv.data_dir)
 
 
 def suanli(srv: ServerProcess, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:

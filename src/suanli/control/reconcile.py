@@ -19,6 +19,7 @@ Each pass reads what the database believes (transaction), asks the backends
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,9 @@ from suanli.db.models import Allocation, Gpu, Instance, Job, Node
 from suanli.db.session import Database
 
 log = logging.getLogger(__name__)
+
+#: Requested stops run at most this many at a time.
+STOP_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -65,16 +69,24 @@ def reconcile_running(db: Database, backends: dict[str, Backend], data_dir: Path
     changed. ``only_stops``: just act on stop/cancel requests (cheap; the status
     of every task is polled on a slower cadence)."""
     changed = 0
+    stops = []
     for ob in _observe(db, only_stops):
         if any(h.backend not in backends for h in ob.handles):
             continue  # run by a backend this server does not drive: not ours to judge
         if ob.stop_wanted:
-            for h in ob.handles:
-                backends[h.backend].stop(h, grace_s=grace_s)
-            changed += _finish(db, ob, stopped=True, exit_code=None, message="", data_dir=data_dir)
+            stops.append(ob)
             continue
         changed += _settle(db, backends, ob, data_dir, grace_s)
+    if stops:  # each waits out its grace period: many at once, not one after another
+        with ThreadPoolExecutor(max_workers=min(STOP_WORKERS, len(stops)), thread_name_prefix="suanli-stop") as pool:
+            changed += sum(pool.map(lambda ob: _stop(db, backends, ob, data_dir, grace_s), stops))
     return changed
+
+
+def _stop(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: Path, grace_s: float) -> int:
+    for h in ob.handles:
+        backends[h.backend].stop(h, grace_s=grace_s)
+    return _finish(db, ob, stopped=True, exit_code=None, message="", data_dir=data_dir)
 
 
 def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: Path, grace_s: float) -> int:

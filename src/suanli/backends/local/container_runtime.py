@@ -183,8 +183,8 @@ class ContainerRuntime:
     def submit(self, spec: TaskSpec, tdir: Path) -> Handle:
         with self._lock(spec.key):
             name = self.name_of(spec.key)
-            old = self.engine.ps(self.label).get(name)
-            if old is not None and old.running:
+            old = self.engine.inspect(name)  # this one container: a listing of all would cost as many as run
+            if old is not None and (old.get("State") or {}).get("Running"):
                 raise AlreadyRunning(f"{spec.key} is already running (container {name})")
             if old is not None:
                 self.engine.remove(name)
