@@ -143,6 +143,7 @@ def main() -> int:
     os.chmod(tmp, 0o755)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     load_before = load()
+    code = code_version()  # at the start: the tree may change while it runs
     print(f"{started}  {load_before}", flush=True)
     server = start_server(tmp, "container")
     api = Api(server.url, server.token)
@@ -277,7 +278,7 @@ def main() -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "a") as f:
-            f.write(json.dumps({"bench": "container_density", "at": started, "code": code_version(), "load_before": load_before,
+            f.write(json.dumps({"bench": "container_density", "at": started, "code": code, "load_before": load_before,
                                 "load_after": load_after, "args": {k: str(v) for k, v in vars(args).items()},
                                 **fig, "problems": problems}) + "\n")
     return 1 if problems else 0

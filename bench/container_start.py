@@ -341,6 +341,7 @@ def main() -> int:
     key, pub = keypair(tmp)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     load_before = load()
+    code = code_version()  # at the start: the tree may change while it runs
     print(f"{started}  {load_before}", flush=True)
     servers: dict[str, ServerProcess] = {}
     warm: list[dict] = []
@@ -397,7 +398,7 @@ def main() -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "a") as f:
-            f.write(json.dumps({"bench": "container_start", "at": started, "code": code_version(), "load_before": load_before,
+            f.write(json.dumps({"bench": "container_start", "at": started, "code": code, "load_before": load_before,
                                 "load_after": load_after, "image": args.image, "disk_gib": args.disk,
                                 "rounds": rounds, "warmup": warm, "profile": prof, "leaks": leaks,
                                 "summary": {rt: {m: summary(rounds, rt, m) for m in ("running", "exec", "ssh")}

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from control_helpers import ServerProcess, free_port, wait_until
 from test_container_ports import via_loopback
-from test_container_server import _release
+from container_helpers import release_data_dir
 
 from suanli.backends.local import imagebuild
 
@@ -28,7 +28,7 @@ def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
         yield srv
     finally:
         srv.stop()
-        _release(srv.data_dir)
+        release_data_dir(srv.data_dir)
 
 
 def test_jupyterlab_runs_a_kernel_through_the_proxy(proc: ServerProcess) -> None:

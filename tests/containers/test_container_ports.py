@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 from control_helpers import ServerProcess, cli_command, free_port, wait_until
-from test_container_server import _release
+from container_helpers import release_data_dir
 
 from suanli.client import SuanliClient
 
@@ -72,7 +72,7 @@ def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
         yield srv
     finally:
         srv.stop()
-        _release(srv.data_dir)
+        release_data_dir(srv.data_dir)
 
 
 def test_http_and_websocket_reach_the_instance_through_the_proxy(proc: ServerProcess) -> None:

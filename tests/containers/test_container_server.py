@@ -52,7 +52,7 @@ def test_contract_ssh_and_adoption_after_kill_9(proc: ServerProcess, keypair) ->
                              "--wait", "--json").stdout)
     assert inst["state"] == "running" and inst["image"] == "python" and inst["runtime"] == "container", inst
     assert inst["ssh"].startswith("ssh -p ") and list(inst["ports"]) == ["8888"], inst
-    assert inst["ports"]["8888"] == f"http://127.0.0.1:{proc.proxy_port}/proxy/instances/{inst['id']}/8888/"
+    assert inst["ports"]["8888"] == f"http://{inst['id']}-8888.localhost:{proc.proxy_port}/"  # an origin of its own
     shown = json.loads(suanli(proc, "instances", "show", str(inst["id"]), "--json").stdout)
     assert shown["ssh"] == inst["ssh"]
     r = wait_until(lambda: (x := suanli(proc, "ssh", str(inst["id"]), "-i", str(key), "--", "echo", "ok;", "exit", "4",

@@ -319,7 +319,8 @@ def test_the_hole_is_closed_a_pass_opens_its_own_port_only(env: Env) -> None:
     secret = load_secret(env.ctx.data_dir)
     token_id = check_pass(secret, value, env.instance, 8888, time.time())
     assert token_id is not None
-    tampered = value.replace(f".{env.instance}.", f".{env.other}.", 1)
+    fields = value.split(".")  # p1.TOKEN_ID.INSTANCE.PORT.EXPIRES.MAC: the instance changed, the MAC kept
+    tampered = ".".join([*fields[:2], str(env.other), *fields[3:]])
     expired = make_pass(secret, token_id, env.instance, 8888, int(time.time()) - 1)
     foreign = make_pass(os.urandom(32), token_id, env.instance, 8888, int(time.time()) + 60)
     for bad in (tampered, expired, foreign, env.token):
@@ -350,14 +351,23 @@ def test_the_secret_is_private_and_survives_a_restart(env: Env, tmp_path: Path) 
 
 
 def test_cookie_is_refused_from_another_origin(env: Env) -> None:
-    """Cross-site request forgery with the proxy's cookie (SameSite=Lax lets sibling
-    sub-domains through): unsafe methods need the port's own Origin."""
+    """Cross-site request forgery, credentialed cross-origin reads and sibling subresources
+    with the proxy's cookie (SameSite=Lax lets sibling sub-domains through): only the
+    port's own pages, and navigations to it, may use it."""
     cookie = f"{COOKIE}={open_link(env)}"
     for evil in ("http://evil.example", env.origin(env.other), env.base, "null"):
-        status, code, _ = error(httpx.post(env.base + "/api/kernels", headers=env.at(Cookie=cookie, Origin=evil), content=b"{}"))
-        assert (status, code) == (403, "cross_origin"), evil
-    assert httpx.get(env.base + "/lab", headers=env.at(Cookie=cookie, Origin="http://evil.example")).status_code == 200
-    assert httpx.post(env.base + "/api/kernels", headers=env.at(Cookie=cookie, Origin=env.origin()), content=b"{}").status_code == 200
+        for method in ("POST", "GET"):
+            r = httpx.request(method, env.base + "/api/kernels", headers=env.at(Cookie=cookie, Origin=evil), content=b"{}")
+            assert error(r)[:2] == (403, "cross_origin"), (method, evil)
+    for site, mode in (("same-site", "no-cors"), ("cross-site", "cors"), ("same-site", "websocket")):
+        r = httpx.get(env.base + "/lab", headers=env.at(Cookie=cookie, **{"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode}))
+        assert error(r)[:2] == (403, "cross_origin"), (site, mode)
+    navigate = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+    assert httpx.get(env.base + "/lab", headers=env.at(Cookie=cookie, **navigate)).status_code == 200  # a link opens it
+    own = {"Origin": env.origin(), "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}
+    assert httpx.post(env.base + "/api/kernels", headers=env.at(Cookie=cookie, **own), content=b"{}").status_code == 200
+    assert httpx.get(env.base + "/api/kernels", headers=env.at(Cookie=cookie, **own)).status_code == 200
+    # a bearer header is no ambient credential: any origin may send it
     assert httpx.post(env.base + "/api/kernels", headers=env.at(**env.auth(), Origin="http://evil.example")).status_code == 200
 
 

@@ -34,9 +34,9 @@ there.
 
 Only values that look like Suanli tokens (``sl_`` prefix) are taken: a service's
 own ``?token=`` (Jupyter) or ``Authorization`` (an API key of vLLM) passes through.
-A request that only the cookie authenticates, if it is a WebSocket or changes
-something (not GET/HEAD/OPTIONS), must come from the port's own origin: SameSite
-does not separate sibling sub-domains, and a hijacked Jupyter socket is a shell. A
+A request that only the cookie authenticates must come from the port's own origin or
+be a navigation to it (``Origin``, Fetch Metadata): SameSite does not separate sibling
+sub-domains of one DNS name, and a hijacked Jupyter socket is a shell. A
 service's ``Set-Cookie`` loses any ``Domain`` attribute (host-only: no instance sets
 cookies for its siblings) and may not set ``suanli_proxy``.
 
@@ -263,23 +263,27 @@ def _issue_pass(db: Database, token: str, target: Target, secret: bytes, now: fl
     return make_pass(secret, issued.token_id, target.instance_id, target.port, int(now) + PASS_TTL_S)
 
 
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
 def check_origin(headers: Any, cred: Credential, method: str | None) -> None:
-    """Refuse a cross-origin WebSocket (``method`` None) or unsafe request that only the
-    cookie authenticates (cross-site request forgery, WebSocket hijacking)."""
-    if cred.source != "cookie" or (method is not None and method in SAFE_METHODS):
+    """A request that only the cookie authenticates must come from the port's own pages or
+    be a navigation to it: refuse one with another ``Origin`` (cross-site request forgery,
+    WebSocket hijacking, a credentialed cross-origin read that a careless service's CORS
+    would allow) and, by Fetch Metadata, a sibling's or another site's subresource or fetch
+    (SameSite=Lax does not separate sibling sub-domains of one DNS name). ``method`` None:
+    a WebSocket."""
+    if cred.source != "cookie":
         return
-    origin = headers.get("origin")
-    if origin is None:
-        return  # not a browser's cross-origin request: browsers send Origin on those and on every WebSocket
     host = (headers.get("host") or "").strip().lower()
-    netloc = urlsplit(origin).netloc.lower() if origin != "null" else None
-    strip = lambda h: h.removesuffix(":80").removesuffix(":443")  # noqa: E731 - default ports
-    if netloc is None or strip(netloc) != strip(host):
-        raise Forbidden(f"cross-origin request from {origin} refused: the proxy's cookie is only "
-                        f"good for pages of {host}; send an Authorization: Bearer header instead", code="cross_origin")
+    origin = headers.get("origin")
+    if origin is not None:  # browsers send it on every WebSocket, every cross-origin fetch and non-GET
+        netloc = urlsplit(origin).netloc.lower() if origin != "null" else None
+        strip = lambda h: h.removesuffix(":80").removesuffix(":443")  # noqa: E731 - default ports
+        if netloc is None or strip(netloc) != strip(host):
+            raise Forbidden(f"cross-origin request from {origin} refused: the proxy's cookie is only "
+                            f"good for pages of {host}; send an Authorization: Bearer header instead", code="cross_origin")
+    site, mode = headers.get("sec-fetch-site"), headers.get("sec-fetch-mode")
+    if site in ("same-site", "cross-site") and mode != "navigate":
+        raise Forbidden(f"a {mode or 'subresource'} request from another site's page refused: the proxy's cookie is "
+                        f"only good for pages of {host} and for opening it", code="cross_origin")
 
 
 def _upstream_headers(headers: Any, cred: Credential | None, client_host: str | None, scheme: str,

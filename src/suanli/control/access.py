@@ -69,10 +69,9 @@ def proxy_path(instance_id: int, port: int) -> str:
     return f"/proxy/instances/{instance_id}/{port}/"
 
 
-def jupyter_command(instance_id: int | None = None) -> str:
+def jupyter_command() -> str:
     """JupyterLab in the background of an instance's keeper, at ``/`` of its port's own
-    host. No token of its own: the proxy admits only users who may see the instance.
-    (``instance_id`` is unused since every port has its own host; kept for callers.)"""
+    host. No token of its own: the proxy admits only users who may see the instance."""
     return (
         f"jupyter lab --allow-root --no-browser --ip=0.0.0.0 --port={JUPYTER_PORT} --ServerApp.root_dir=/workspace "
         "--ServerApp.base_url=/ --ServerApp.token= "
@@ -113,6 +112,8 @@ def make_pass(secret: bytes, token_id: int, instance_id: int, port: int, expires
 
 def check_pass(secret: bytes, value: str, instance_id: int, port: int, now: float) -> int | None:
     """The token id of a pass good for this port now, or None (forged, expired, another port)."""
+    if not value.isascii() or len(value) > 200:
+        return None
     body, _, mac = value.rpartition(".")
     fields = body.split(".")
     if len(fields) != 5 or fields[0] != _PASS_VERSION or not all(f.isdigit() for f in fields[1:]):

@@ -110,7 +110,7 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
             gpus = ",".join(str(i) for i in a.gpu_indices) or "none"
             keeper = INSTANCE_KEEPER.format(id=row.id, node=node.name, gpus=gpus)
             if (img.contents or {}).get("jupyterlab") and JUPYTER_PORT in (row.ports or []):
-                keeper = jupyter_command(row.id) + "\n" + keeper
+                keeper = jupyter_command() + "\n" + keeper
             specs.append(
                 TaskSpec(
                     key=task_key("instance", row.id), kind="instance", workload_id=row.id, node=node.name,
