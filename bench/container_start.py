@@ -267,7 +267,7 @@ def profile(tmp: Path, image_ref: str, disk_gib: int) -> list[tuple[str, float]]
         key = tmp / "profile" / "hostkey"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
         (tmp / "profile" / "sshd_config").write_text(
-            f"Port 22\nHostKey /run/b/hostkey\nAuthorizedKeysFile /run/b/ak\nPasswordAuthentication no\nPidFile /run/sshd.pid\n")
+            "Port 22\nHostKey /run/b/hostkey\nAuthorizedKeysFile /run/b/ak\nPasswordAuthentication no\nPidFile /run/sshd.pid\n")
         (tmp / "profile" / "ak").write_text((tmp / "bench_key.pub").read_text())
         os.chmod(tmp / "profile", 0o755)
         script = "mkdir -p /run/sshd && /usr/sbin/sshd -f /run/b/sshd_config -e; while :; do sleep 86400; done"

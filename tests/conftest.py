@@ -1,10 +1,12 @@
 """Fixtures shared by every suite: database tests run on SQLite and on the test
 PostgreSQL server (``pg_helpers``); the PostgreSQL cases skip with the reason when it is
-unreachable. ``cli`` runs ``suanli`` commands in-process against a suite's ``server``."""
+unreachable. ``server`` is the real app, control loop and local backend in this process;
+``cli`` runs ``suanli`` commands in-process against it."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,9 @@ from typing import Any
 import pytest
 
 from pg_helpers import PG_SKIP, fresh_pg_database
+
+sys.path.insert(0, str(Path(__file__).parent / "control"))
+from control_helpers import Server, start_server  # noqa: E402
 
 # The control-plane suites test scheduling, lifecycles and money on the process runtime
 # (fast, no image needed); tests/containers runs the same platform on real Podman
@@ -41,6 +46,17 @@ def _pg() -> Iterator[str]:
         yield url
     finally:
         drop()
+
+
+@pytest.fixture
+def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
+    """App, control loop and local backend in this process, demo inventory (a suite may
+    override it, e.g. without the loop)."""
+    srv = start_server(tmp_path / "data", db_url)
+    try:
+        yield srv
+    finally:
+        srv.close()
 
 
 @pytest.fixture

@@ -65,3 +65,4 @@ def page(chromium, server_process: ServerProcess):  # type: ignore[no-untyped-de
         yield p
     finally:
         context.close()
+

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from control_helpers import ServerProcess, wait_until
+from control_helpers import ServerProcess
 from playwright.sync_api import Page, expect
 
 pytestmark = pytest.mark.browser

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
-from control_helpers import ServerProcess, free_port, release_host, wait_until
+from console_helpers import container_server_process
+from control_helpers import ServerProcess, free_port, wait_until
 from playwright.sync_api import Page, expect
 
 pytestmark = pytest.mark.browser
@@ -267,24 +268,8 @@ def test_operators_curate_images_and_members_only_read_them(page: Page, server_p
 
 @pytest.fixture
 def container_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    """A server whose local backend runs real Podman containers from the python image
-    (built here when missing; minutes), or a skip with the reason."""
-    import os
-
-    from suanli.backends.local import LocalBackend, imagebuild
-    from suanli.backends.local.engine import detect
-
-    if detect("podman") is None:
-        if os.environ.get("SUANLI_CONTAINERS") == "require":
-            pytest.fail("SUANLI_CONTAINERS=require: no Podman answers on this machine")
-        pytest.skip("no Podman answers on this machine (scripts/images installs it)")
-    imagebuild.pull_or_build("python", "podman", progress=lambda line: None)
-    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
-    try:
+    with container_server_process(tmp_path, "python") as srv:
         yield srv
-    finally:
-        srv.stop()
-        release_host({"local": LocalBackend(srv.data_dir / "workloads", "container")}, srv.data_dir)
 
 
 @pytest.mark.containers

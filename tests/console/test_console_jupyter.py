@@ -4,12 +4,12 @@ proxied WebSocket, and nothing the page asks for is refused by the proxy's origi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from control_helpers import ServerProcess, free_port, release_host
+from console_helpers import container_server_process
+from control_helpers import ServerProcess
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.containers]
@@ -17,20 +17,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.containers]
 
 @pytest.fixture
 def jupyter_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    from suanli.backends.local import LocalBackend, imagebuild
-    from suanli.backends.local.engine import detect
-
-    if detect("podman") is None:
-        if os.environ.get("SUANLI_CONTAINERS") == "require":
-            pytest.fail("SUANLI_CONTAINERS=require: no Podman answers on this machine")
-        pytest.skip("no Podman answers on this machine (scripts/images installs it)")
-    imagebuild.pull_or_build("jupyter", "podman", progress=lambda line: None)
-    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
-    try:
+    with container_server_process(tmp_path, "jupyter") as srv:
         yield srv
-    finally:
-        srv.stop()
-        release_host({"local": LocalBackend(srv.data_dir / "workloads", "container")}, srv.data_dir)
 
 
 def test_jupyterlab_from_the_console_runs_a_notebook(chromium, jupyter_server: ServerProcess) -> None:  # type: ignore[no-untyped-def]

@@ -19,8 +19,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "control"))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from container_helpers import make_server  # noqa: E402
-from control_helpers import Server  # noqa: E402
+from container_helpers import make_server, release_data_dir  # noqa: E402
+from control_helpers import Server, ServerProcess, free_port  # noqa: E402
 
 from suanli.backends.local import imagebuild  # noqa: E402
 from suanli.backends.local.engine import detect  # noqa: E402
@@ -59,6 +59,17 @@ def csrv(images: list[str], tmp_path: Path) -> Iterator[Server]:
         yield srv
     finally:
         srv.close()
+
+
+@pytest.fixture
+def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
+    """A real ``suanli server`` process on the container runtime (the real CLI drives it)."""
+    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        release_data_dir(srv.data_dir)
 
 
 @pytest.fixture

@@ -8,30 +8,21 @@ from __future__ import annotations
 import json
 import socket
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from control_helpers import ServerProcess, free_port, wait_until
+from control_helpers import ServerProcess, wait_until
 from test_container_ports import via_loopback
-from container_helpers import release_data_dir
 
 from suanli.backends.local import imagebuild
 
 
 @pytest.fixture
-def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
+def jupyter_image(images: list[str]) -> None:
     imagebuild.pull_or_build("jupyter", "podman")
-    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-        release_data_dir(srv.data_dir)
 
 
-def test_jupyterlab_runs_a_kernel_through_the_proxy(proc: ServerProcess) -> None:
+def test_jupyterlab_runs_a_kernel_through_the_proxy(jupyter_image: None, proc: ServerProcess) -> None:
     from websockets.sync.client import connect
 
     c = proc.client()

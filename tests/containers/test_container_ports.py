@@ -11,14 +11,10 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import pytest
-from control_helpers import ServerProcess, cli_command, free_port, wait_until
-from container_helpers import release_data_dir
+from control_helpers import ServerProcess, cli_command, wait_until
 
 from suanli.client import SuanliClient
 
@@ -63,16 +59,6 @@ def via_loopback(url: str) -> tuple[str, dict[str, str]]:
     """``url`` of a port's host as 127.0.0.1's URL and the ``Host`` header that names the port."""
     parts = urlsplit(url)
     return urlunsplit(parts._replace(netloc=f"127.0.0.1:{parts.port}")), {"Host": parts.netloc}
-
-
-@pytest.fixture
-def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-        release_data_dir(srv.data_dir)
 
 
 def test_http_and_websocket_reach_the_instance_through_the_proxy(proc: ServerProcess) -> None:

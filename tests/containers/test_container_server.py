@@ -6,25 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from container_helpers import release_data_dir
 from control_helpers import ServerProcess, cli_command, free_port, wait_until
 
 from suanli.backends.local.container_runtime import root_label
 from suanli.backends.local.engine import detect
-
-
-@pytest.fixture
-def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-        release_data_dir(srv.data_dir)
 
 
 def suanli(srv: ServerProcess, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from functools import partial
 from pathlib import Path
 from typing import Any
 

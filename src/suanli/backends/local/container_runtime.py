@@ -98,8 +98,8 @@ def root_label(root: Path) -> str:
     return hashlib.blake2b(str(root).encode(), digest_size=4).hexdigest()
 
 
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    """Atomic replace: a container reading the file never sees half of it."""
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` at once: a container or a restarted server never reads half of it."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as f:
@@ -115,9 +115,9 @@ def _host_key(tdir: Path) -> None:
         return
     private = Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
-    _write(key, pem.decode(), 0o600)
+    write_atomic(key, pem.decode(), 0o600)
     pub = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    _write(tdir / "ssh_host_ed25519_key.pub", pub.decode() + "\n")
+    write_atomic(tdir / "ssh_host_ed25519_key.pub", pub.decode() + "\n")
 
 
 def _sshd_config(env: dict[str, str]) -> str:
@@ -199,16 +199,16 @@ class ContainerRuntime:
             volume.mkdir(parents=True, exist_ok=True)
             network = self.network(spec.tenant_id)  # raises where host services cannot be firewalled
             env, gpu_args, gpu_access = self._environment(spec, network)
-            _write(tdir / "env.sh", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()), 0o600)
-            _write(tdir / "setup.sh", spec.setup + "\n" if spec.setup else "")
-            _write(tdir / "run.sh", RUN_PREAMBLE + spec.run + "\n")
-            _write(tdir / "task.sh", WRAPPER.format(key=spec.key, mount=MOUNT))
+            write_atomic(tdir / "env.sh", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()), 0o600)
+            write_atomic(tdir / "setup.sh", spec.setup + "\n" if spec.setup else "")
+            write_atomic(tdir / "run.sh", RUN_PREAMBLE + spec.run + "\n")
+            write_atomic(tdir / "task.sh", WRAPPER.format(key=spec.key, mount=MOUNT))
             ports = list(dict.fromkeys(p for p in spec.ports if p != 22))
             publish = [a for p in ports for a in ("-p", f"127.0.0.1::{p}")]
             if spec.authorized_keys or spec.kind == "instance":
                 _host_key(tdir)
-                _write(tdir / "authorized_keys", spec.authorized_keys, 0o644)
-                _write(tdir / "sshd_config", _sshd_config(env))
+                write_atomic(tdir / "authorized_keys", spec.authorized_keys, 0o644)
+                write_atomic(tdir / "sshd_config", _sshd_config(env))
                 publish += ["-p", f"{self.ssh_bind}::22"]
             else:
                 (tdir / "sshd_config").unlink(missing_ok=True)
@@ -228,7 +228,7 @@ class ContainerRuntime:
                 "ports": {str(k): v for k, v in self.engine.host_ports(name).items()}, "gpu_access": gpu_access,
                 "volume": str(volume), "disk_enforced": enforced, "image": spec.image,
             }
-            _write(tdir / "handle.json", json.dumps(data))
+            write_atomic(tdir / "handle.json", json.dumps(data))
             return Handle("local", spec.key, data)
 
     def _environment(self, spec: TaskSpec, network: str) -> tuple[dict[str, str], list[str], str]:
@@ -287,7 +287,7 @@ class ContainerRuntime:
         if c is not None and c.running:
             return TaskStatus(TaskState.RUNNING)
         if c is not None and c.exit_code is not None:
-            _write(tdir / "exit_code", f"{c.exit_code}\n")  # the server's record, so the container can go
+            write_atomic(tdir / "exit_code", f"{c.exit_code}\n")  # the server's record, so the container can go
             self._archive_log(handle)
             self.engine.remove(data["name"])
             return TaskStatus(TaskState.EXITED, c.exit_code)
@@ -308,7 +308,7 @@ class ContainerRuntime:
         info = self.engine.inspect(name) or {}
         code = (info.get("State") or {}).get("ExitCode")
         if code is not None:
-            _write(Path(handle.data["dir"]) / "exit_code", f"{int(code)}\n")
+            write_atomic(Path(handle.data["dir"]) / "exit_code", f"{int(code)}\n")
         self._archive_log(handle)
         self.engine.remove(name)
 
@@ -387,7 +387,7 @@ class ContainerRuntime:
     def set_authorized_keys(self, handle: Handle, text: str) -> None:
         tdir = Path(handle.data["dir"])
         if (tdir / "sshd_config").exists():
-            _write(tdir / "authorized_keys", text, 0o644)
+            write_atomic(tdir / "authorized_keys", text, 0o644)
 
 
 def _read_int(path: Path) -> int | None:

@@ -40,7 +40,8 @@ from pathlib import Path
 
 from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handle, TaskSpec, TaskState, TaskStatus, read_log
 from suanli.backends.slurm.client import SlurmClient, SlurmError
-from suanli.backends.slurm.container import SlurmContainers, write_atomic
+from suanli.backends.local.container_runtime import write_atomic
+from suanli.backends.slurm.container import SlurmContainers
 from suanli.backends.slurm.model import NodeHealth, SlurmJob, SlurmNode
 from suanli.backends.slurm.parse import SlurmParseError
 from suanli.backends.slurm.sbatch import RESERVED_ENV, SbatchSpec, SbatchSpecError, shards_for_milli

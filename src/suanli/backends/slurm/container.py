@@ -24,10 +24,8 @@ there, by the batch script: the server only writes files on the shared task dire
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 from suanli.backends.base import TaskSpec
 from suanli.backends.local.container_runtime import MOUNT, RUN_PREAMBLE, WORKSPACE, WRAPPER
@@ -161,13 +159,3 @@ class SlurmContainers:
         """``ENGINE exec`` into the task's container (run on its node as a Slurm step)."""
         return [self.engine, "exec", self.name(key), "sh", "-c", EXEC_SCRIPT, "suanli-exec", command,
                 str(max(1, int(timeout_s)))]
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` at once: a container or a restarted server never reads half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
