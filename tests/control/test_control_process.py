@@ -27,3 +27,22 @@ def test_kill_leftovers_only_kills_processes_of_that_task() -> None:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_a_process_runtime_task_does_not_inherit_the_server_environment(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Even without isolation, the server's own variables (database URLs, tokens) stay
+    out of a task: it gets PATH and the like, and what the platform injects."""
+    from suanli.backends.base import TaskSpec, TaskState
+    from suanli.backends.local import LocalBackend
+
+    monkeypatch.setenv("SUANLI_DB_PASSWORD", "canary-secret")
+    backend = LocalBackend(tmp_path / "w", "process")
+    spec = TaskSpec(key="job-1-0", kind="job", workload_id=1, node="n", node_rank=0,
+                    run="env > env.txt", env={"MINE": "yes"})
+    h = backend.submit(spec)
+    deadline = time.monotonic() + 10
+    while backend.status(h).state == TaskState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    env = (tmp_path / "w" / "job-1-0" / "work" / "env.txt").read_text()
+    assert "MINE=yes" in env and "PATH=" in env and "SUANLI_RUNTIME=process" in env
+    assert "canary-secret" not in env
