@@ -25,6 +25,17 @@ os.environ.setdefault("SUANLI_RUNTIME", "process")
 os.environ.setdefault("SUANLI_ALLOW_PROCESS_RUNTIME", "1")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n`` (scripts/test): the Slurm tests share one real cluster and run
+    one after another on one worker; so do the browser tests (one Chromium)."""
+    for item in items:
+        for marker in ("slurm", "browser"):
+            if item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.xdist_group(marker))
+                break
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":

@@ -48,6 +48,24 @@ from suanli.db.models import ApiToken, Instance
 BIG = bytes(range(256)) * 8192  # 2 MiB
 
 
+def run_async(coro) -> None:  # type: ignore[no-untyped-def]
+    """``asyncio.run`` in a thread of its own: the browser suite's Playwright keeps an event
+    loop running in the main thread for the whole session."""
+    box: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(coro)
+        except BaseException as exc:  # re-raised in the test's thread
+            box.append(exc)
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if box:
+        raise box[0]
+
+
 # -- real servers in threads ----------------------------------------------------------------
 
 class Uvicorn:
@@ -499,7 +517,7 @@ def test_websocket_echo_text_binary_and_close_codes(env: Env) -> None:
             await asyncio.sleep(0.05)
         assert env.seen.get("client_close") == 4001
 
-    asyncio.run(main())
+    run_async(main())
 
 
 def test_websocket_with_the_cookie_on_its_own_origin_only(env: Env) -> None:
@@ -534,7 +552,7 @@ def test_websocket_with_the_cookie_on_its_own_origin_only(env: Env) -> None:
             assert await ws.recv() == "echo:y"
         assert env.seen["ws_path"] == "/ws?"
 
-    asyncio.run(main())
+    run_async(main())
 
 
 def test_websocket_refusals(env: Env) -> None:
@@ -553,4 +571,4 @@ def test_websocket_refusals(env: Env) -> None:
         assert await status(ws_connect(env, "nows", additional_headers=env.auth())) in (403, 404)  # the service refuses
         assert await status(connect(env.base.replace("http", "ws") + "/ws", additional_headers=env.auth(), proxy=None)) == 404
 
-    asyncio.run(main())
+    run_async(main())
