@@ -47,7 +47,9 @@ class Platform:
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; events: {self.events()}")
+                seen = "\n".join(f"  {e.ts:%H:%M:%S.%f} {e.kind} {e.object_id} {e.from_state}->{e.to_state} {e.message}"
+                                 for e in self.events())
+                raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; events:\n{seen}")
             time.sleep(0.05)
 
     def submit(self, **task: Any) -> int:

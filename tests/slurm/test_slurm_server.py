@@ -81,7 +81,8 @@ def test_cli_nodes_add_backend_slurm(slurm: SlurmClient, tmp_path: Path, monkeyp
         assert again.exit_code == 1 and "already registered" in again.output
         bad = runner.invoke(app, ["nodes", "add"])
         assert bad.exit_code == 2 and "--backend slurm" in bad.output
-        bad = runner.invoke(app, ["server", "--backend", "slurm", "--slurm-conf", str(tmp_path / "nope.conf")])
+        bad = runner.invoke(app, ["server", "--backend", "slurm", "--slurm-conf", str(tmp_path / "nope.conf")],
+                            env={"COLUMNS": "400"})  # Rich wraps the error box at the terminal's width
         assert bad.exit_code == 2 and "nope.conf" in bad.output
     finally:
         http.close()
