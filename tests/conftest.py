@@ -28,9 +28,11 @@ os.environ.setdefault("SUANLI_ALLOW_PROCESS_RUNTIME", "1")
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``pytest -n`` (scripts/test): the Slurm tests share one real cluster and run
-    one after another on one worker; so do the browser tests (one Chromium)."""
+    one after another on one worker; so do the tests that run containers (two servers
+    making and removing container networks at once once let one tenant's container reach
+    the host: see the closing note of issue 10), and the browser tests (one Chromium)."""
     for item in items:
-        for marker in ("slurm", "browser"):
+        for marker in ("slurm", "containers", "browser"):
             if item.get_closest_marker(marker):
                 item.add_marker(pytest.mark.xdist_group(marker))
                 break

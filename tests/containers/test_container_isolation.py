@@ -29,6 +29,15 @@ def test_no_probe_from_tenant_a_reaches_anything_it_must_not(canary: str, csrv: 
     assert facts["host_ports"] and facts["b_ip"], facts  # the probes aim at real targets
     results = probes.run_probes(exec_a, facts)
     breached = [(r.name, r.output) for r in results if r.breached]
+    if breached:  # say what the networks looked like
+        import subprocess
+
+        nets = subprocess.run(["podman", "network", "ls", "--format", "{{.Name}} {{.NetworkInterface}} {{range .Subnets}}{{.Subnet}}{{end}}"],
+                              capture_output=True, text=True).stdout
+        mine = exec_a("ip -4 -o addr show | grep -v ' lo '; ip route")
+        fw = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+        breached.append(("firewall", fw))
+        breached.append(("networks", nets + "\nA: " + mine + f"\nB: {facts['b_ip']}"))
     assert breached == [], breached
     assert len(results) >= 15
     b_untouched()

@@ -55,12 +55,11 @@ def backend(slurm: SlurmClient, tiny: str, tmp_path: Path) -> Iterator[SlurmBack
         b.stop(h, grace_s=0)
     wait_until(lambda: not b.list_running(), 30, "container test jobs to end")
     wait_until(lambda: not containers(f"suanli.tag={b.tag_prefix}"), 10, "no container left")
+    engine = detect("podman")
+    assert engine is not None
     for net in subprocess.run(["podman", "network", "ls", "--filter", f"label=suanli.tag={b.tag_prefix}", "--format",
                                "{{.Name}}"], capture_output=True, text=True).stdout.split():
-        iface = subprocess.run(["podman", "network", "inspect", "--format", "{{.NetworkInterface}}", net],
-                               capture_output=True, text=True).stdout.strip()
-        subprocess.run(["podman", "network", "rm", "-f", net], capture_output=True)
-        firewall.unguard(iface)
+        engine.remove_network(net, firewall.unguard)  # under the host lock: a reused bridge name keeps its rules
 
 
 def spec(key: str, node: str, run: str, gpus: tuple[int, ...] = (), image: str = TINY) -> TaskSpec:

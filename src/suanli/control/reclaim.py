@@ -67,6 +67,10 @@ from suanli.scheduler.state import ClusterState
 
 log = logging.getLogger(__name__)
 
+#: How much earlier than its own deadline a victim may be evicted with its siblings
+#: (noticed for the same beneficiary; see ``Reclaimer.expire_notices``).
+SIBLING_SLACK_S = 1.0
+
 DEFAULT_NOTICE_S = 300.0
 
 
@@ -175,15 +179,24 @@ class Reclaimer:
 
     # -- notices -------------------------------------------------------------------------
     def expire_notices(self) -> list[tuple[str, int]]:
-        """Evict spot victims whose notice ran out."""
+        """Evict spot victims whose notice ran out.
+
+        The victims noticed for one beneficiary leave together: their deadlines differ by
+        the milliseconds between their notices, and one leaving a pass before the others
+        would let the scheduling pass in between give its capacity back to spot work
+        before the beneficiary (a gang needing every victim's node) fits; that repeats
+        forever. A sibling due within ``SIBLING_SLACK_S`` is evicted with the first."""
         now = time.time()
-        due = []
+        noticed = []
         with self.db.transaction() as s:
             for model, kind in ((Job, "job"), (Instance, "instance")):
                 for row in s.scalars(select(model).where(model.state == "running", model.handles.is_not(None))):
                     notice = notice_of(row.handles)
-                    if notice is not None and notice["deadline"] <= now:
-                        due.append((kind, row.id, notice))
+                    if notice is not None:
+                        noticed.append((kind, row.id, notice))
+        expiring = {n.get("for") for _, _, n in noticed if n["deadline"] <= now}
+        due = [(kind, wid, n) for kind, wid, n in noticed
+               if n["deadline"] <= now or (n.get("for") in expiring and n["deadline"] <= now + SIBLING_SLACK_S)]
         done = []
         for kind, wid, notice in due:
             ended = "it ended during its notice" if notice.get("ended_early") else "expired"

@@ -167,10 +167,12 @@ class ContainerRuntime:
 
     def _ensure_network(self, name: str) -> str:
         if name not in self._guarded:
-            iface = self.engine.ensure_network(name, {"suanli.root": root_label(self.root)})
-            if not firewall.guard(iface):
-                raise BackendError(f"cannot keep network {name} ({iface}) off this host's services (iptables): "
-                                   "no container is started on it")
+            def ready(iface: str) -> None:
+                if not firewall.guard(iface):
+                    raise BackendError(f"cannot keep network {name} ({iface}) off this host's services (iptables): "
+                                       "no container is started on it")
+
+            self.engine.ensure_network(name, {"suanli.root": root_label(self.root)}, ready)
             self._guarded.add(name)
         return name
 
@@ -377,9 +379,7 @@ class ContainerRuntime:
         done = self.engine.cli("network", "ls", "--filter", f"label={self.label}", "--format", "{{.Name}}", check=False)
         removed = []
         for name in done.stdout.decode().split():
-            iface = self.engine.ensure_network(name, {})
-            if self.engine.cli("network", "rm", name, check=False).returncode == 0:
-                firewall.unguard(iface)
+            if self.engine.remove_network(name, firewall.unguard):
                 self._guarded.discard(name)
                 removed.append(name)
         return removed

@@ -13,12 +13,19 @@ fails on cgroup v1 hybrid hosts, so Podman runs with ``--runtime runc``; root ma
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from suanli.backends.base import BackendError
@@ -169,24 +176,103 @@ class Engine:
             return self.cli("image", "exists", ref, check=False).returncode == 0
         return self.cli("image", "inspect", ref, check=False).returncode == 0
 
-    def ensure_network(self, name: str, labels: dict[str, str]) -> str:
+    def ensure_network(self, name: str, labels: dict[str, str], ready: Callable[[str], None] = lambda iface: None) -> str:
         """A bridge network isolated from every other network of the engine; returns the
-        host-side interface name (for the firewall rule that keeps it off host services)."""
+        host-side interface name (for the firewall rule that keeps it off host services).
+
+        Podman picks a new network's subnet and bridge by reading the networks that exist,
+        so two creates at once (two launches, two servers on one host) can get the same
+        bridge: two tenants on one wire. Creates therefore take a host-wide lock, and a new
+        network that still shares a bridge or subnet with another is removed and made again.
+        ``ready(iface)`` runs under the same lock (the firewall rules of the bridge), so a
+        bridge name reused after another server removed its network is never left bare."""
+        with host_lock():
+            for _ in range(3):
+                net = self._inspect_network(name)
+                if net is None:
+                    opts = ["--opt", "isolate=true", "--disable-dns"] if self.facts.binary == "podman" else \
+                        ["--opt", "com.docker.network.bridge.enable_icc=true"]
+                    lab = [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
+                    made = self.cli("network", "create", *opts, *lab, name, check=False)
+                    if made.returncode != 0 and b"already exists" not in made.stderr:
+                        raise BackendError(f"cannot create network {name}: {made.stderr.decode(errors='replace').strip()}")
+                    net = self._inspect_network(name)
+                assert net is not None
+                clash = self._clash(name, net)
+                if clash is None:
+                    ready(_iface(net))
+                    return _iface(net)
+                if self._in_use(name):
+                    raise BackendError(f"network {name} shares {clash} with another network and is in use")
+                self.cli("network", "rm", name, check=False)
+            raise BackendError(f"network {name}: could not get a bridge and subnet of its own")
+
+    def _inspect_network(self, name: str) -> dict | None:
         info = self.cli("network", "inspect", name, check=False)
         if info.returncode != 0:
-            opts = ["--opt", "isolate=true", "--disable-dns"] if self.facts.binary == "podman" else \
-                ["--opt", "com.docker.network.bridge.enable_icc=true"]
-            lab = [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
-            made = self.cli("network", "create", *opts, *lab, name, check=False)
-            if made.returncode != 0 and b"already exists" not in made.stderr:
-                raise BackendError(f"cannot create network {name}: {made.stderr.decode(errors='replace').strip()}")
-            info = self.cli("network", "inspect", name)
+            return None
         data = json.loads(info.stdout.decode())
-        net = data[0] if isinstance(data, list) else data
-        iface = net.get("network_interface") or (net.get("Options") or {}).get("com.docker.network.bridge.name")
-        if not iface and net.get("Id"):
-            iface = "br-" + str(net["Id"])[:12]
-        return str(iface or "")
+        return data[0] if isinstance(data, list) else data
+
+    def _clash(self, name: str, net: dict) -> str | None:
+        """What ``net`` shares with another network of the engine: its bridge or a subnet."""
+        if self.facts.binary != "podman":  # Docker Engine allocates under its daemon's lock
+            return None
+        mine_if, mine_nets = _iface(net), _subnets(net)
+        listed = json.loads(self.cli("network", "ls", "--format", "json").stdout.decode() or "[]")
+        for other in listed:
+            if other.get("name") == name:
+                continue
+            if mine_if and _iface(other) == mine_if:
+                return f"bridge {mine_if} with {other.get('name')}"
+            for a in mine_nets:
+                if any(a.overlaps(b) for b in _subnets(other)):
+                    return f"subnet {a} with {other.get('name')}"
+        return None
+
+    def remove_network(self, name: str, released: Callable[[str], None] = lambda iface: None) -> bool:
+        """Delete a network; ``released(iface)`` runs, under the host lock, only if no other
+        network has taken its bridge name meanwhile."""
+        with host_lock():
+            net = self._inspect_network(name)
+            if net is None or self.cli("network", "rm", name, check=False).returncode != 0:
+                return False
+            listed = json.loads(self.cli("network", "ls", "--format", "json").stdout.decode() or "[]")
+            if _iface(net) not in {_iface(n) for n in listed}:
+                released(_iface(net))
+            return True
+
+    def _in_use(self, name: str) -> bool:
+        done = self.cli("ps", "-a", "--filter", f"network={name}", "--format", "{{.Names}}", check=False)
+        return bool(done.stdout.strip())
+
+
+#: Serialises network creation between the Suanli servers of one host.
+HOST_LOCK = Path(os.environ.get("SUANLI_HOST_LOCK", "/run/lock/suanli-networks.lock"))
+
+
+@contextmanager
+def host_lock() -> Iterator[None]:
+    path = HOST_LOCK if os.access(HOST_LOCK.parent, os.W_OK) else Path(tempfile.gettempdir()) / HOST_LOCK.name
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _iface(net: dict) -> str:
+    iface = net.get("network_interface") or (net.get("Options") or {}).get("com.docker.network.bridge.name")
+    if not iface and net.get("Id"):
+        iface = "br-" + str(net["Id"])[:12]
+    return str(iface or "")
+
+
+def _subnets(net: dict) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    raw = [s.get("subnet") for s in net.get("subnets") or []]
+    raw += [c.get("Subnet") for c in ((net.get("IPAM") or {}).get("Config") or [])]
+    return [ipaddress.ip_network(x, strict=False) for x in raw if x]
 
 
 def detect(preferred: str | None = None) -> Engine | None:

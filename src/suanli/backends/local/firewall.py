@@ -1,11 +1,17 @@
-"""Keep containers off the host's own services.
+"""Keep containers off the host's own services and off other tenants' networks.
 
-An isolated bridge network already keeps one tenant's containers from another's (the
-engine drops traffic between networks), but a container can still open connections to
-the host through its gateway address: every host service listening on ``0.0.0.0`` would
-be reachable. Two INPUT rules per bridge close that: replies to connections the host
-opened (the port proxy reaching a published port) are accepted, anything new from the
-bridge is dropped. Traffic forwarded to the outside world (package installs) is untouched.
+A container can open connections to the host through its gateway address: every host
+service listening on ``0.0.0.0`` would be reachable. Two INPUT rules per bridge close
+that: replies to connections the host opened (the port proxy reaching a published port)
+are accepted, anything new from the bridge is dropped.
+
+Tenants' bridges must not reach each other either. Netavark's ``isolate=true`` does that
+with chains shared by every isolated network, and its teardown of one network was seen
+to remove the shared ``FORWARD`` jump, leaving every tenant reachable from every other
+(tests/containers/test_container_isolation.py caught it with two servers at work). So each
+bridge also gets a chain of its own, ``SUANLI-<bridge>``, jumped to from ``FORWARD``:
+forwarding from it to any other container bridge is dropped. Traffic forwarded to the
+outside world (package installs) is untouched.
 """
 
 from __future__ import annotations
@@ -28,12 +34,37 @@ def _iptables(*args: str) -> int:
     return subprocess.run(["iptables", "-w", "5", *args], capture_output=True, timeout=30).returncode
 
 
+#: Names the engines give bridges: Podman/netavark, CNI, Docker.
+BRIDGES = ("podman+", "cni-+", "cni+", "docker+", "br-+")
+
+
+def _chain(iface: str) -> str:
+    return f"SUANLI-{iface}"[:28]
+
+
+def _isolate(iface: str) -> bool:
+    """The bridge's own FORWARD chain (idempotent)."""
+    chain = _chain(iface)
+    jump = ["FORWARD", "-i", iface, "-m", "comment", "--comment", COMMENT, "-j", chain]
+    if _iptables("-C", *jump) == 0:
+        return True
+    _iptables("-N", chain)
+    _iptables("-F", chain)
+    ok = _iptables("-A", chain, "-o", iface, "-j", "RETURN") == 0
+    for other in BRIDGES:
+        ok = ok and _iptables("-A", chain, "-o", other, "-j", "DROP") == 0
+    return ok and _iptables("-I", "FORWARD", "1", *jump[1:]) == 0
+
+
 def guard(iface: str) -> bool:
     """Install the rules for ``iface`` (idempotent); False when they could not be."""
     if not iface or not shutil.which("iptables"):
         return False
     accept, drop = _rules(iface)
     try:
+        if not _isolate(iface):
+            log.warning("could not isolate bridge %s from the other container networks", iface)
+            return False
         if _iptables("-C", *accept) == 0 and _iptables("-C", *drop) == 0:
             return True
         while _iptables("-D", *accept) == 0:
@@ -56,3 +87,8 @@ def unguard(iface: str) -> None:
     for rule in _rules(iface):
         while _iptables("-D", *rule) == 0:
             pass
+    chain = _chain(iface)
+    while _iptables("-D", "FORWARD", "-i", iface, "-m", "comment", "--comment", COMMENT, "-j", chain) == 0:
+        pass
+    _iptables("-F", chain)
+    _iptables("-X", chain)

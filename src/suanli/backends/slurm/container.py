@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from suanli.backends.base import TaskSpec
 from suanli.backends.local.container_runtime import MOUNT, RUN_PREAMBLE, WORKSPACE, WRAPPER
-from suanli.backends.local.engine import EngineFacts
+from suanli.backends.local.engine import HOST_LOCK, EngineFacts
 from suanli.backends.local.firewall import COMMENT
 
 #: Set by Slurm or the batch script on the node, passed into the container at start; never
@@ -123,7 +123,9 @@ class SlurmContainers:
         if net != "host":
             q = shlex.quote(net)
             rule = f'-i "$iface" -m comment --comment {shlex.quote(COMMENT)}'
+            lock = shlex.quote(str(HOST_LOCK))
             lines += [
+                f"exec 9>>{lock} && flock 9  # networks are made one at a time on a host (engine.ensure_network)",
                 f"{eng} network exists {q} || {eng} network create --opt isolate=true --disable-dns "
                 f"--label suanli.tag={shlex.quote(self.tag)} {q} >/dev/null 2>&1 || {eng} network exists {q} || "
                 f'{{ echo "[suanli] cannot create network {net} on ${{SLURMD_NODENAME:-this node}}" >&2; exit 125; }}',
@@ -134,6 +136,7 @@ class SlurmContainers:
                 f"    iptables -w 5 -I INPUT 1 {rule} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT ||",
                 f'    echo "[suanli] warning: the node\'s services are not firewalled from network {net}" >&2; }}',
                 "fi",
+                "flock -u 9; exec 9>&-",
             ]
         lines.append("gpus=()")
         if self.gpu_access == "cdi":
