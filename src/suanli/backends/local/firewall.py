@@ -10,8 +10,12 @@ with chains shared by every isolated network, and its teardown of one network wa
 to remove the shared ``FORWARD`` jump, leaving every tenant reachable from every other
 (tests/containers/test_container_isolation.py caught it with two servers at work). So each
 bridge also gets a chain of its own, ``SUANLI-<bridge>``, jumped to from ``FORWARD``:
-forwarding from it to any other container bridge is dropped. Traffic forwarded to the
-outside world (package installs) is untouched.
+forwarding from it to any other container bridge is dropped, and so is forwarding to any
+address of the engines' container pools: while another network's bridge is down (netavark
+removes it with its last container) its subnet has no route here, so a packet for its
+gateway left through the uplink and came back as if from outside, past the INPUT rules
+(seen: host services reached that way). Traffic to the outside world (package installs)
+is untouched.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ def _iptables(*args: str) -> int:
     return subprocess.run(["iptables", "-w", "5", *args], capture_output=True, timeout=30).returncode
 
 
+#: The engines' default subnet pools (Podman: 10.88.0.0/16 and 10.89.0.0/16 onwards;
+#: Docker: 172.17.0.0/16 onwards): never a destination forwarded from a tenant's bridge.
+CONTAINER_POOLS = ("10.88.0.0/15", "172.17.0.0/16")
+
 #: Names the engines give bridges: Podman/netavark, CNI, Docker.
 BRIDGES = ("podman+", "cni-+", "cni+", "docker+", "br-+")
 
@@ -53,6 +61,8 @@ def _isolate(iface: str) -> bool:
     ok = _iptables("-A", chain, "-o", iface, "-j", "RETURN") == 0
     for other in BRIDGES:
         ok = ok and _iptables("-A", chain, "-o", other, "-j", "DROP") == 0
+    for pool in CONTAINER_POOLS:  # a bridge that is down has no route: its subnet would go out the uplink
+        ok = ok and _iptables("-A", chain, "-d", pool, "-j", "DROP") == 0
     return ok and _iptables("-I", "FORWARD", "1", *jump[1:]) == 0
 
 
