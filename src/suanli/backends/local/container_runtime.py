@@ -125,6 +125,19 @@ def _sshd_config(env: dict[str, str]) -> str:
     return SSHD_CONFIG.format(mount=MOUNT, setenv=("SetEnv " + " ".join(pairs)) if pairs else "")
 
 
+def limit_args(cpu_milli: int, memory_mib: int, pids_limit: int) -> list[str]:
+    """The engine's cgroup limits of a request: CPUs, memory without swap, ``/dev/shm``
+    (half the memory: data loaders live there), pids."""
+    args = ["--pids-limit", str(pids_limit)]
+    if cpu_milli:
+        args += ["--cpus", f"{cpu_milli / 1000:g}"]
+    if memory_mib:
+        args += ["--memory", f"{memory_mib}m", "--memory-swap", f"{memory_mib}m", "--shm-size", f"{max(64, memory_mib // 2)}m"]
+    else:
+        args += ["--shm-size", "1g"]
+    return args
+
+
 def parse_k8s_log(raw: bytes) -> str:
     """conmon's ``k8s-file`` log (``<time> <stream> <F|P> <text>``) as the output it was."""
     out: list[str] = []
@@ -217,7 +230,8 @@ class ContainerRuntime:
             args = [
                 "--name", name, "--hostname", spec.key, "--init",
                 "--label", self.label, "--label", f"suanli.key={spec.key}", "--label", f"suanli.tenant={spec.tenant_id}",
-                "--network", network, *publish, *self._log_args(tdir), *self._limits(spec), *gpu_args,
+                "--network", network, *publish, *self._log_args(tdir),
+                *limit_args(spec.cpu_milli, spec.memory_mib, self.pids_limit), *gpu_args,
                 "--security-opt", "no-new-privileges", "--cap-drop", "NET_RAW", "--cap-drop", "MKNOD",
                 "--cap-drop", "AUDIT_WRITE",
                 "-v", f"{volume}:{WORKSPACE}", "-v", f"{tdir}:{MOUNT}:ro",
@@ -265,17 +279,6 @@ class ContainerRuntime:
         master = f"{spec.key.rsplit('-', 1)[0]}-0"
         addr = self.engine.address(self.name_of(master), network)
         return ["--add-host", f"{master}:{addr}"] if addr else []
-
-    def _limits(self, spec: TaskSpec) -> list[str]:
-        args = ["--pids-limit", str(self.pids_limit)]
-        if spec.cpu_milli:
-            args += ["--cpus", f"{spec.cpu_milli / 1000:g}"]
-        if spec.memory_mib:
-            args += ["--memory", f"{spec.memory_mib}m", "--memory-swap", f"{spec.memory_mib}m",
-                     "--shm-size", f"{max(64, spec.memory_mib // 2)}m"]
-        else:
-            args += ["--shm-size", "1g"]
-        return args
 
     def _log_args(self, tdir: Path) -> list[str]:
         if self.engine.facts.binary == "podman":  # conmon writes it, so the container cannot forge it

@@ -28,7 +28,7 @@ import shlex
 from dataclasses import dataclass
 
 from suanli.backends.base import TaskSpec
-from suanli.backends.local.container_runtime import MOUNT, RUN_PREAMBLE, WORKSPACE, WRAPPER
+from suanli.backends.local.container_runtime import MOUNT, RUN_PREAMBLE, WORKSPACE, WRAPPER, limit_args
 from suanli.backends.local.engine import HOST_LOCK, EngineFacts
 from suanli.backends.local.firewall import COMMENT
 
@@ -92,15 +92,6 @@ class SlurmContainers:
             "task.sh": (WRAPPER.format(key=spec.key, mount=MOUNT), 0o644),
         }
 
-    def limits(self, spec: TaskSpec, cpus: int) -> list[str]:
-        args = ["--pids-limit", str(self.pids_limit), "--cpus", f"{(spec.cpu_milli or cpus * 1000) / 1000:g}"]
-        if spec.memory_mib:
-            args += ["--memory", f"{spec.memory_mib}m", "--memory-swap", f"{spec.memory_mib}m",
-                     "--shm-size", f"{max(64, spec.memory_mib // 2)}m"]
-        else:
-            args += ["--shm-size", "1g"]
-        return args
-
     def run_args(self, spec: TaskSpec, tdir: str, volume: str, cpus: int) -> list[str]:
         """Everything of ``ENGINE run`` that the server knows (the node adds GPUs and ids)."""
         facts = EngineFacts(self.engine) if self.engine == "podman" else EngineFacts(self.engine, oci_runtime=None)
@@ -109,7 +100,8 @@ class SlurmContainers:
         return [
             "--rm", "--replace", "--name", self.name(spec.key), "--hostname", spec.key, "--init", "--pull", self.pull,
             "--label", f"suanli.tag={self.tag}", "--label", f"suanli.key={spec.key}", "--label", f"suanli.tenant={spec.tenant_id}",
-            *engine_args, "--network", self.network(spec), *self.limits(spec, cpus),
+            *engine_args, "--network", self.network(spec),
+            *limit_args(spec.cpu_milli or cpus * 1000, spec.memory_mib, self.pids_limit),
             "--security-opt", "no-new-privileges", "--cap-drop", "NET_RAW", "--cap-drop", "MKNOD", "--cap-drop", "AUDIT_WRITE",
             "-v", f"{volume}:{WORKSPACE}", "-v", f"{tdir}:{MOUNT}:ro",
         ]
