@@ -25,6 +25,16 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
+def _check(r: httpx.Response) -> None:
+    """A non-2xx answer as ``ApiError`` with the server's stable code."""
+    if r.status_code >= 400:
+        try:
+            err = r.json()["error"]
+            raise ApiError(r.status_code, err.get("code", "error"), err.get("message", r.text))
+        except (ValueError, KeyError, TypeError):
+            raise ApiError(r.status_code, "http_error", r.text[:500]) from None
+
+
 def config_path() -> Path:
     if os.environ.get("SUANLI_CONFIG"):
         return Path(os.environ["SUANLI_CONFIG"])
@@ -78,12 +88,7 @@ class SuanliClient:
             r = self.http.request(method, path, headers=headers, **kwargs)
         except httpx.TransportError as exc:
             raise ApiError(0, "unreachable", f"cannot reach {self.url}: {exc}") from None
-        if r.status_code >= 400:
-            try:
-                err = r.json()["error"]
-                raise ApiError(r.status_code, err.get("code", "error"), err.get("message", r.text))
-            except (ValueError, KeyError, TypeError):
-                raise ApiError(r.status_code, "http_error", r.text[:500]) from None
+        _check(r)
         return r.json() if r.content else None
 
     # -- API ---------------------------------------------------------------------------
@@ -199,12 +204,7 @@ class SuanliClient:
             r = self.http.request("POST", "/v1/uploads", content=chunks(), headers=headers)
         except httpx.TransportError as exc:  # the server may close early on a body over its cap
             raise ApiError(0, "unreachable", f"upload to {self.url} broke off: {exc}") from None
-        if r.status_code >= 400:
-            try:
-                err = r.json()["error"]
-                raise ApiError(r.status_code, err.get("code", "error"), err.get("message", r.text))
-            except (ValueError, KeyError, TypeError):
-                raise ApiError(r.status_code, "http_error", r.text[:500]) from None
+        _check(r)
         return r.json()
 
     def images(self) -> list[dict]:
