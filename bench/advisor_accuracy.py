@@ -21,8 +21,10 @@ def main(argv: list[str]) -> None:
         print("|---|---|---:|---:|---:|---|---|")
         for p in points:
             mark = "" if p.in_median else " †"
-            print(f"| {p.kind}{mark} | {p.case} | {p.published:,.2f} {p.unit} | {p.estimated:,.2f} | "
-                  f"{p.relative_error:+.1%} | {p.confidence} | {p.source} |")
+            print(
+                f"| {p.kind}{mark} | {p.case} | {p.published:,.2f} {p.unit} | {p.estimated:,.2f} | "
+                f"{p.relative_error:+.1%} | {p.confidence} | {p.source} |"
+            )
         print("\n† not in the memory median (a bound, or time/throughput reported separately)\n")
     print("| kind | rows | median abs. error | worst abs. error | worst case |")
     print("|---|---:|---:|---:|---|")

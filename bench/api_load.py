@@ -64,7 +64,9 @@ async def drive(url: str, tokens: list[str], seconds: float, ops: list[tuple[str
             while time.perf_counter() < deadline:
                 for name, method, body in ops:
                     t0 = time.perf_counter()
-                    r = await http.request(method, "/v1/instances" if name != "healthz" else "/healthz", json=body, headers=headers)
+                    r = await http.request(
+                        method, "/v1/instances" if name != "healthz" else "/healthz", json=body, headers=headers
+                    )
                     lat[name].append(time.perf_counter() - t0)
                     if r.status_code >= 400:
                         errors += 1
@@ -81,8 +83,12 @@ async def drive(url: str, tokens: list[str], seconds: float, ops: list[tuple[str
         "p50_ms": round(pct([x for v in lat.values() for x in v], 50) * 1000, 1),
         "p99_ms": round(pct([x for v in lat.values() for x in v], 99) * 1000, 1),
         "by_op": {
-            name: {"count": len(v), "p50_ms": round(pct(v, 50) * 1000, 1), "p99_ms": round(pct(v, 99) * 1000, 1),
-                   "mean_ms": round(statistics.fmean(v) * 1000, 1) if v else None}
+            name: {
+                "count": len(v),
+                "p50_ms": round(pct(v, 50) * 1000, 1),
+                "p99_ms": round(pct(v, 99) * 1000, 1),
+                "mean_ms": round(statistics.fmean(v) * 1000, 1) if v else None,
+            }
             for name, v in lat.items()
         },
     }
@@ -166,7 +172,8 @@ def main() -> None:
     log = open(tmp / "server.log", "wb")
     server = subprocess.Popen(
         [sys.executable, "-m", "suanli.api", "--port", str(port), "--data-dir", str(tmp / "data"), "--db", db_url],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         for _ in range(300):

@@ -51,13 +51,23 @@ from suanli.backends.local.container_runtime import root_label  # noqa: E402
 
 def allocation_view(api: Api) -> dict[str, dict]:
     """What the scheduler holds per node: whole GPUs free, milli used per GPU, CPU, memory."""
-    return {n["name"]: {"gpus_free": n["gpus_free"], "cpu_used": n["cpu_used"], "mem_used": n["mem_used"],
-                        "used_milli": [g["used_milli"] for g in n["gpus"]]} for n in api.call("GET", "/v1/nodes")}
+    return {
+        n["name"]: {
+            "gpus_free": n["gpus_free"],
+            "cpu_used": n["cpu_used"],
+            "mem_used": n["mem_used"],
+            "used_milli": [g["used_milli"] for g in n["gpus"]],
+        }
+        for n in api.call("GET", "/v1/nodes")
+    }
 
 
 def running_containers(label: str) -> list[str]:
-    done = subprocess.run(["podman", "ps", "--filter", f"label={label}", "--filter", "status=running",
-                           "--format", "{{.Names}}"], capture_output=True, text=True)
+    done = subprocess.run(
+        ["podman", "ps", "--filter", f"label={label}", "--filter", "status=running", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+    )
     return done.stdout.split()
 
 
@@ -77,8 +87,27 @@ def engine_baseline(image_ref: str, count: int, workers: int) -> dict:
     names = [f"{tag}-{i}" for i in range(count)]
 
     def run(name: str) -> None:
-        engine.run(["--name", name, "--label", f"suanli.bench={tag}", "--network", tag, "--init", "--cpus", "0.1",
-                    "--memory", "256m", "--pids-limit", "4096", image_ref, "sh", "-c", "while :; do sleep 86400; done"])
+        engine.run(
+            [
+                "--name",
+                name,
+                "--label",
+                f"suanli.bench={tag}",
+                "--network",
+                tag,
+                "--init",
+                "--cpus",
+                "0.1",
+                "--memory",
+                "256m",
+                "--pids-limit",
+                "4096",
+                image_ref,
+                "sh",
+                "-c",
+                "while :; do sleep 86400; done",
+            ]
+        )
 
     try:
         t = time.perf_counter()
@@ -97,8 +126,13 @@ def engine_baseline(image_ref: str, count: int, workers: int) -> dict:
         for n in names:
             engine.remove(n)
         engine.cli("network", "rm", tag, check=False)
-    return {"workers": workers, "started_s": started_s, "per_container_s": started_s / count,
-            "ps_at_peak_s": ps_s, "removed_s": removed_s}
+    return {
+        "workers": workers,
+        "started_s": started_s,
+        "per_container_s": started_s / count,
+        "ps_at_peak_s": ps_s,
+        "removed_s": removed_s,
+    }
 
 
 def at_once(fn, items: list) -> list:  # type: ignore[no-untyped-def]
@@ -141,7 +175,7 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="suanli-bench-density-"))
     os.chmod(tmp, 0o755)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     load_before = load()
     code = code_version()  # at the start: the tree may change while it runs
     print(f"{started}  {load_before}", flush=True)
@@ -153,8 +187,14 @@ def main() -> int:
     ids: list[int] = []
     try:
         # one instance first, removed again: the tenant's network exists, as on a host in use
-        body = {"gpu_model": args.gpu_model, "gpu_milli": args.gpu_milli, "cpus": args.cpus,
-                "memory_gib": args.memory_gib, "image": args.image, "disk_gib": args.disk}
+        body = {
+            "gpu_model": args.gpu_model,
+            "gpu_milli": args.gpu_milli,
+            "cpus": args.cpus,
+            "memory_gib": args.memory_gib,
+            "image": args.image,
+            "disk_gib": args.disk,
+        }
         first = api.call("POST", "/v1/instances", body)["id"]
         wait_for(lambda: (i := api.instance(first)) and i["state"] == "running", 60, 0.1, "warm-up instance")
         api.call("DELETE", f"/v1/instances/{first}")
@@ -188,11 +228,16 @@ def main() -> int:
         up = running_containers(label)
         per = sorted(running_at[i] - t0 for i in ids)
         own = [running_at[i] - created_at[i] for i in ids]
+
         # every container is a real one with its own /workspace mounted
         def probe(iid: int) -> bool:
-            r = api.call("POST", f"/v1/instances/{iid}/exec",
-                         {"command": "grep -q ' /workspace ' /proc/mounts && test -w /workspace", "timeout_s": 30})
+            r = api.call(
+                "POST",
+                f"/v1/instances/{iid}/exec",
+                {"command": "grep -q ' /workspace ' /proc/mounts && test -w /workspace", "timeout_s": 30},
+            )
             return r["exit_code"] == 0
+
         t = time.perf_counter()
         subprocess.run(["podman", "ps", "-a", "--filter", f"label={label}", "--format", "json"], capture_output=True)
         fig["podman_ps_at_peak_s"] = time.perf_counter() - t
@@ -200,14 +245,24 @@ def main() -> int:
         probes_ok = sum(1 for i in ids if probe(i))
         t_probes = time.perf_counter() - t
         runtimes = {i["runtime"] for i in api.call("GET", "/v1/instances") if i["id"] in set(ids)}
-        fig.update({
-            "count": args.count, "accepted_s": t_accepted, "all_running_s": t_all, "per_container_s": t_all / args.count,
-            "first_running_s": per[0], "median_running_s": statistics.median(per),
-            "own_create_to_running_median_s": statistics.median(own), "own_p90_s": pct(own, 90), "own_max_s": max(own),
-            "podman_running": len(up), "exec_probes_ok": probes_ok, "exec_probes_s": t_probes,
-            "runtimes": sorted(runtimes),
-            "load_at_peak": load(),
-        })
+        fig.update(
+            {
+                "count": args.count,
+                "accepted_s": t_accepted,
+                "all_running_s": t_all,
+                "per_container_s": t_all / args.count,
+                "first_running_s": per[0],
+                "median_running_s": statistics.median(per),
+                "own_create_to_running_median_s": statistics.median(own),
+                "own_p90_s": pct(own, 90),
+                "own_max_s": max(own),
+                "podman_running": len(up),
+                "exec_probes_ok": probes_ok,
+                "exec_probes_s": t_probes,
+                "runtimes": sorted(runtimes),
+                "load_at_peak": load(),
+            }
+        )
         if len(up) != args.count:
             problems.append(f"podman shows {len(up)} running containers, expected {args.count}")
         if probes_ok != args.count:
@@ -215,8 +270,12 @@ def main() -> int:
 
         t1 = time.perf_counter()
         at_once(lambda iid: api.call("DELETE", f"/v1/instances/{iid}"), ids)
-        wait_for(lambda: not [i for i in api.call("GET", "/v1/instances") if i["id"] in set(ids)],
-                 args.timeout, 0.1, "all instances deleted")
+        wait_for(
+            lambda: not [i for i in api.call("GET", "/v1/instances") if i["id"] in set(ids)],
+            args.timeout,
+            0.1,
+            "all instances deleted",
+        )
         fig["all_deleted_s"] = time.perf_counter() - t1
         fig["delete_per_container_s"] = fig["all_deleted_s"] / args.count
         left = {k: v for k, v in leftovers(server.data_dir).items() if v and k != "networks"}
@@ -249,38 +308,65 @@ def main() -> int:
             subprocess.run(["rm", "-rf", str(tmp)], check=False)
 
     print()
-    print(f"{args.count} instances at once: image {args.image}, {args.gpu_milli} milli-GPU ({args.gpu_model}, virtual), "
-          f"{args.cpus:g} CPU, {args.memory_gib:g} GiB memory, {args.disk} GiB disk each")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; before: {load_before}; at peak: {fig.get('load_at_peak')}; "
-          f"after: {load_after}")
+    print(
+        f"{args.count} instances at once: image {args.image}, {args.gpu_milli} milli-GPU ({args.gpu_model}, virtual), "
+        f"{args.cpus:g} CPU, {args.memory_gib:g} GiB memory, {args.disk} GiB disk each"
+    )
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs; before: {load_before}; at peak: {fig.get('load_at_peak')}; "
+        f"after: {load_after}"
+    )
     if "all_running_s" in fig:
         print(f"  all {args.count} create requests accepted:   {fig['accepted_s']:.2f} s")
         print(f"  first running:                      {fig['first_running_s']:.2f} s")
-        print(f"  all running:                        {fig['all_running_s']:.2f} s  "
-              f"({fig['per_container_s']:.3f} s per container)")
-        print(f"  each instance's create -> running:  median {fig['own_create_to_running_median_s']:.2f} s, "
-              f"p90 {fig['own_p90_s']:.2f} s, max {fig['own_max_s']:.2f} s")
-        print(f"  podman: {fig['podman_running']} running; /workspace probe ok in {fig['exec_probes_ok']} "
-              f"({fig['exec_probes_s']:.1f} s for {args.count} sequential exec); runtime {fig['runtimes']}")
+        print(
+            f"  all running:                        {fig['all_running_s']:.2f} s  ({fig['per_container_s']:.3f} s per container)"
+        )
+        print(
+            f"  each instance's create -> running:  median {fig['own_create_to_running_median_s']:.2f} s, "
+            f"p90 {fig['own_p90_s']:.2f} s, max {fig['own_max_s']:.2f} s"
+        )
+        print(
+            f"  podman: {fig['podman_running']} running; /workspace probe ok in {fig['exec_probes_ok']} "
+            f"({fig['exec_probes_s']:.1f} s for {args.count} sequential exec); runtime {fig['runtimes']}"
+        )
     if "all_deleted_s" in fig:
-        print(f"  all deleted (rm at once -> API shows none): {fig['all_deleted_s']:.2f} s "
-              f"({fig['delete_per_container_s']:.3f} s per container)")
+        print(
+            f"  all deleted (rm at once -> API shows none): {fig['all_deleted_s']:.2f} s "
+            f"({fig['delete_per_container_s']:.3f} s per container)"
+        )
     if "podman_ps_at_peak_s" in fig:
         print(f"  one `podman ps -a` of the root with {args.count} up: {fig['podman_ps_at_peak_s']:.2f} s")
     for b in fig.get("baselines", []):
-        print(f"  baseline, plain podman run -d x {args.count}, {b['workers']} at a time: all started {b['started_s']:.2f} s "
-              f"({b['per_container_s']:.3f} s per container), ps {b['ps_at_peak_s']:.2f} s, rm all {b['removed_s']:.2f} s")
-    print(f"  leaks after rm: {fig.get('leaks_while_serving') or 'none'} (containers, mounts, loop devices, "
-          f"disk files, allocations)")
+        print(
+            f"  baseline, plain podman run -d x {args.count}, {b['workers']} at a time: all started {b['started_s']:.2f} s "
+            f"({b['per_container_s']:.3f} s per container), ps {b['ps_at_peak_s']:.2f} s, rm all {b['removed_s']:.2f} s"
+        )
+    print(
+        f"  leaks after rm: {fig.get('leaks_while_serving') or 'none'} (containers, mounts, loop devices, "
+        f"disk files, allocations)"
+    )
     print(f"  leaks after server stop + release: {fig.get('leaks_after_release') or 'none'} (also networks)")
     for p in problems:
         print(f"PROBLEM: {p}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "a") as f:
-            f.write(json.dumps({"bench": "container_density", "at": started, "code": code, "load_before": load_before,
-                                "load_after": load_after, "args": {k: str(v) for k, v in vars(args).items()},
-                                **fig, "problems": problems}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "bench": "container_density",
+                        "at": started,
+                        "code": code,
+                        "load_before": load_before,
+                        "load_after": load_after,
+                        "args": {k: str(v) for k, v in vars(args).items()},
+                        **fig,
+                        "problems": problems,
+                    }
+                )
+                + "\n"
+            )
     return 1 if problems else 0
 
 

@@ -59,8 +59,20 @@ sys.path.insert(0, str(ROOT / "tests" / "control"))
 
 from control_helpers import ServerProcess, free_port, release_host  # noqa: E402
 
-SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
-            "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
+SSH_OPTS = [
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "ConnectTimeout=5",
+    "-o",
+    "LogLevel=ERROR",
+]
 TARGETS = {"running": 3.0, "ssh": 5.0}
 SEED_COLD_START_S = 47.0
 
@@ -96,8 +108,7 @@ class Api:
     def http(self) -> httpx.Client:
         c = getattr(self._local, "c", None)
         if c is None:
-            c = self._local.c = httpx.Client(base_url=self.url, timeout=120,
-                                             headers={"Authorization": f"Bearer {self.token}"})
+            c = self._local.c = httpx.Client(base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.token}"})
         return c
 
     def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200, 201)) -> Any:
@@ -141,17 +152,20 @@ def leftovers(data_dir: Path) -> dict[str, list[str]]:
     root = str(data_dir.resolve())
     label = f"suanli.root={root_label((data_dir / 'workloads').resolve())}"
     out: dict[str, list[str]] = {}
-    ps = subprocess.run(["podman", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
-                        capture_output=True, text=True)
+    ps = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"], capture_output=True, text=True
+    )
     out["containers"] = ps.stdout.split()
-    nets = subprocess.run(["podman", "network", "ls", "--filter", f"label={label}", "--format", "{{.Name}}"],
-                          capture_output=True, text=True)
+    nets = subprocess.run(
+        ["podman", "network", "ls", "--filter", f"label={label}", "--format", "{{.Name}}"], capture_output=True, text=True
+    )
     out["networks"] = nets.stdout.split()
     with open("/proc/self/mounts") as f:
         out["mounts"] = [ln.split()[1] for ln in f if ln.split()[1].startswith(root + "/")]
     loops = subprocess.run(["losetup", "-l", "-n", "-O", "NAME,BACK-FILE"], capture_output=True, text=True)
-    out["loop_devices"] = [ln.split()[0] for ln in loops.stdout.splitlines()
-                           if len(ln.split()) > 1 and ln.split(None, 1)[1].startswith(root + "/")]
+    out["loop_devices"] = [
+        ln.split()[0] for ln in loops.stdout.splitlines() if len(ln.split()) > 1 and ln.split(None, 1)[1].startswith(root + "/")
+    ]
     return out
 
 
@@ -202,8 +216,14 @@ def one_start(api: Api, runtime: str, image: str, disk_gib: int, key: Path, poll
 
     inst = wait_for(running, 60, poll_s, f"instance {iid} running")
     t_running = time.perf_counter() - t0
-    result: dict[str, Any] = {"runtime": runtime, "id": iid, "created": t_created, "running": t_running,
-                              "instance_runtime": inst.get("runtime"), "ssh_field": inst.get("ssh")}
+    result: dict[str, Any] = {
+        "runtime": runtime,
+        "id": iid,
+        "created": t_created,
+        "running": t_running,
+        "instance_runtime": inst.get("runtime"),
+        "ssh_field": inst.get("ssh"),
+    }
 
     def exec_probe() -> None:
         def ok() -> bool:
@@ -211,6 +231,7 @@ def one_start(api: Api, runtime: str, image: str, disk_gib: int, key: Path, poll
                 return api.call("POST", f"/v1/instances/{iid}/exec", {"command": "true", "timeout_s": 10})["exit_code"] == 0
             except RuntimeError:
                 return False
+
         wait_for(ok, 60, poll_s, f"exec in {iid}")
         result["exec"] = time.perf_counter() - t0
 
@@ -258,8 +279,9 @@ def profile(tmp: Path, image_ref: str, disk_gib: int) -> list[tuple[str, float]]
     try:
         t = time.perf_counter()
         enforced = volumes.mount_sized(vol, disk_gib)
-        rows.append((f"volume: sparse {disk_gib} GiB file + mkfs.ext4 + loop mount (size enforced: {enforced})",
-                     time.perf_counter() - t))
+        rows.append(
+            (f"volume: sparse {disk_gib} GiB file + mkfs.ext4 + loop mount (size enforced: {enforced})", time.perf_counter() - t)
+        )
         with stopwatch(rows, "network: create (first instance of a tenant only)"):
             engine.ensure_network(net, {"suanli.bench": "profile"})
         with stopwatch(rows, "network: inspect (every later instance)"):
@@ -267,14 +289,42 @@ def profile(tmp: Path, image_ref: str, disk_gib: int) -> list[tuple[str, float]]
         key = tmp / "profile" / "hostkey"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
         (tmp / "profile" / "sshd_config").write_text(
-            "Port 22\nHostKey /run/b/hostkey\nAuthorizedKeysFile /run/b/ak\nPasswordAuthentication no\nPidFile /run/sshd.pid\n")
+            "Port 22\nHostKey /run/b/hostkey\nAuthorizedKeysFile /run/b/ak\nPasswordAuthentication no\nPidFile /run/sshd.pid\n"
+        )
         (tmp / "profile" / "ak").write_text((tmp / "bench_key.pub").read_text())
         os.chmod(tmp / "profile", 0o755)
         script = "mkdir -p /run/sshd && /usr/sbin/sshd -f /run/b/sshd_config -e; while :; do sleep 86400; done"
-        args = ["--name", name, "--init", "--network", net, "-p", "127.0.0.1::22", "--pids-limit", "4096",
-                "--cpus", "16", "--memory", "16384m", "--memory-swap", "16384m", "--shm-size", "8192m",
-                "--security-opt", "no-new-privileges", "--cap-drop", "NET_RAW", "-v", f"{vol}:/workspace",
-                "-v", f"{tmp / 'profile'}:/run/b:ro", image_ref, "sh", "-c", script]
+        args = [
+            "--name",
+            name,
+            "--init",
+            "--network",
+            net,
+            "-p",
+            "127.0.0.1::22",
+            "--pids-limit",
+            "4096",
+            "--cpus",
+            "16",
+            "--memory",
+            "16384m",
+            "--memory-swap",
+            "16384m",
+            "--shm-size",
+            "8192m",
+            "--security-opt",
+            "no-new-privileges",
+            "--cap-drop",
+            "NET_RAW",
+            "-v",
+            f"{vol}:/workspace",
+            "-v",
+            f"{tmp / 'profile'}:/run/b:ro",
+            image_ref,
+            "sh",
+            "-c",
+            script,
+        ]
         with stopwatch(rows, "podman run -d (create + conmon + runc start; returns when started)"):
             engine.run(args)
         t = time.perf_counter()
@@ -308,11 +358,16 @@ def summary(rounds: list[dict], runtime: str, measure: str) -> tuple[float, floa
 
 
 def table(rounds: list[dict]) -> str:
-    lines = ["| measure (from the create request) | container median / p90 / max s | process median / p90 / max s "
-             "| ratio container/process (median) | target |",
-             "|---|---:|---:|---:|---|"]
-    for measure, label in (("running", "-> running"), ("exec", "-> first successful `instances exec`"),
-                           ("ssh", "-> first successful SSH command")):
+    lines = [
+        "| measure (from the create request) | container median / p90 / max s | process median / p90 / max s "
+        "| ratio container/process (median) | target |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for measure, label in (
+        ("running", "-> running"),
+        ("exec", "-> first successful `instances exec`"),
+        ("ssh", "-> first successful SSH command"),
+    ):
         c, p = summary(rounds, "container", measure), summary(rounds, "process", measure)
         fmt = lambda s: f"{s[0]:.2f} / {s[1]:.2f} / {s[2]:.2f}" if s else "— (no SSH)"  # noqa: E731
         ratio = f"{c[0] / p[0]:.1f}x" if c and p else "—"
@@ -339,7 +394,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="suanli-bench-start-"))
     os.chmod(tmp, 0o755)
     key, pub = keypair(tmp)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     load_before = load()
     code = code_version()  # at the start: the tree may change while it runs
     print(f"{started}  {load_before}", flush=True)
@@ -363,8 +418,11 @@ def main() -> int:
                 r = one_start(apis[rt], rt, args.image, args.disk, key, args.poll)
                 r["round"] = n - args.warmup
                 (warm if n < args.warmup else rounds).append(r)
-                print(f"round {r['round']:>3} {rt:<9} running {r['running']:.2f}s  exec {r['exec']:.2f}s"
-                      + (f"  ssh {r['ssh']:.2f}s" if "ssh" in r else ""), flush=True)
+                print(
+                    f"round {r['round']:>3} {rt:<9} running {r['running']:.2f}s  exec {r['exec']:.2f}s"
+                    + (f"  ssh {r['ssh']:.2f}s" if "ssh" in r else ""),
+                    flush=True,
+                )
         if args.profile:
             ref = next(i for i in apis["container"].call("GET", "/v1/images") if i["name"] == args.image)
             prof = profile(tmp, ref["ref"], args.disk)
@@ -379,15 +437,19 @@ def main() -> int:
             subprocess.run(["rm", "-rf", str(tmp)], check=False)
 
     print()
-    print(f"image {args.image} (cached), disk {args.disk} GiB, 1 x H100 (virtual), {args.rounds} rounds per runtime "
-          f"after {args.warmup} warm-up; poll {args.poll * 1000:.0f} ms")
+    print(
+        f"image {args.image} (cached), disk {args.disk} GiB, 1 x H100 (virtual), {args.rounds} rounds per runtime "
+        f"after {args.warmup} warm-up; poll {args.poll * 1000:.0f} ms"
+    )
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; before: {load_before}; after: {load_after}")
     print()
     print(table(rounds))
     for r in warm:
         why = "first instance of the tenant: creates its network" if r["runtime"] == "container" else "first instance"
-        print(f"warm-up ({r['runtime']}, {why}): running {r['running']:.2f}s, "
-              f"exec {r['exec']:.2f}s" + (f", ssh {r['ssh']:.2f}s" if "ssh" in r else ""))
+        print(
+            f"warm-up ({r['runtime']}, {why}): running {r['running']:.2f}s, "
+            f"exec {r['exec']:.2f}s" + (f", ssh {r['ssh']:.2f}s" if "ssh" in r else "")
+        )
     print(f"seed article 004: {SEED_COLD_START_S:g} s cold start on its platform, 65-120 s for competitors")
     if prof:
         print("\nprofile of one container start outside the server (same engine facts):")
@@ -398,11 +460,27 @@ def main() -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "a") as f:
-            f.write(json.dumps({"bench": "container_start", "at": started, "code": code, "load_before": load_before,
-                                "load_after": load_after, "image": args.image, "disk_gib": args.disk,
-                                "rounds": rounds, "warmup": warm, "profile": prof, "leaks": leaks,
-                                "summary": {rt: {m: summary(rounds, rt, m) for m in ("running", "exec", "ssh")}
-                                            for rt in ("container", "process")}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "bench": "container_start",
+                        "at": started,
+                        "code": code,
+                        "load_before": load_before,
+                        "load_after": load_after,
+                        "image": args.image,
+                        "disk_gib": args.disk,
+                        "rounds": rounds,
+                        "warmup": warm,
+                        "profile": prof,
+                        "leaks": leaks,
+                        "summary": {
+                            rt: {m: summary(rounds, rt, m) for m in ("running", "exec", "ssh")} for rt in ("container", "process")
+                        },
+                    }
+                )
+                + "\n"
+            )
     return 1 if any(leaks.values()) else 0
 
 

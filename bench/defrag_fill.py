@@ -39,9 +39,17 @@ def run_one(traces: Path, trace: str, policy: str, seed: int, moves: int) -> dic
     run = run_fill(nodes, pods, policy, seed, defrag_max_moves=moves)
     s = summary(run)
     # Pods placed thanks to a plan: failed whole-GPU pods that got one (one reserve each).
-    return {"trace": trace, "policy": policy, "seed": seed, "moves": moves, "a100": s["alloc_ratio"].get("100"),
-            "a130": s["alloc_ratio"].get("130"), "failed_pods": s["failed_pods"], "migrations": run.migrations,
-            "wall_seconds": s["wall_seconds"]}
+    return {
+        "trace": trace,
+        "policy": policy,
+        "seed": seed,
+        "moves": moves,
+        "a100": s["alloc_ratio"].get("100"),
+        "a130": s["alloc_ratio"].get("130"),
+        "failed_pods": s["failed_pods"],
+        "migrations": run.migrations,
+        "wall_seconds": s["wall_seconds"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--moves", default="0,4,16")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "defrag_fill.jsonl")
-    ap.add_argument("--fresh", action="store_true",
-                    help="measure every run again (appended to --out), instead of resuming from the runs stored there")
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="measure every run again (appended to --out), instead of resuming from the runs stored there",
+    )
     args = ap.parse_args(argv)
     budgets = [int(m) for m in args.moves.split(",")]
     done = {}
@@ -77,19 +88,31 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---:|---:|---:|---:|")
     base = None
     for moves in budgets:
-        rows = [done[(args.trace, args.policy, s, moves)] for s in seeds(args.seeds) if (args.trace, args.policy, s, moves) in done]
+        rows = [
+            done[(args.trace, args.policy, s, moves)] for s in seeds(args.seeds) if (args.trace, args.policy, s, moves) in done
+        ]
         if not rows:
             continue
         a = [r["a100"] for r in rows]
         sd = statistics.stdev(a) if len(a) > 1 else 0.0
         base = statistics.fmean(a) if moves == 0 else base
-        print(f"| {moves} | {len(rows)} | {statistics.fmean(a):.2f} ± {sd:.2f} | {statistics.fmean(r['a130'] for r in rows):.2f} | "
-              f"{statistics.fmean(r['failed_pods'] for r in rows):.0f} | {statistics.fmean(r['migrations'] for r in rows):.1f} | "
-              f"{statistics.fmean(r['wall_seconds'] for r in rows):.1f} |")
+        print(
+            f"| {moves} | {len(rows)} | {statistics.fmean(a):.2f} ± {sd:.2f} | {statistics.fmean(r['a130'] for r in rows):.2f} | "
+            f"{statistics.fmean(r['failed_pods'] for r in rows):.0f} | {statistics.fmean(r['migrations'] for r in rows):.1f} | "
+            f"{statistics.fmean(r['wall_seconds'] for r in rows):.1f} |"
+        )
     if base is not None:
         for moves in budgets[1:]:
-            rows = [done[(args.trace, args.policy, s, moves)] for s in seeds(args.seeds) if (args.trace, args.policy, s, moves) in done]
-            paired = [done[(args.trace, args.policy, r["seed"], 0)]["a100"] for r in rows if (args.trace, args.policy, r["seed"], 0) in done]
+            rows = [
+                done[(args.trace, args.policy, s, moves)]
+                for s in seeds(args.seeds)
+                if (args.trace, args.policy, s, moves) in done
+            ]
+            paired = [
+                done[(args.trace, args.policy, r["seed"], 0)]["a100"]
+                for r in rows
+                if (args.trace, args.policy, r["seed"], 0) in done
+            ]
             if rows and len(paired) == len(rows):
                 diff = statistics.fmean(r["a100"] for r in rows) - statistics.fmean(paired)
                 print(f"\nmoves {moves}: alloc @100 {diff:+.3f} points against no migration (paired seeds)")

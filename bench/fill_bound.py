@@ -59,8 +59,11 @@ def max_alloc_at_100(order, capacity: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--traces", type=Path, default=SHARED / "traces" / "alibaba-gpu-2023")
-    ap.add_argument("--trace-names", default="default,cpu050,cpu100,cpu200,gpushare40,gpushare60,gpushare80,"
-                    "gpuspec10,gpuspec20,gpuspec25,multigpu20,multigpu30,multigpu40")
+    ap.add_argument(
+        "--trace-names",
+        default="default,cpu050,cpu100,cpu200,gpushare40,gpushare60,gpushare80,"
+        "gpuspec10,gpuspec20,gpuspec25,multigpu20,multigpu30,multigpu40",
+    )
     ap.add_argument("--seeds", default="42-51")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")

@@ -21,8 +21,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-PAPER_NAMES = {"random": "Random", "dot_product": "DotProd", "gpu_clustering": "GpuClustering",
-               "gpu_packing": "GpuPacking", "best_fit": "BestFit", "fgd": "FGD"}
+PAPER_NAMES = {
+    "random": "Random",
+    "dot_product": "DotProd",
+    "gpu_clustering": "GpuClustering",
+    "gpu_packing": "GpuPacking",
+    "best_fit": "BestFit",
+    "fgd": "FGD",
+}
 ALL_POLICIES = "random,dot_product,gpu_clustering,gpu_packing,best_fit,fgd,suanli,suanli_online"
 
 
@@ -34,8 +40,15 @@ def run_one(traces: str, trace: str, policy: str, seed: int) -> dict:
     nodes = load_nodes(Path(traces) / "openb_node_list_gpu_node.csv")
     pods = [p.request for p in load_pods(Path(traces) / f"openb_pod_list_{trace}.csv")]
     s = summary(run_fill(nodes, pods, policy, seed))
-    return {"trace": trace, "policy": policy, "seed": seed, "a100": s["alloc_ratio"].get("100"),
-            "a130": s["alloc_ratio"].get("130"), "failed_pods": s["failed_pods"], "wall_seconds": s["wall_seconds"]}
+    return {
+        "trace": trace,
+        "policy": policy,
+        "seed": seed,
+        "a100": s["alloc_ratio"].get("100"),
+        "a130": s["alloc_ratio"].get("130"),
+        "failed_pods": s["failed_pods"],
+        "wall_seconds": s["wall_seconds"],
+    }
 
 
 def paper_figures() -> dict:
@@ -52,8 +65,10 @@ def table(results: list[dict], policies: list[str], default: str = "suanli") -> 
     for r in results:
         by.setdefault((r["trace"], r["policy"]), []).append(r)
     traces = sorted({r["trace"] for r in results}, key=lambda t: (t != "default", t))
-    lines = ["| trace | policy | seeds | alloc @100 mean ± sd | paper @100 | alloc @130 mean | paper @130 | s/run |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| trace | policy | seeds | alloc @100 mean ± sd | paper @100 | alloc @130 mean | paper @130 | s/run |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     cuts = []
     for trace in traces:
         for policy in policies:
@@ -94,8 +109,11 @@ def main() -> None:
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
     policies = args.policies.split(",")
-    names = args.trace_names.split(",") if args.trace_names else sorted(
-        p.stem.removeprefix("openb_pod_list_") for p in Path(args.traces).glob("openb_pod_list_*.csv"))
+    names = (
+        args.trace_names.split(",")
+        if args.trace_names
+        else sorted(p.stem.removeprefix("openb_pod_list_") for p in Path(args.traces).glob("openb_pod_list_*.csv"))
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     have = {(r["trace"], r["policy"], r["seed"]) for r in done}

@@ -58,7 +58,11 @@ def one_fill(traces: Path, policy: str, cache: bool, scale: int) -> dict:
         placed += p.ok
     wall = time.perf_counter() - start
     return {
-        "policy": policy, "cache": cache, "nodes": len(nodes), "pods": len(order), "placed": placed,
+        "policy": policy,
+        "cache": cache,
+        "nodes": len(nodes),
+        "pods": len(order),
+        "placed": placed,
         "wall_seconds": round(wall, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "latency_ms": {q: round(float(np.percentile(lat, p)) * 1000, 3) for q, p in (("p50", 50), ("p99", 99), ("max", 100))},
@@ -92,8 +96,10 @@ def main() -> None:
             rows.append(naive)
             print(json.dumps(naive), flush=True)
             print(f"  {policy}: cached vs naive rescoring, same run: {naive['wall_seconds'] / fast['wall_seconds']:.1f}x faster")
-        print(f"  {policy}: vs reference Go simulator (published, 100 % arrived only): "
-              f"{REFERENCE_SECONDS / fast['wall_seconds']:.0f}x faster, {REFERENCE_MB / fast['peak_rss_mb']:.1f}x less memory")
+        print(
+            f"  {policy}: vs reference Go simulator (published, 100 % arrived only): "
+            f"{REFERENCE_SECONDS / fast['wall_seconds']:.0f}x faster, {REFERENCE_MB / fast['peak_rss_mb']:.1f}x less memory"
+        )
         big = in_child(args.traces, policy, True, args.scale)
         rows.append(big)
         print(json.dumps(big), flush=True)
@@ -101,8 +107,10 @@ def main() -> None:
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         lat = r["latency_ms"]
-        print(f"| {r['policy']} | {r['nodes']} | {'yes' if r['cache'] else 'no (naive)'} | {r['pods']} | {r['wall_seconds']} | "
-              f"{r['peak_rss_mb']} | {lat['p50']} | {lat['p99']} | {lat['max']} | {r['alloc_pct']} |")
+        print(
+            f"| {r['policy']} | {r['nodes']} | {'yes' if r['cache'] else 'no (naive)'} | {r['pods']} | {r['wall_seconds']} | "
+            f"{r['peak_rss_mb']} | {lat['p50']} | {lat['p99']} | {lat['max']} | {r['alloc_pct']} |"
+        )
 
 
 if __name__ == "__main__":

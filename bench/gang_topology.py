@@ -51,15 +51,21 @@ def main(argv: list[str] | None = None) -> int:
         jobs = generate_jobs(nodes, args.jobs, load=args.load, seed=seed)
         for aware in (True, False):
             r = replay(nodes, jobs, args.policy, topology_aware=aware, seed=seed)
-            rows.append({
-                "seed": seed, "arm": "topology" if aware else "blind", "gangs": r.gangs,
-                "one_leaf": round(100 * r.one_leaf_share, 2), "leaves_per_gang": round(r.mean_leaves, 3),
-                "gangs_rejected": round(100 * r.gangs_rejected / max(r.gangs + r.gangs_rejected, 1), 2),
-                "jobs_rejected": round(100 * r.rejected / r.jobs, 2),
-                "one_island": round(100 * r.one_island_share, 2), "utilisation": round(100 * r.utilisation, 2),
-                "by_size": {n: round(100 * one / placed, 1) for n, (placed, one) in sorted(r.by_size.items())},
-                "wall_seconds": round(r.wall_seconds, 2),
-            })
+            rows.append(
+                {
+                    "seed": seed,
+                    "arm": "topology" if aware else "blind",
+                    "gangs": r.gangs,
+                    "one_leaf": round(100 * r.one_leaf_share, 2),
+                    "leaves_per_gang": round(r.mean_leaves, 3),
+                    "gangs_rejected": round(100 * r.gangs_rejected / max(r.gangs + r.gangs_rejected, 1), 2),
+                    "jobs_rejected": round(100 * r.rejected / r.jobs, 2),
+                    "one_island": round(100 * r.one_island_share, 2),
+                    "utilisation": round(100 * r.utilisation, 2),
+                    "by_size": {n: round(100 * one / placed, 1) for n, (placed, one) in sorted(r.by_size.items())},
+                    "wall_seconds": round(r.wall_seconds, 2),
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))

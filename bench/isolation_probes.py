@@ -87,19 +87,29 @@ def probes(f: dict[str, Any]) -> list[Probe]:
         Probe("read B's disk on the host path", f"ls {f['b_disk']} 2>/dev/null && echo BREACH"),
         Probe("find B's files anywhere", f"find / -xdev -name '{SECRET}*' 2>/dev/null | grep -q . && echo BREACH"),
         Probe("see B's processes", "ps -eo args | grep -v grep | grep -q 'sleep 7777' && echo BREACH"),
-        Probe("read B's environment", f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
-                                      f"grep -qx 'SUANLI_INSTANCE_ID={f['b_id']}' && echo BREACH"),
+        Probe(
+            "read B's environment",
+            f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -qx 'SUANLI_INSTANCE_ID={f['b_id']}' && echo BREACH",
+        ),
         Probe("signal B's process by its host pid", f"kill -STOP {f['b_pid']} 2>/dev/null && echo BREACH"),
         Probe("reach B's container over the network", connect([(f["b_ip"], 8888)])),
-        Probe("reach B's published port on the host", connect([(h, f["b_host_port"]) for h in f["host_addresses"]]),
-              len(f["host_addresses"])),
+        Probe(
+            "reach B's published port on the host",
+            connect([(h, f["b_host_port"]) for h in f["host_addresses"]]),
+            len(f["host_addresses"]),
+        ),
         Probe("reach the host's services", connect(host_targets), len(host_targets)),
-        Probe("read the server's environment", f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
-                                               f"grep -q '{CANARY}' && echo BREACH; env | grep -q '{CANARY}' && echo BREACH"),
+        Probe(
+            "read the server's environment",
+            f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
+            f"grep -q '{CANARY}' && echo BREACH; env | grep -q '{CANARY}' && echo BREACH",
+        ),
         Probe("see the host's processes", "ps -eo args | grep -v grep | grep -q -E 'postgres|pytest|conmon' && echo BREACH"),
         Probe("mount a filesystem", "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m 2>/dev/null && echo BREACH"),
-        Probe("open a raw socket", "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)' "
-                                   "2>/dev/null && echo BREACH"),
+        Probe(
+            "open a raw socket",
+            "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)' 2>/dev/null && echo BREACH",
+        ),
         Probe("create a device node", "mknod /tmp/sda b 8 0 2>/dev/null && echo BREACH"),
     ]
 
@@ -115,6 +125,7 @@ def run_probes(exec_a: Callable[[str], str], facts: dict[str, Any]) -> list[Resu
 def setup(srv: Any) -> tuple[Callable[[str], str], dict[str, Any], Callable[[], None]]:
     """Two tenants' instances on ``srv`` (tests/control/control_helpers.Server on the
     container runtime); returns A's exec, the facts, and a check that B is untouched."""
+
     def api(method: str, path: str, token: str | None = None, **kw: Any) -> Any:
         r = srv.http.request(method, path, headers={"Authorization": f"Bearer {token or srv.token}"}, **kw)
         assert r.status_code < 300, (path, r.text)
@@ -137,8 +148,11 @@ def setup(srv: Any) -> tuple[Callable[[str], str], dict[str, Any], Callable[[], 
         r = api("POST", f"/v1/instances/{ids[tok]}/exec", tok, json={"command": command, "timeout_s": 120})
         return r["output"]
 
-    exec_in(tb, f"echo secret > /workspace/{SECRET}.txt; setsid sleep 7777 > /dev/null 2>&1 < /dev/null & "
-                "setsid python3 -m http.server 8888 > /dev/null 2>&1 < /dev/null & sleep 0.5")
+    exec_in(
+        tb,
+        f"echo secret > /workspace/{SECRET}.txt; setsid sleep 7777 > /dev/null 2>&1 < /dev/null & "
+        "setsid python3 -m http.server 8888 > /dev/null 2>&1 < /dev/null & sleep 0.5",
+    )
     b_row = api("GET", f"/v1/instances/{ids[tb]}")
     local = srv.ctx.backends["local"]
     with srv.ctx.db.sessions() as s:
@@ -149,9 +163,14 @@ def setup(srv: Any) -> tuple[Callable[[str], str], dict[str, Any], Callable[[], 
     top = engine.cli("top", handle["name"], "hpid", "args").stdout.decode().splitlines()
     b_pid = next(int(line.split()[0]) for line in top[1:] if "sleep 7777" in line)
     facts = {
-        "data_dir": str(srv.data_dir.resolve()), "b_disk": str((srv.data_dir / "disks" / f"instance-{ids[tb]}").resolve()),
-        "b_id": ids[tb], "b_pid": b_pid, "b_ip": engine.address(handle["name"], handle["network"]),
-        "b_host_port": handle["ports"]["8888"], "host_addresses": host_addresses(), "host_ports": listening_ports(),
+        "data_dir": str(srv.data_dir.resolve()),
+        "b_disk": str((srv.data_dir / "disks" / f"instance-{ids[tb]}").resolve()),
+        "b_id": ids[tb],
+        "b_pid": b_pid,
+        "b_ip": engine.address(handle["name"], handle["network"]),
+        "b_host_port": handle["ports"]["8888"],
+        "host_addresses": host_addresses(),
+        "host_ports": listening_ports(),
         "b_instance": b_row,
     }
 
@@ -185,12 +204,24 @@ def main() -> int:
     for r in results:
         print(f"{r.name:<{width}}  {'BREACHED' if r.breached else 'refused'}")
     breaches = sum(r.breached for r in results)
-    print(f"\n{len(results)} probes ({sum(p.attempts for p in probes(facts))} attempts), "
-          f"{breaches} successes (target 0); host ports tried: {facts['host_ports']} on {facts['host_addresses']}")
+    print(
+        f"\n{len(results)} probes ({sum(p.attempts for p in probes(facts))} attempts), "
+        f"{breaches} successes (target 0); host ports tried: {facts['host_ports']} on {facts['host_addresses']}"
+    )
     if args.json:
         with open(args.json, "a") as f:
-            f.write(json.dumps({"bench": "isolation_probes", "ts": time.time(), "probes": len(results),
-                                "breaches": breaches, "results": [asdict(r) for r in results]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "bench": "isolation_probes",
+                        "ts": time.time(),
+                        "probes": len(results),
+                        "breaches": breaches,
+                        "results": [asdict(r) for r in results],
+                    }
+                )
+                + "\n"
+            )
     return 1 if breaches else 0
 
 

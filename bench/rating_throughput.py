@@ -40,12 +40,17 @@ def make_intervals(n: int, tenants: int, seed: int = 0, first_id: int = 1) -> ra
     start = rng.integers(0, 30 * DAY_MS, n, dtype=np.int64)
     dur = rng.integers(1_000, 1_800_000, n, dtype=np.int64)  # 1 s .. 30 min
     return rater.Intervals(
-        source_id=np.arange(first_id, first_id + n, dtype=np.int64), tenant_id=rng.integers(1, tenants + 1, n, dtype=np.int64),
-        workload_kind=rng.integers(0, 2, n, dtype=np.int64), workload_id=rng.integers(1, 100_000, n, dtype=np.int64),
+        source_id=np.arange(first_id, first_id + n, dtype=np.int64),
+        tenant_id=rng.integers(1, tenants + 1, n, dtype=np.int64),
+        workload_kind=rng.integers(0, 2, n, dtype=np.int64),
+        workload_id=rng.integers(1, 100_000, n, dtype=np.int64),
         model_code=rng.integers(0, len(MODELS), n, dtype=np.int64),
         milli=rng.choice(np.array([500, 1000, 2000, 4000, 8000], dtype=np.int64), n),
         plan_code=rng.choice(np.array([0, 0, 0, 3], dtype=np.int64), n),  # a quarter spot
-        start_ms=start, end_ms=start + dur, models=list(MODELS))
+        start_ms=start,
+        end_ms=start + dur,
+        models=list(MODELS),
+    )
 
 
 def naive(db: Database, iv: rater.Intervals, cutoff: int, run_id: str) -> int:
@@ -61,19 +66,53 @@ def naive(db: Database, iv: rater.Intervals, cutoff: int, run_id: str) -> int:
             if units > 0:
                 plan = PLANS[int(iv.plan_code[k])]
                 price = Decimal(book.hourly(MODELS[int(iv.model_code[k])], plan, 0))
-                amount = int((Decimal(units * 6) * Decimal(int(iv.milli[k])) * price / 3_600_000).quantize(Decimal(1), ROUND_HALF_UP))
+                amount = int(
+                    (Decimal(units * 6) * Decimal(int(iv.milli[k])) * price / 3_600_000).quantize(Decimal(1), ROUND_HALF_UP)
+                )
                 sid, tid = int(iv.source_id[k]), int(iv.tenant_id[k])
                 with db.transaction() as s:
-                    if s.execute(text("SELECT 1 FROM billing_usage WHERE kind='gpu' AND source_id=:s AND period_ms=:p"), {"s": sid, "p": p}).first() is None:
-                        s.execute(text("INSERT INTO billing_usage (tenant_id, kind, source_id, period_ms, workload_kind, workload_id, gpu_model, plan, "
-                                       "start_ms, end_ms, quantity, billed_seconds, unit_price, amount, currency, price_version, run_id) VALUES "
-                                       "(:t, 'gpu', :s, :p, 'job', 0, :m, :pl, :a, :b, :q, :bs, :up, :am, 'CNY', 1, :r)"),
-                                  {"t": tid, "s": sid, "p": p, "m": MODELS[int(iv.model_code[k])], "pl": plan, "a": a, "b": b,
-                                   "q": int(iv.milli[k]), "bs": units * 6, "up": int(price), "am": amount, "r": run_id})
-                        eid = s.execute(text("INSERT INTO billing_entries (key, kind, tenant_id, memo, created_at) VALUES (:k, 'charge', :t, '', CURRENT_TIMESTAMP) RETURNING id"),
-                                        {"k": f"naive:{sid}:{p}", "t": tid}).scalar()
-                        s.execute(text("INSERT INTO billing_postings (entry_id, account, amount) VALUES (:e, :a, :v)"), {"e": eid, "a": f"tenant:{tid}:prepaid", "v": amount})
-                        s.execute(text("INSERT INTO billing_postings (entry_id, account, amount) VALUES (:e, 'revenue:gpu', :v)"), {"e": eid, "v": -amount})
+                    if (
+                        s.execute(
+                            text("SELECT 1 FROM billing_usage WHERE kind='gpu' AND source_id=:s AND period_ms=:p"),
+                            {"s": sid, "p": p},
+                        ).first()
+                        is None
+                    ):
+                        s.execute(
+                            text(
+                                "INSERT INTO billing_usage (tenant_id, kind, source_id, period_ms, workload_kind, workload_id, gpu_model, plan, "
+                                "start_ms, end_ms, quantity, billed_seconds, unit_price, amount, currency, price_version, run_id) VALUES "
+                                "(:t, 'gpu', :s, :p, 'job', 0, :m, :pl, :a, :b, :q, :bs, :up, :am, 'CNY', 1, :r)"
+                            ),
+                            {
+                                "t": tid,
+                                "s": sid,
+                                "p": p,
+                                "m": MODELS[int(iv.model_code[k])],
+                                "pl": plan,
+                                "a": a,
+                                "b": b,
+                                "q": int(iv.milli[k]),
+                                "bs": units * 6,
+                                "up": int(price),
+                                "am": amount,
+                                "r": run_id,
+                            },
+                        )
+                        eid = s.execute(
+                            text(
+                                "INSERT INTO billing_entries (key, kind, tenant_id, memo, created_at) VALUES (:k, 'charge', :t, '', CURRENT_TIMESTAMP) RETURNING id"
+                            ),
+                            {"k": f"naive:{sid}:{p}", "t": tid},
+                        ).scalar()
+                        s.execute(
+                            text("INSERT INTO billing_postings (entry_id, account, amount) VALUES (:e, :a, :v)"),
+                            {"e": eid, "a": f"tenant:{tid}:prepaid", "v": amount},
+                        )
+                        s.execute(
+                            text("INSERT INTO billing_postings (entry_id, account, amount) VALUES (:e, 'revenue:gpu', :v)"),
+                            {"e": eid, "v": -amount},
+                        )
                         posted += 1
             p += 3_600_000
     return posted
@@ -91,6 +130,7 @@ def fresh(kind: str, tmp: str) -> tuple[Database, callable]:
     def drop() -> None:
         with admin.connect() as c:
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
     return Database(PG.rsplit("/", 1)[0] + "/" + name), drop
 
 
@@ -110,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
             s.add_all([Tenant(name=f"bench-{i}") for i in range(args.tenants)])
         with db.sessions() as s:
             from suanli.billing.store import ensure_book, versions
+
             ensure_book(s)
             s.commit()
             books = versions(s)
@@ -121,6 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
         recs = rater.rate_gpu_intervals(iv, books, cutoff, 0, metering.DEFAULT_PERIOD_MS, capacity)
         t_rate, c_rate = time.perf_counter() - t0, time.process_time() - c0
         from suanli.billing.posting import post
+
         res = post(db, recs, "bench", args.batch, workers=args.workers)
         t_fast, c_fast = time.perf_counter() - t0, time.process_time() - c0
         t2 = time.perf_counter()
@@ -133,15 +175,33 @@ def main(argv: list[str] | None = None) -> dict:
         naive_scaled = t_naive / args.naive * args.n
         with db.sessions() as s:
             trial = s.execute(text("SELECT COALESCE(SUM(amount), 0) FROM billing_postings")).scalar()
-            charged = s.execute(text("SELECT COALESCE(SUM(amount), 0) FROM billing_postings WHERE account LIKE 'tenant:%'")).scalar()
+            charged = s.execute(
+                text("SELECT COALESCE(SUM(amount), 0) FROM billing_postings WHERE account LIKE 'tenant:%'")
+            ).scalar()
             usage = s.execute(text("SELECT COALESCE(SUM(amount), 0) FROM billing_usage")).scalar()
-        out = {"db": args.db, "intervals": args.n, "records": len(recs), "inserted": res.inserted, "rerun_inserted": again.inserted,
-               "rate_s": round(t_rate, 3), "rate_cpu_s": round(c_rate, 3), "rate_and_post_s": round(t_fast, 3),
-               "rate_and_post_client_cpu_s": round(c_fast, 3), "rerun_s": round(t_again, 3), "workers": args.workers,
-               "load_avg_1m_before": round(load, 2),
-               "intervals_per_s": round(args.n / t_fast), "naive_intervals": args.naive, "naive_records": n_naive,
-               "naive_s": round(t_naive, 3), "naive_scaled_s": round(naive_scaled, 1), "ratio": round(naive_scaled / t_fast, 1),
-               "ledger_trial_balance": int(trial), "ledger_equals_usage": int(charged) == int(usage), "cpus": os.cpu_count()}
+        out = {
+            "db": args.db,
+            "intervals": args.n,
+            "records": len(recs),
+            "inserted": res.inserted,
+            "rerun_inserted": again.inserted,
+            "rate_s": round(t_rate, 3),
+            "rate_cpu_s": round(c_rate, 3),
+            "rate_and_post_s": round(t_fast, 3),
+            "rate_and_post_client_cpu_s": round(c_fast, 3),
+            "rerun_s": round(t_again, 3),
+            "workers": args.workers,
+            "load_avg_1m_before": round(load, 2),
+            "intervals_per_s": round(args.n / t_fast),
+            "naive_intervals": args.naive,
+            "naive_records": n_naive,
+            "naive_s": round(t_naive, 3),
+            "naive_scaled_s": round(naive_scaled, 1),
+            "ratio": round(naive_scaled / t_fast, 1),
+            "ledger_trial_balance": int(trial),
+            "ledger_equals_usage": int(charged) == int(usage),
+            "cpus": os.cpu_count(),
+        }
         print(json.dumps(out))
         return out
     finally:

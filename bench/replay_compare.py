@@ -54,20 +54,22 @@ def main() -> None:
     }
     print(json.dumps(rows, indent=1))
     print(f"\ntrace {args.trace}, load {args.load}, seed {args.seed}, checkpoints every 15 min\n")
-    print("| run | on-demand delay mean s | on-demand p99 s | spot delay mean s | avg GPU alloc % | preemptions "
-          "| lost GPU-h (preempt / faults) | faults | recovered / failed | worst loss per fault s | wall s |")
+    print(
+        "| run | on-demand delay mean s | on-demand p99 s | spot delay mean s | avg GPU alloc % | preemptions "
+        "| lost GPU-h (preempt / faults) | faults | recovered / failed | worst loss per fault s | wall s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in rows.items():
         od = r["queue_delay_seconds"].get("on-demand", {})
         sp = r["queue_delay_seconds"].get("spot", {})
         lost = r["lost_gpu_hours"]
-        print(f"| {name} | {od.get('mean', 0):.2f} | {od.get('p99', 0):.2f} | {sp.get('mean', 0):.2f} | "
-              f"{r['avg_gpu_allocation']:.2f} | {r['preemptions']} | {lost['preemption']:.2f} / {lost['faults']:.2f} | "
-              f"{r['fault_evictions']} | {r['jobs_recovered']} / {r['jobs_failed']} | {r['max_lost_seconds_per_fault']:.0f} | "
-              f"{r['wall_seconds']:.1f} |")
+        print(
+            f"| {name} | {od.get('mean', 0):.2f} | {od.get('p99', 0):.2f} | {sp.get('mean', 0):.2f} | "
+            f"{r['avg_gpu_allocation']:.2f} | {r['preemptions']} | {lost['preemption']:.2f} / {lost['faults']:.2f} | "
+            f"{r['fault_evictions']} | {r['jobs_recovered']} / {r['jobs_failed']} | {r['max_lost_seconds_per_fault']:.0f} | "
+            f"{r['wall_seconds']:.1f} |"
+        )
     spot_comparison(nodes, pods, [int(x) for x in args.spot_seeds.split(",")], [float(x) for x in args.spot_loads.split(",")])
-
-
 
 
 def spot_comparison(nodes, pods, seeds: list[int], loads: list[float]) -> None:

@@ -47,7 +47,7 @@ WORKLOAD = (
     'ckpt="$SUANLI_CHECKPOINT_DIR/step"; log="$SUANLI_CHECKPOINT_DIR/log"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
     'echo "start at=$(date +%s.%N) from=$step node=${SLURMD_NODENAME:-$SUANLI_NODE_NAME}" >> "$log"; '
     'trap \'echo "$step" > "$ckpt"; echo "USR1 at=$(date +%s.%N)" >> "$log"\' USR1; '
-    "trap 'echo \"TERM at=$(date +%s.%N)\" >> \"$log\"; exit 0' TERM; "
+    'trap \'echo "TERM at=$(date +%s.%N)" >> "$log"; exit 0\' TERM; '
     'while true; do step=$((step + 1)); [ $((step % 3)) = 0 ] && echo "$step" > "$ckpt"; sleep 0.1; done'
 )
 
@@ -85,19 +85,30 @@ def submit_to_running(client: SlurmClient, tmp: Path, rounds: int) -> dict:
         for i in range(rounds):
             mark = tmp / f"plain-{i}"
             t0 = time.time()
-            jid = client.submit(SbatchSpec(name=f"plain{i}", node=node, gpu_type="a100", gpu_count=1,
-                                           command=f"date +%s.%N > {mark}; sleep 1", output="/dev/null"))
+            jid = client.submit(
+                SbatchSpec(
+                    name=f"plain{i}",
+                    node=node,
+                    gpu_type="a100",
+                    gpu_count=1,
+                    command=f"date +%s.%N > {mark}; sleep 1",
+                    output="/dev/null",
+                )
+            )
             plain.append(float(wait(lambda: mark.exists() and mark.read_text().strip(), 30, "plain job")) - t0)
             wait(lambda: client.job(jid) is None or not client.job(jid).is_active, 30, "plain job end")
             t0 = time.time()
-            job = p.submit(name=f"s{i}", resources={"accelerators": "A100:1"}, checkpoint_dir="ckpt",
-                           run='echo "start at=$(date +%s.%N)" >> "$SUANLI_CHECKPOINT_DIR/log"; sleep 1')
+            job = p.submit(
+                name=f"s{i}",
+                resources={"accelerators": "A100:1"},
+                checkpoint_dir="ckpt",
+                run='echo "start at=$(date +%s.%N)" >> "$SUANLI_CHECKPOINT_DIR/log"; sleep 1',
+            )
             suanli.append(wait(lambda: lines(p, job, "start"), 30, "suanli job", p.tick)[0] - t0)
             wait(lambda: p.state(job, "succeeded", "failed"), 30, "suanli job end", p.tick)
     finally:
         p.close()
-    return {"plain_sbatch_s": plain, "suanli_s": suanli,
-            "ratio_median": statistics.median(suanli) / statistics.median(plain)}
+    return {"plain_sbatch_s": plain, "suanli_s": suanli, "ratio_median": statistics.median(suanli) / statistics.median(plain)}
 
 
 def failover(p: Platform, down, up, candidates: list[str], rounds: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -119,16 +130,21 @@ def failover(p: Platform, down, up, candidates: list[str], rounds: int) -> list[
 
         jobs_service.cancel(p.db, ADMIN, job)
         wait(lambda: p.state(job, "cancelled"), 30, "job cancelled", p.tick)
-        wait(lambda: all(n.state == "ready" for n, _ in nodes.list_nodes(p.db) if n.name in candidates), 30, "nodes ready",
-             p.tick)
+        wait(
+            lambda: all(n.state == "ready" for n, _ in nodes.list_nodes(p.db) if n.name in candidates), 30, "nodes ready", p.tick
+        )
     return out
 
 
 def reclaim(p: Platform, model: str, count: int, rounds: int) -> list[float]:
     leads = []
     for i in range(rounds):
-        spot = p.submit(name=f"spot{i}", resources={"accelerators": f"{model}:{count}", "priority": "spot"}, run=WORKLOAD,
-                        checkpoint_dir="ckpt")
+        spot = p.submit(
+            name=f"spot{i}",
+            resources={"accelerators": f"{model}:{count}", "priority": "spot"},
+            run=WORKLOAD,
+            checkpoint_dir="ckpt",
+        )
         wait(lambda: lines(p, spot, "start"), 30, "spot running", p.tick)
         urgent = p.submit(name=f"od{i}", resources={"accelerators": f"{model}:{count}"}, run="sleep 0.5")
         term = wait(lambda: lines(p, spot, "TERM"), 60, "spot reclaimed", p.tick)[0]
@@ -171,8 +187,9 @@ class Heartbeats:
 
 
 def local_platform(tmp: Path, notice_s: float) -> Platform:
-    inv = Inventory(nodes=[NodeDecl(name=f"local{i}", gpu_model="H100", gpu_count=4, cpu_cores=16, memory_gib=64)
-                           for i in (1, 2)])
+    inv = Inventory(
+        nodes=[NodeDecl(name=f"local{i}", gpu_model="H100", gpu_count=4, cpu_cores=16, memory_gib=64) for i in (1, 2)]
+    )
     p = make_platform(tmp / "data", {}, inv, notice_s=notice_s)
     assert isinstance(p.loop.backends["local"], LocalBackend)  # the embedded default
     return p
@@ -182,14 +199,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--notice", type=float, default=2.0, help="reclaim notice in seconds (platform default: 300)")
-    ap.add_argument("--heartbeat-timeout", type=float, default=2.0, help="local heartbeat timeout in seconds (server default: 15)")
+    ap.add_argument(
+        "--heartbeat-timeout", type=float, default=2.0, help="local heartbeat timeout in seconds (server default: 15)"
+    )
     ap.add_argument("--json", type=Path, help="append the result as one JSON line")
     args = ap.parse_args()
     if not os.environ.get("SLURM_CONF"):
         sys.exit('SLURM_CONF is not set: sudo scripts/slurm-cluster start && eval "$(scripts/slurm-cluster env)"')
     client = SlurmClient.from_env()
-    result: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rounds": args.rounds,
-                    "notice_s": args.notice, "load_avg": os.getloadavg()}
+    result: dict = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rounds": args.rounds,
+        "notice_s": args.notice,
+        "load_avg": os.getloadavg(),
+    }
     with tempfile.TemporaryDirectory(prefix="suanli-bench-") as d:
         tmp = Path(d)
         tmp.chmod(0o777)
@@ -201,8 +224,12 @@ def main() -> None:
         p.gpu_model = "A100"  # type: ignore[attr-defined]
         try:
             result["failover_slurm_s"] = failover(
-                p, lambda n: client.set_node_state(n, "down", reason="bench"), lambda n: client.set_node_state(n, "resume"),
-                a100, args.rounds)
+                p,
+                lambda n: client.set_node_state(n, "down", reason="bench"),
+                lambda n: client.set_node_state(n, "resume"),
+                a100,
+                args.rounds,
+            )
         finally:
             p.close()
 
@@ -210,8 +237,12 @@ def main() -> None:
         p.gpu_model = "H100"  # type: ignore[attr-defined]
         try:
             result["failover_local_s"] = failover(
-                p, lambda n: nodes.set_state(p.db, ADMIN, n, "down"), lambda n: nodes.set_state(p.db, ADMIN, n, "ready"),
-                ["local1", "local2"], args.rounds)
+                p,
+                lambda n: nodes.set_state(p.db, ADMIN, n, "down"),
+                lambda n: nodes.set_state(p.db, ADMIN, n, "ready"),
+                ["local1", "local2"],
+                args.rounds,
+            )
         finally:
             p.close()
 
@@ -221,7 +252,9 @@ def main() -> None:
         beats = Heartbeats(p, ["local1", "local2"])
         try:
             result["heartbeat_timeout_s"] = args.heartbeat_timeout
-            result["failover_heartbeat_s"] = failover(p, beats.silent.add, beats.silent.discard, ["local1", "local2"], args.rounds)
+            result["failover_heartbeat_s"] = failover(
+                p, beats.silent.add, beats.silent.discard, ["local1", "local2"], args.rounds
+            )
         finally:
             beats.stop()
             p.close()
@@ -246,8 +279,10 @@ def main() -> None:
         if xs:
             print(f"{key:24s} median {statistics.median(xs):6.2f}  max {max(xs):6.2f}  min {min(xs):6.2f}  n={len(xs)}")
     s = result["submit_to_running"]
-    print(f"submit->running          plain sbatch median {statistics.median(s['plain_sbatch_s']):.3f}s  "
-          f"through Suanli median {statistics.median(s['suanli_s']):.3f}s  ratio {s['ratio_median']:.2f}")
+    print(
+        f"submit->running          plain sbatch median {statistics.median(s['plain_sbatch_s']):.3f}s  "
+        f"through Suanli median {statistics.median(s['suanli_s']):.3f}s  ratio {s['ratio_median']:.2f}"
+    )
     for backend in ("slurm", "local"):
         xs = result.get(f"reclaim_lead_{backend}_s") or []
         result[f"notice_before_kill_{backend}_pct"] = 100.0 * sum(x >= 0 for x in xs) / len(xs) if xs else None

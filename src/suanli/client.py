@@ -71,7 +71,9 @@ def save_settings(settings: Settings) -> Path:
 
 
 class SuanliClient:
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, http: httpx.Client | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self, url: str = DEFAULT_URL, token: str | None = None, http: httpx.Client | None = None, timeout: float = 60.0
+    ) -> None:
         self.url = url.rstrip("/")
         self.http = http or httpx.Client(base_url=self.url, timeout=timeout)
         self.token = token

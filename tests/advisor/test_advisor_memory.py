@@ -64,8 +64,10 @@ def test_gptq_keeps_embeddings_in_16_bit():
     assert gptq / 1e9 == pytest.approx(5.57, abs=0.02)
 
 
-@pytest.mark.parametrize("name,bits", [("q8_0", 8.5), ("q6_k", 6.5625), ("Q4_K_M", 4.85),
-                                       ("q5_k_m", 5.67), ("GPTQ-Int4", 4 + 20 / 128), ("awq", 4 + 20 / 128)])
+@pytest.mark.parametrize(
+    "name,bits",
+    [("q8_0", 8.5), ("q6_k", 6.5625), ("Q4_K_M", 4.85), ("q5_k_m", 5.67), ("GPTQ-Int4", 4 + 20 / 128), ("awq", 4 + 20 / 128)],
+)
 def test_precision_bits(name, bits):
     assert find_precision(name).bits == pytest.approx(bits)
 
@@ -121,10 +123,16 @@ def test_max_context_for_fits_the_gpu():
     assert at <= 24e9 < over
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"precision": "int3"}, "int3"), ({"context": -1}, "context"), ({"batch": 0}, "batch"),
-    ({"kv_cache_dtype": "fp4"}, "fp4"), ({"gpus": -2}, "gpus"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"precision": "int3"}, "int3"),
+        ({"context": -1}, "context"),
+        ({"batch": 0}, "batch"),
+        ({"kv_cache_dtype": "fp4"}, "fp4"),
+        ({"gpus": -2}, "gpus"),
+    ],
+)
 def test_bad_input_names_the_value(kwargs, needle):
     with pytest.raises(AdvisorError, match=needle):
         estimate_inference(find_model("Llama-2-7B"), **kwargs)

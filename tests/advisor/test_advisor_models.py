@@ -10,8 +10,7 @@ import pytest
 
 from suanli.advisor.catalog import find_gpu
 from suanli.advisor.errors import AdvisorError
-from suanli.advisor.models import (bundled_models, find_model, from_hf_config, load_hf_config,
-                                   parse_params, resolve_model)
+from suanli.advisor.models import bundled_models, find_model, from_hf_config, load_hf_config, parse_params, resolve_model
 
 
 def _csv_rows():
@@ -39,9 +38,17 @@ def test_unknown_model_lists_the_bundled_ones():
 
 
 def test_hf_config_file(tmp_path):
-    cfg = {"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
-           "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
-           "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 32768}
+    cfg = {
+        "model_type": "qwen2",
+        "hidden_size": 3584,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "intermediate_size": 18944,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 32768,
+    }
     path = tmp_path / "Qwen2.5-7B-Instruct" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(cfg))
@@ -52,12 +59,25 @@ def test_hf_config_file(tmp_path):
 
 
 def test_hf_config_moe_and_mla_keys():
-    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
-           "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
-           "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
-           "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536,
-           "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-           "v_head_dim": 128, "vocab_size": 129280}
+    cfg = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "vocab_size": 129280,
+    }
     m = from_hf_config(cfg)
     assert m.params / 1e9 == pytest.approx(671.03, abs=0.01)
     assert m.active_params / 1e9 == pytest.approx(37.55, abs=0.01)
@@ -73,8 +93,7 @@ def test_bad_configs(tmp_path):
         load_hf_config(bad)
 
 
-@pytest.mark.parametrize("text,value", [("70B", 70e9), ("800M", 800e6), ("1.5e9", 1.5e9),
-                                        ("7", 7e9), ("1.2T", 1.2e12)])
+@pytest.mark.parametrize("text,value", [("70B", 70e9), ("800M", 800e6), ("1.5e9", 1.5e9), ("7", 7e9), ("1.2T", 1.2e12)])
 def test_parse_params(text, value):
     assert parse_params(text) == pytest.approx(value)
 
@@ -96,9 +115,17 @@ def test_all_bundled_models_present():
     assert len(bundled_models()) == 11
 
 
-@pytest.mark.parametrize("query,name", [("H100", "H100 SXM5 80GB"), ("h100-sxm", "H100 SXM5 80GB"),
-                                        ("A100-80G", "A100 80GB SXM4"), ("4090", "RTX 4090"),
-                                        ("910B", "Ascend 910B2"), ("mi300x", "MI300X")])
+@pytest.mark.parametrize(
+    "query,name",
+    [
+        ("H100", "H100 SXM5 80GB"),
+        ("h100-sxm", "H100 SXM5 80GB"),
+        ("A100-80G", "A100 80GB SXM4"),
+        ("4090", "RTX 4090"),
+        ("910B", "Ascend 910B2"),
+        ("mi300x", "MI300X"),
+    ],
+)
 def test_gpu_lookup(query, name):
     assert find_gpu(query).name == name
 

@@ -7,8 +7,7 @@ import pytest
 
 from suanli.advisor.cost import best_per_plan, cost_options, spot_overhead
 from suanli.advisor.errors import AdvisorError
-from suanli.advisor.plan import (PlanPrices, decision_tree_plan, mix_saving, optimal_plan,
-                                 plan_prices, read_demand_csv)
+from suanli.advisor.plan import PlanPrices, decision_tree_plan, mix_saving, optimal_plan, plan_prices, read_demand_csv
 from suanli.advisor.pricebook import default_pricebook, parse_pricebook
 from suanli.advisor.tco import TCOAssumptions, compute_tco
 
@@ -99,8 +98,9 @@ def test_tco_bad_input():
         compute_tco(TCOAssumptions(gpus=-1))
 
 
-PRICES = PlanPrices(provider="test", gpu="A100 80GB SXM4", on_demand=10.0, monthly=10 / 1.3,
-                    reserved=4.5, spot=2.0, spot_overhead=0.0, sources={})
+PRICES = PlanPrices(
+    provider="test", gpu="A100 80GB SXM4", on_demand=10.0, monthly=10 / 1.3, reserved=4.5, spot=2.0, spot_overhead=0.0, sources={}
+)
 
 
 def _demand():

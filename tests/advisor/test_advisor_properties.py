@@ -54,8 +54,16 @@ def test_tco_build_cost_falls_with_utilisation(u1, u2, residual):
         assert abs(at.build_cost_per_gpu_hour - at.rent_cost_per_gpu_hour) < 1e-6
 
 
-PRICES = PlanPrices(provider="p", gpu="A100 80GB SXM4", on_demand=18.6, monthly=18.6 / 1.3,
-                    reserved=18.6 * 0.45, spot=18.6 * 0.2, spot_overhead=0.06, sources={})
+PRICES = PlanPrices(
+    provider="p",
+    gpu="A100 80GB SXM4",
+    on_demand=18.6,
+    monthly=18.6 / 1.3,
+    reserved=18.6 * 0.45,
+    spot=18.6 * 0.2,
+    spot_overhead=0.06,
+    sources={},
+)
 
 
 @settings(max_examples=30, deadline=None)

@@ -43,6 +43,5 @@ def test_seed003_eight_h100_hardware_over_1_6_million():
 
 
 def test_seed004_price_table_is_in_the_book():
-    a100 = {o.provider: o.price_per_gpu_hour
-            for o in default_pricebook().for_gpu("A100 80GB SXM4", "on_demand") if not o.derived}
+    a100 = {o.provider: o.price_per_gpu_hour for o in default_pricebook().for_gpu("A100 80GB SXM4", "on_demand") if not o.derived}
     assert sorted(v for k, v in a100.items() if "seed 000" not in k) == [18.6, 19.9, 20.1, 22.4, 25.8]

@@ -52,8 +52,7 @@ def test_config_costs_for_training_use_each_configs_time():
 
 
 def test_cost_cli_per_configuration():
-    res = CliRunner().invoke(app, ["advise", "cost", "--model", "qwen2.5-72b", "--precision", "awq",
-                                   "--hours", "720", "--json"])
+    res = CliRunner().invoke(app, ["advise", "cost", "--model", "qwen2.5-72b", "--precision", "awq", "--hours", "720", "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["configurations"] and all(c["hours"] == 720 for c in data["configurations"])

@@ -7,8 +7,7 @@ import pytest
 from suanli.advisor.errors import AdvisorError
 from suanli.advisor.memory import GIB
 from suanli.advisor.models import find_model, from_hf_config
-from suanli.advisor.training import (activation_bytes, estimate_training, lora_params,
-                                     model_state_bytes, state_bytes)
+from suanli.advisor.training import activation_bytes, estimate_training, lora_params, model_state_bytes, state_bytes
 
 
 def _gpu(states: dict[str, float]) -> float:
@@ -23,11 +22,14 @@ def test_adamw_mixed_precision_is_16_bytes_per_param():
     assert _gpu(model_state_bytes(1e9, 0, zero=0)) == 16e9
 
 
-@pytest.mark.parametrize("optimizer,mode,total", [
-    ("adamw", "bf16", 8),        # pure BF16: 2 + 2 + 4 (m, v in bf16); LLaMA-Factory's 8x rule
-    ("adamw8bit", "mixed", 10),  # 2 + 2 + 4 master + 2 (8-bit m, v)
-    ("sgd", "mixed", 12),        # 2 + 2 + 4 master + 4 momentum
-])
+@pytest.mark.parametrize(
+    "optimizer,mode,total",
+    [
+        ("adamw", "bf16", 8),  # pure BF16: 2 + 2 + 4 (m, v in bf16); LLaMA-Factory's 8x rule
+        ("adamw8bit", "mixed", 10),  # 2 + 2 + 4 master + 2 (8-bit m, v)
+        ("sgd", "mixed", 12),  # 2 + 2 + 4 master + 4 momentum
+    ],
+)
 def test_other_optimizers(optimizer, mode, total):
     assert state_bytes(optimizer, mode).total_unsharded == total
 
@@ -100,10 +102,15 @@ def test_lora_parameter_count_by_hand():
 
 def test_qlora_65b_fits_48gb():
     # QLoRA paper: finetuning a 65B model on a single 48 GB GPU
-    cfg = {"hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
-           "intermediate_size": 22016, "vocab_size": 32000, "model_type": "llama"}
-    est = estimate_training(from_hf_config(cfg, "llama-65b"), "qlora", lora_rank=64,
-                            seq_len=512, checkpointing="full")
+    cfg = {
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "intermediate_size": 22016,
+        "vocab_size": 32000,
+        "model_type": "llama",
+    }
+    est = estimate_training(from_hf_config(cfg, "llama-65b"), "qlora", lora_rank=64, seq_len=512, checkpointing="full")
     assert 40e9 < est.per_gpu_bytes < 48e9
     # NF4 base: 4.127 bits over the matrices plus BF16 embeddings, ~34.5 GB
     assert est.components["weights"] == pytest.approx(34.46e9, rel=0.01)
@@ -126,10 +133,16 @@ def test_lora_is_far_smaller_than_full():
     assert qlora.per_gpu_bytes < lora.per_gpu_bytes < full.per_gpu_bytes / 4
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"method": "dpo"}, "method"), ({"gpus": 6, "tp": 4}, "multiple"), ({"seq_len": -1}, "seq_len"),
-    ({"checkpointing": "some"}, "checkpointing"), ({"optimizer": "lion"}, "optimizer"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"method": "dpo"}, "method"),
+        ({"gpus": 6, "tp": 4}, "multiple"),
+        ({"seq_len": -1}, "seq_len"),
+        ({"checkpointing": "some"}, "checkpointing"),
+        ({"optimizer": "lion"}, "optimizer"),
+    ],
+)
 def test_bad_training_input(kwargs, needle):
     with pytest.raises(AdvisorError, match=needle):
         estimate_training(find_model("Llama-2-7B"), **kwargs)

@@ -13,8 +13,8 @@ POINTS = reference_points()
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: f"{p.kind}:{p.case}")
 def test_reference_point_within_tolerance(point):
     assert abs(point.relative_error) <= point.tolerance, (
-        f"{point.case}: estimated {point.estimated:.4g} {point.unit} vs published "
-        f"{point.published:.4g} ({point.source})")
+        f"{point.case}: estimated {point.estimated:.4g} {point.unit} vs published {point.published:.4g} ({point.source})"
+    )
 
 
 def test_memory_median_error_target():

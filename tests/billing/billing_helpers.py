@@ -32,8 +32,17 @@ def world(url: str, tenant: str = "acme", disk_gib: int = 0, created_ms: int = 0
         n = Node(name=f"{tenant}-n0", gpu_model="H100", gpu_count=8, cpu_milli=64_000, memory_mib=512_000)
         s.add_all([u, n])
         s.flush()
-        i = Instance(tenant_id=t.id, user_id=u.id, name="i", state="running", disk_gib=disk_gib,
-                     gpu_models=["H100"], gpu_count=1, created_at=ms_to_dt(created_ms), updated_at=ms_to_dt(created_ms))
+        i = Instance(
+            tenant_id=t.id,
+            user_id=u.id,
+            name="i",
+            state="running",
+            disk_gib=disk_gib,
+            gpu_models=["H100"],
+            gpu_count=1,
+            created_at=ms_to_dt(created_ms),
+            updated_at=ms_to_dt(created_ms),
+        )
         s.add(i)
         s.flush()
         return World(db, t.id, u.id, n.id, i.id)
@@ -47,8 +56,18 @@ def add_tenant(w: World, name: str) -> int:
         return t.id
 
 
-def allocate(w: World, start_ms: int, end_ms: int | None, gpus: int = 1, milli: int = 1000, priority: str = "on-demand",
-             model: str = "H100", tenant_id: int | None = None, job: bool = False, max_price: int | None = None) -> int:
+def allocate(
+    w: World,
+    start_ms: int,
+    end_ms: int | None,
+    gpus: int = 1,
+    milli: int = 1000,
+    priority: str = "on-demand",
+    model: str = "H100",
+    tenant_id: int | None = None,
+    job: bool = False,
+    max_price: int | None = None,
+) -> int:
     with w.db.transaction() as s:
         tid = tenant_id or w.tenant_id
         owner = {"instance_id": w.instance_id}
@@ -57,9 +76,20 @@ def allocate(w: World, start_ms: int, end_ms: int | None, gpus: int = 1, milli: 
             s.add(j)
             s.flush()
             owner = {"job_id": j.id}
-        a = Allocation(tenant_id=tid, node_id=w.node_id, gpu_model=model, gpu_indices=list(range(gpus)), milli_per_gpu=milli,
-                       cpu_milli=1, memory_mib=1, priority=priority, max_price_micros=max_price, started_at=ms_to_dt(start_ms),
-                       ended_at=ms_to_dt(end_ms) if end_ms is not None else None, **owner)
+        a = Allocation(
+            tenant_id=tid,
+            node_id=w.node_id,
+            gpu_model=model,
+            gpu_indices=list(range(gpus)),
+            milli_per_gpu=milli,
+            cpu_milli=1,
+            memory_mib=1,
+            priority=priority,
+            max_price_micros=max_price,
+            started_at=ms_to_dt(start_ms),
+            ended_at=ms_to_dt(end_ms) if end_ms is not None else None,
+            **owner,
+        )
         s.add(a)
         s.flush()
         return a.id

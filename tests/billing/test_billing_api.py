@@ -8,9 +8,8 @@ import json
 import time
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from control_helpers import Server, wait_state, wait_until
+from typer.testing import CliRunner
 
 runner = CliRunner()
 
@@ -80,8 +79,9 @@ def test_grant_holds_work_with_a_reason(server: Server, cli) -> None:  # type: i
     first = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 1}, expect=201, token=alice).json()
     wait_state(server, "instance", first["id"], ("running",))
     second = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 1}, expect=201, token=alice).json()
-    row = wait_until(lambda: (o := server.get(f"/v1/instances/{second['id']}")) and "quota" in (o.get("reason") or "") and o,
-                     timeout_s=10)
+    row = wait_until(
+        lambda: (o := server.get(f"/v1/instances/{second['id']}")) and "quota" in (o.get("reason") or "") and o, timeout_s=10
+    )
     assert row["state"] == "pending" and "quota: 1 of 1 GPUs of grant" in row["reason"]
     too_big = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 2}, expect=201, token=alice).json()
     failed = wait_state(server, "instance", too_big["id"], ("failed",))

@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 import pytest
+from billing_helpers import HOUR, allocate, world
 from sqlalchemy import func, select
 
-from billing_helpers import HOUR, allocate, world
 from suanli.billing import rater, store
 from suanli.billing.tables import LedgerEntry, Usage
 
@@ -26,8 +26,14 @@ def _seed(w, n: int) -> None:
     starts = rng.integers(0, 24 * HOUR, n)
     durs = rng.integers(1_000, 3 * HOUR, n)
     for k in range(n):
-        allocate(w, int(starts[k]), int(starts[k] + durs[k]), gpus=int(rng.integers(1, 9)),
-                 priority=["on-demand", "spot"][k % 2], job=bool(k % 3 == 0))
+        allocate(
+            w,
+            int(starts[k]),
+            int(starts[k] + durs[k]),
+            gpus=int(rng.integers(1, 9)),
+            priority=["on-demand", "spot"][k % 2],
+            job=bool(k % 3 == 0),
+        )
 
 
 def test_kill_dash_nine_mid_run_then_rerun_posts_each_charge_once(pg_url: str) -> None:
@@ -36,8 +42,20 @@ def test_kill_dash_nine_mid_run_then_rerun_posts_each_charge_once(pg_url: str) -
     expected = rater.collect(w.db, 0, CUTOFF, 3_600_000)  # the pure answer for these rows
     want_n, want_amount = len(expected), int(expected.cols["amount"].sum())
     assert want_n > 600
-    cmd = [sys.executable, "-m", "suanli.billing", "rate", "--db", pg_url, "--cutoff-ms", str(CUTOFF),
-           "--batch", "20", "--pause-after-batch", "0.05"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "suanli.billing",
+        "rate",
+        "--db",
+        pg_url,
+        "--cutoff-ms",
+        str(CUTOFF),
+        "--batch",
+        "20",
+        "--pause-after-batch",
+        "0.05",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
     try:
         deadline = time.monotonic() + 60
@@ -67,5 +85,5 @@ def test_kill_dash_nine_mid_run_then_rerun_posts_each_charge_once(pg_url: str) -
         charged = -store.balance(s, w.tenant_id)
         entries = s.scalar(select(func.count()).select_from(LedgerEntry))
         assert n == want_n and usage == want_amount
-        assert charged == want_amount            # the ledger charged every record once
+        assert charged == want_amount  # the ledger charged every record once
         assert store.trial_balance(s) == 0 and entries > 1

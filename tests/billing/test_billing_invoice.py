@@ -7,16 +7,28 @@ from suanli.billing.pricebook import default_book
 
 
 def test_invoice_lines_totals_and_html() -> None:
-    lines = invoice.usage_lines([
-        ("gpu", "H100", "on_demand", 8000, 3600, 152_533_336),
-        ("gpu", "H100", "on_demand", 8000, 1800, 76_266_668),
-        ("storage", "-", "on_demand", 100, 3600, 111_111),
-        ("transfer", "-", "on_demand", 2500, 0, 300_000),
-    ])
-    assert [(ln.kind, ln.quantity) for ln in lines] == [("gpu", "12.0000 GPU-h"), ("storage", "0.1389 GiB-month"), ("transfer", "2.500 GiB")]
-    doc = invoice.build({"id": 1, "name": "<lab>"}, "2026-11", "CNY", lines,
-                        [{"id": 1, "plan": "reserved", "gpu_model": "H100", "gpu_count": 1, "fee": 10, "refund": 4}],
-                        [{"date": "2026-11-30", "memo": "wire", "amount": 500_000_000}], 123)
+    lines = invoice.usage_lines(
+        [
+            ("gpu", "H100", "on_demand", 8000, 3600, 152_533_336),
+            ("gpu", "H100", "on_demand", 8000, 1800, 76_266_668),
+            ("storage", "-", "on_demand", 100, 3600, 111_111),
+            ("transfer", "-", "on_demand", 2500, 0, 300_000),
+        ]
+    )
+    assert [(ln.kind, ln.quantity) for ln in lines] == [
+        ("gpu", "12.0000 GPU-h"),
+        ("storage", "0.1389 GiB-month"),
+        ("transfer", "2.500 GiB"),
+    ]
+    doc = invoice.build(
+        {"id": 1, "name": "<lab>"},
+        "2026-11",
+        "CNY",
+        lines,
+        [{"id": 1, "plan": "reserved", "gpu_model": "H100", "gpu_count": 1, "fee": 10, "refund": 4}],
+        [{"date": "2026-11-30", "memo": "wire", "amount": 500_000_000}],
+        123,
+    )
     assert doc["total_micros"] == 152_533_336 + 76_266_668 + 111_111 + 300_000 + 6
     assert doc["total_text"] == "¥229.21"
     page = invoice.render_html(doc)

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 from suanli.billing import budgets, ledger, plans, quotas
 from suanli.billing.pricebook import default_book
 
-ops = st.lists(st.tuples(st.sampled_from(["topup", "charge", "sub", "refund"]), st.integers(1, 5),
-                         st.integers(1, 10**12)), max_size=80)
+ops = st.lists(
+    st.tuples(st.sampled_from(["topup", "charge", "sub", "refund"]), st.integers(1, 5), st.integers(1, 10**12)), max_size=80
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -114,7 +115,7 @@ def test_budget_alerts_and_cap() -> None:
     assert budgets.alerts_due(b, 85, [50]) == [80]
     assert budgets.cap_action(b, 10, 5, None, 0).action == "ok"
     assert budgets.cap_action(b, 100, 5, None, 0).action == "notice"
-    assert budgets.cap_action(b, 10, 0, None, 0).action == "notice"       # balance ran out
+    assert budgets.cap_action(b, 10, 0, None, 0).action == "notice"  # balance ran out
     assert budgets.cap_action(b, 100, 5, 0, 299_999).action == "notice"
     assert budgets.cap_action(b, 100, 5, 0, 300_000).action == "stop"
     soft = budgets.Budget(1, limit=100, hard_cap=False)
@@ -123,8 +124,10 @@ def test_budget_alerts_and_cap() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 100), st.integers(1, 50), st.sampled_from([500, 1000, 2000, 8000])), max_size=25),
-       st.sampled_from([0, 1000, 2000, 8000]))
+@given(
+    st.lists(st.tuples(st.integers(0, 100), st.integers(1, 50), st.sampled_from([500, 1000, 2000, 8000])), max_size=25),
+    st.sampled_from([0, 1000, 2000, 8000]),
+)
 def test_subscription_coverage_never_exceeds_its_gpus(pieces: list, capacity: int) -> None:
     import numpy as np
 

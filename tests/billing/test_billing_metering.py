@@ -11,9 +11,7 @@ from hypothesis import strategies as st
 from suanli.billing.metering import OPEN, UNIT_MS, MeteringError, billed_units, split
 
 PERIOD = 3_600_000
-intervals = st.lists(
-    st.tuples(st.integers(0, 10 * PERIOD), st.integers(0, 3 * PERIOD)), min_size=0, max_size=40
-)
+intervals = st.lists(st.tuples(st.integers(0, 10 * PERIOD), st.integers(0, 3 * PERIOD)), min_size=0, max_size=40)
 
 
 def _arrays(ivs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -34,17 +34,19 @@ def test_default_book_agrees_with_the_advisor() -> None:
     b = default_book()
     for g in b.gpus.values():
         for plan in ("on_demand", "monthly"):
-            quoted = [o for o in adv.for_gpu(g.model, plan) if not o.derived and o.provider.startswith(("jygpu (极智算)", "zhixingyun"))]
+            quoted = [
+                o for o in adv.for_gpu(g.model, plan) if not o.derived and o.provider.startswith(("jygpu (极智算)", "zhixingyun"))
+            ]
             if quoted and "四川" not in quoted[0].provider:
                 assert abs(b.hourly(g.model, plan) / MICROS - quoted[0].price_per_gpu_hour) < 1e-3, (g.model, plan)
 
 
 def test_plan_rules() -> None:
     g = default_book().gpu("RTX4090")
-    assert g.reserved == round(g.on_demand * 8760 * 0.45)          # 55 % off for a year
-    assert g.spot_floor == round(g.on_demand * 0.20)                # as low as 20 %
+    assert g.reserved == round(g.on_demand * 8760 * 0.45)  # 55 % off for a year
+    assert g.spot_floor == round(g.on_demand * 0.20)  # as low as 20 %
     assert g.spot(0) == g.spot_floor and g.spot(1000) == g.spot_cap
-    assert g.spot(500, max_price=g.spot_floor) == g.spot_floor      # a bid caps the price
+    assert g.spot(500, max_price=g.spot_floor) == g.spot_floor  # a bid caps the price
 
 
 def test_edit_makes_a_new_book_and_keeps_the_old() -> None:
@@ -73,9 +75,17 @@ def test_bad_books_are_refused() -> None:
         parse({"plan_rules": {"reserved_discount": 2}, "gpus": []})
 
 
-records = st.lists(st.tuples(st.integers(0, 600), st.sampled_from([100, 500, 1000, 8000]), st.integers(0, 4),
-                             st.sampled_from(["on_demand", "monthly", "reserved", "spot", "covered"]),
-                             st.integers(0, 1000), st.one_of(st.none(), st.integers(0, 30_000_000))), max_size=60)
+records = st.lists(
+    st.tuples(
+        st.integers(0, 600),
+        st.sampled_from([100, 500, 1000, 8000]),
+        st.integers(0, 4),
+        st.sampled_from(["on_demand", "monthly", "reserved", "spot", "covered"]),
+        st.integers(0, 1000),
+        st.one_of(st.none(), st.integers(0, 30_000_000)),
+    ),
+    max_size=60,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -83,12 +93,24 @@ records = st.lists(st.tuples(st.integers(0, 600), st.sampled_from([100, 500, 100
 def test_vectorised_equals_row_by_row(rows: list) -> None:
     book = default_book()
     plan_code = [rating.COVERED if p == "covered" else PLANS.index(p) for _, _, _, p, _, _ in rows]
-    price = rating.gpu_prices(book, MODELS, np.array([m for _, _, m, _, _, _ in rows], dtype=np.int64),
-                              np.array(plan_code, dtype=np.int64), np.array([u for *_, u, _ in rows], dtype=np.int64),
-                              np.array([-1 if b is None else b for *_, b in rows], dtype=np.int64))
-    fast = rating.rate_gpu(np.array([u for u, *_ in rows], dtype=np.int64), np.array([m for _, m, *_ in rows], dtype=np.int64), price)
-    slow = rating.rate_naive(book, [{"units": u, "milli": mi, "model": MODELS[m], "plan": p, "util_permille": ut, "max_price": b}
-                                    for u, mi, m, p, ut, b in rows])
+    price = rating.gpu_prices(
+        book,
+        MODELS,
+        np.array([m for _, _, m, _, _, _ in rows], dtype=np.int64),
+        np.array(plan_code, dtype=np.int64),
+        np.array([u for *_, u, _ in rows], dtype=np.int64),
+        np.array([-1 if b is None else b for *_, b in rows], dtype=np.int64),
+    )
+    fast = rating.rate_gpu(
+        np.array([u for u, *_ in rows], dtype=np.int64), np.array([m for _, m, *_ in rows], dtype=np.int64), price
+    )
+    slow = rating.rate_naive(
+        book,
+        [
+            {"units": u, "milli": mi, "model": MODELS[m], "plan": p, "util_permille": ut, "max_price": b}
+            for u, mi, m, p, ut, b in rows
+        ],
+    )
     assert fast.amount.tolist() == slow
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from billing_helpers import HOUR, allocate, world
 from pydantic import ValidationError
 from sqlalchemy import select
 
-from billing_helpers import HOUR, allocate, world
 from suanli.api.schemas import InstanceCreate
 from suanli.billing import enforce, rater, spot
 from suanli.billing.money import MoneyError, parse_max_price, price_text, to_micros
@@ -32,21 +32,21 @@ def _gpu_usage(w) -> dict[int, Usage]:  # type: ignore[no-untyped-def]
 
 def test_a_spot_interval_with_a_bid_below_the_price_is_charged_exactly_the_bid(db_url: str) -> None:
     w = world(db_url)  # one H100 node with 8 GPUs
-    allocate(w, 0, HOUR, gpus=5)                                                       # on demand
-    low = allocate(w, 0, HOUR, priority="spot", max_price=to_micros("1.00"))            # bid below the price
+    allocate(w, 0, HOUR, gpus=5)  # on demand
+    low = allocate(w, 0, HOUR, priority="spot", max_price=to_micros("1.00"))  # bid below the price
     half = allocate(w, 0, HOUR, milli=500, priority="spot", max_price=to_micros("1.00"))  # half a GPU, same bid
     short = allocate(w, 0, HOUR // 2, priority="spot", max_price=to_micros("1.234567"))  # half an hour
-    high = allocate(w, 0, HOUR, priority="spot", max_price=to_micros("100"))            # bid above the price
-    none = allocate(w, 0, HOUR // 2, priority="spot")                                   # no bid (as before bids existed)
+    high = allocate(w, 0, HOUR, priority="spot", max_price=to_micros("100"))  # bid above the price
+    none = allocate(w, 0, HOUR // 2, priority="spot")  # no bid (as before bids existed)
     rater.run(w.db, cutoff_ms=HOUR + 1)
     u = _gpu_usage(w)
     # 5 + 1 + 0.5 + 1 + 1 + 1 = 9.5 of 8 GPUs allocated at the period start: utilisation 1000, price = cap
     price = H100.spot(1000)
     assert price == H100.spot_cap and price > to_micros("100") // 10
-    assert u[low].unit_price == to_micros("1.00") and u[low].amount == to_micros("1.00")   # one GPU-hour at the bid
+    assert u[low].unit_price == to_micros("1.00") and u[low].amount == to_micros("1.00")  # one GPU-hour at the bid
     assert u[half].unit_price == to_micros("1.00") and u[half].amount == to_micros("0.50")
-    assert u[short].amount == (to_micros("1.234567") + 1) // 2                             # half an hour, half-up
-    assert u[high].unit_price == price and u[high].amount == price                        # the price, not the bid
+    assert u[short].amount == (to_micros("1.234567") + 1) // 2  # half an hour, half-up
+    assert u[high].unit_price == price and u[high].amount == price  # the price, not the bid
     assert u[none].unit_price == price and u[none].amount == (price + 1) // 2
     assert {u[k].plan for k in (low, half, short, high, none)} == {"spot"}
     # a second run posts nothing more: each record keeps the price it was rated at
@@ -57,9 +57,9 @@ def test_a_spot_interval_with_a_bid_below_the_price_is_charged_exactly_the_bid(d
 def test_the_market_now_is_the_rater_s_utilisation_and_price(db_url: str) -> None:
     w = world(db_url)
     allocate(w, 0, None, gpus=3)
-    allocate(w, 0, 5_000, gpus=2)                       # ended before the instant asked about
+    allocate(w, 0, 5_000, gpus=2)  # ended before the instant asked about
     allocate(w, 1_000, None, milli=500, priority="spot")
-    sid = allocate(w, 0, None, priority="spot")         # rated for period 0 below
+    sid = allocate(w, 0, None, priority="spot")  # rated for period 0 below
     with w.db.transaction() as s:
         mk = spot.market(s, 10_000)
         iv = rater.intervals(list(s.execute(select(*rater.ALLOCATION_COLUMNS))))
@@ -67,7 +67,7 @@ def test_the_market_now_is_the_rater_s_utilisation_and_price(db_url: str) -> Non
     code = iv.models.index("H100")
     ref = rater.utilisation(iv, {code: caps["H100"]}, np.array([code]), np.array([10_000]))[0]
     assert mk.utilisation("H100") == ref == (3000 + 500 + 1000) * 1000 // 8000
-    assert mk.utilisation("h100") == ref                # a renter's spelling
+    assert mk.utilisation("h100") == ref  # a renter's spelling
     assert mk.price("H100") == H100.spot(ref)
     assert mk.utilisation("H100", 2000) == (4500 + 2000) * 1000 // 8000
     assert mk.price("Voodoo5") is None and mk.utilisation("Voodoo5") == 1000
@@ -85,8 +85,16 @@ class _W:
 
 def _spot_instance(w, bid: str | None, models: frozenset[str], gpus: int = 1) -> _W:  # type: ignore[no-untyped-def]
     with w.db.transaction() as s:
-        i = Instance(tenant_id=w.tenant_id, user_id=w.user_id, name="bid", state="pending", gpu_models=sorted(models),
-                     gpu_count=gpus, priority="spot", max_price_micros=None if bid is None else to_micros(bid))
+        i = Instance(
+            tenant_id=w.tenant_id,
+            user_id=w.user_id,
+            name="bid",
+            state="pending",
+            gpu_models=sorted(models),
+            gpu_count=gpus,
+            priority="spot",
+            max_price_micros=None if bid is None else to_micros(bid),
+        )
         s.add(i)
         s.flush()
         iid = i.id
@@ -104,7 +112,7 @@ def test_admission_holds_a_bid_below_the_price_and_narrows_to_the_models_within_
     cheap = _spot_instance(w, price_text(with_it - 1), frozenset({"H100"}))
     exact = _spot_instance(w, price_text(with_it), frozenset({"H100"}))
     unbid = _spot_instance(w, None, frozenset({"H100"}))
-    anywhere = _spot_instance(w, "1.00", frozenset())          # any model: only the RTX4090 is within 1.00
+    anywhere = _spot_instance(w, "1.00", frozenset())  # any model: only the RTX4090 is within 1.00
     nowhere = _spot_instance(w, price_text(rtx.spot_floor - 1), frozenset())
     narrowed: dict = {}
     with w.db.transaction() as s:
@@ -112,7 +120,8 @@ def test_admission_holds_a_bid_below_the_price_and_narrows_to_the_models_within_
     assert rejected == {}
     assert held[("instance", cheap.id)] == (
         f"spot price ¥{price_text(with_it)}/GPU-h for H100 is above your max_price ¥{price_text(with_it - 1)} "
-        "(at 62.5 % utilisation, counting this request); it starts when the price drops to your max_price")
+        "(at 62.5 % utilisation, counting this request); it starts when the price drops to your max_price"
+    )
     assert ("instance", exact.id) not in held and ("instance", unbid.id) not in held  # at the price: it starts
     assert ("instance", anywhere.id) not in held and narrowed == {("instance", anywhere.id): frozenset({"RTX4090"})}
     why = held[("instance", nowhere.id)]
@@ -139,10 +148,17 @@ def test_a_running_spot_slot_records_its_bid(db_url: str) -> None:
         assert s.scalar(select(Allocation.max_price_micros).where(Allocation.instance_id == inst.id)) == 2_500_000
 
 
-@pytest.mark.parametrize("value, message", [
-    ("cheap", "not a decimal amount"), ("-1", "must not be negative"), ("0", "above zero"),
-    ("1.0000001", "at most 6 decimal places"), ("nan", "not a finite amount"), (True, "expected decimal text"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("cheap", "not a decimal amount"),
+        ("-1", "must not be negative"),
+        ("0", "above zero"),
+        ("1.0000001", "at most 6 decimal places"),
+        ("nan", "not a finite amount"),
+        (True, "expected decimal text"),
+    ],
+)
 def test_bad_bids_are_refused_naming_the_field(value: object, message: str) -> None:
     with pytest.raises(MoneyError, match=message):
         parse_max_price(value)
@@ -162,7 +178,8 @@ def test_a_bid_needs_spot_and_is_kept_as_decimal_text() -> None:
         with pytest.raises(ValidationError) as exc:
             Task.model_validate({"run": "x", "resources": res})
         assert describe_validation(exc.value.errors()) == (
-            f"resources.max_price: a max_price is a spot bid: only valid with priority spot (this request is {priority or 'on-demand'})")
+            f"resources.max_price: a max_price is a spot bid: only valid with priority spot (this request is {priority or 'on-demand'})"
+        )
     assert Task.model_validate({"run": "x", "resources": {"priority": "spot", "max_price": 1.2}}).resources.max_price == "1.2"
     assert InstanceCreate(priority="spot", max_price="1.20").max_price == "1.20"
     with pytest.raises(ValidationError, match="only valid with priority spot"):

@@ -4,9 +4,9 @@ a balanced ledger, versioned prices, subscriptions, budgets and admission."""
 from __future__ import annotations
 
 import pytest
+from billing_helpers import HOUR, add_tenant, allocate, world
 from sqlalchemy import func, select
 
-from billing_helpers import HOUR, add_tenant, allocate, world
 from suanli.billing import enforce, rater, store
 from suanli.billing.money import to_micros
 from suanli.billing.pricebook import default_book
@@ -29,9 +29,9 @@ def _totals(w) -> tuple[int, int, int]:
 
 def test_rating_posts_once_and_balances(db_url: str) -> None:
     w = world(db_url, disk_gib=100)
-    allocate(w, 1_000, 1_000 + 7_001)                  # 7.001 s -> two units, 12 s
-    allocate(w, HOUR - 3_000, HOUR + 4_000, gpus=8)     # 7 s across a period boundary: 2 records, 12 s
-    allocate(w, 0, None, milli=500, priority="spot")    # still running
+    allocate(w, 1_000, 1_000 + 7_001)  # 7.001 s -> two units, 12 s
+    allocate(w, HOUR - 3_000, HOUR + 4_000, gpus=8)  # 7 s across a period boundary: 2 records, 12 s
+    allocate(w, 0, None, milli=500, priority="spot")  # still running
     r1 = rater.run(w.db, cutoff_ms=3 * HOUR + 10, batch=2)
     r2 = rater.run(w.db, cutoff_ms=3 * HOUR + 10, batch=2)
     assert r1.posted.inserted > 0 and r2.posted.inserted == 0
@@ -204,8 +204,8 @@ def test_bill_shows_what_is_accruing_before_it_is_rated(db_url: str) -> None:
     from suanli.billing import reports
 
     w = world(db_url)
-    allocate(w, 0, None)                 # running since 0
-    allocate(w, HOUR, HOUR + 600_000)    # ended, not rated yet
+    allocate(w, 0, None)  # running since 0
+    allocate(w, HOUR, HOUR + 600_000)  # ended, not rated yet
     rater.run(w.db, cutoff_ms=HOUR + 1)  # rates period 0 of the running one only
     b = reports.bill(w.db, w.tenant_id, at_ms=HOUR + 1_800_000)
     h = default_book().gpu("H100").on_demand
@@ -230,8 +230,8 @@ def test_subscription_covers_only_its_gpu_count(db_url: str) -> None:
     w = world(db_url)
     store.topup(w.db, "acme", "200000")
     store.subscribe(w.db, "acme", "reserved", "H100", 2, start_ms=0)
-    a = allocate(w, 0, HOUR, gpus=2, priority="reserved")             # fits the 2 GPUs
-    b = allocate(w, 60_000, HOUR, gpus=1, priority="reserved")        # overlaps a: no room left
+    a = allocate(w, 0, HOUR, gpus=2, priority="reserved")  # fits the 2 GPUs
+    b = allocate(w, 60_000, HOUR, gpus=1, priority="reserved")  # overlaps a: no room left
     c = allocate(w, 2 * HOUR, 3 * HOUR, gpus=1, priority="reserved")  # later, alone: covered
     d = allocate(w, 0, HOUR, gpus=1, model="H100", priority="on-demand")  # not reserved: billed
     rater.run(w.db, cutoff_ms=4 * HOUR)
@@ -255,7 +255,7 @@ def test_hard_cap_counts_work_that_is_still_running(db_url: str) -> None:
     w = world(db_url)
     store.topup(w.db, "acme", "5")
     store.set_budget(w.db, "acme", None, [], hard_cap=True, notice_s=0)
-    allocate(w, 0, None, gpus=8)                     # 8 x H100: ~¥152/h, ¥5 lasts ~2 minutes
+    allocate(w, 0, None, gpus=8)  # 8 x H100: ~¥152/h, ¥5 lasts ~2 minutes
     assert enforce.apply_budgets(w.db, 60_000) == []  # one minute in: ~¥2.54, still fine
     assert enforce.apply_budgets(w.db, 180_000) == [f"tenant {w.tenant_id}: notice"]
     assert enforce.apply_budgets(w.db, 181_000) == [f"tenant {w.tenant_id}: stop"]

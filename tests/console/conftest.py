@@ -20,8 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
 from control_helpers import ServerProcess, free_port  # noqa: E402
 
 #: Flags for a closed network: no background connections, no sandbox (tests run as root).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _unavailable(reason: str) -> None:
@@ -65,4 +72,3 @@ def page(chromium, server_process: ServerProcess):  # type: ignore[no-untyped-de
         yield p
     finally:
         context.close()
-

@@ -25,8 +25,18 @@ from playwright.sync_api import Page, expect
 
 pytestmark = pytest.mark.browser
 
-SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
+SSH_OPTS = [
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "ConnectTimeout=5",
+    "-o",
+    "LogLevel=ERROR",
+]
 
 
 def sign_in(page: Page, token: str) -> None:
@@ -64,6 +74,7 @@ def via_loopback(url: str) -> tuple[str, dict[str, str]]:
 
 # -- SSH keys -------------------------------------------------------------------------------
 
+
 def test_add_refuse_and_remove_ssh_keys(page: Page, server_process: ServerProcess, tmp_path: Path) -> None:
     priv, pub, fp = keypair(tmp_path, "renter")
     sign_in(page, server_process.token)
@@ -81,8 +92,11 @@ def test_add_refuse_and_remove_ssh_keys(page: Page, server_process: ServerProces
 
     text.fill("ssh-ed25519 not-base64 x@y")  # the server's refusal, shown as the server words it
     form.get_by_role("button", name="Add key").click()
-    said = httpx.post(server_process.url + "/v1/keys", json={"public_key": "ssh-ed25519 not-base64 x@y"},
-                      headers={"Authorization": f"Bearer {server_process.token}"}).json()["error"]
+    said = httpx.post(
+        server_process.url + "/v1/keys",
+        json={"public_key": "ssh-ed25519 not-base64 x@y"},
+        headers={"Authorization": f"Bearer {server_process.token}"},
+    ).json()["error"]
     expect(page.locator("#flash")).to_have_text(f"{said['message']} ({said['code']})")
     assert len(posts) == 1 and server_process.client().request("GET", "/v1/keys") == []
 
@@ -106,6 +120,7 @@ def test_add_refuse_and_remove_ssh_keys(page: Page, server_process: ServerProces
 
 
 # -- renting with an image and ports (process runtime: no images needed) ----------------------
+
 
 class Recorder(BaseHTTPRequestHandler):
     """A renter's web service on the host port (the process runtime publishes a port as
@@ -139,8 +154,9 @@ def service() -> Iterator[tuple[int, list[tuple[str, str]]]]:
         httpd.server_close()
 
 
-def test_rent_with_an_image_and_a_port_then_open_it(page: Page, server_process: ServerProcess,
-                                                   service: tuple[int, list[tuple[str, str]]]) -> None:
+def test_rent_with_an_image_and_a_port_then_open_it(
+    page: Page, server_process: ServerProcess, service: tuple[int, list[tuple[str, str]]]
+) -> None:
     port, seen = service
     catalog = server_process.client().request("GET", "/v1/images")
     default = next(i for i in catalog if i["default"])
@@ -195,7 +211,11 @@ def test_rent_with_an_image_and_a_port_then_open_it(page: Page, server_process: 
     assert len(pages()) == 2 and "sl_" not in json.dumps(seen) and "suanli_proxy" not in json.dumps(seen)
     [cookie] = tab.context.cookies(url)
     assert (cookie["name"], cookie["domain"], cookie["path"], cookie["httpOnly"]) == (
-        "suanli_proxy", f"{inst['id']}-{port}.localhost", "/", True)  # host-only: no other port gets it
+        "suanli_proxy",
+        f"{inst['id']}-{port}.localhost",
+        "/",
+        True,
+    )  # host-only: no other port gets it
     assert server_process.token not in cookie["value"]  # a pass for this port, not the console's token
     tab.close()
 
@@ -207,11 +227,13 @@ def test_bad_ports_are_refused_in_the_page_and_nothing_is_created(page: Page, se
     form = page.locator("#create-instance")
     ports = form.locator("input[name=ports]")
     form.locator("input[name=name]").fill("bad-ports")
-    for text, said in [("8888, abc", 'Ports: "abc" is not a TCP port (1 to 65535)'),
-                       ("8888 6006", 'Ports: "8888 6006" is not a TCP port'),
-                       ("70000", 'Ports: "70000" is not a TCP port'),
-                       ("8888,", 'Ports: "" is not a TCP port'),
-                       ("8888, 8888", "Ports: 8888 is listed twice")]:
+    for text, said in [
+        ("8888, abc", 'Ports: "abc" is not a TCP port (1 to 65535)'),
+        ("8888 6006", 'Ports: "8888 6006" is not a TCP port'),
+        ("70000", 'Ports: "70000" is not a TCP port'),
+        ("8888,", 'Ports: "" is not a TCP port'),
+        ("8888, 8888", "Ports: 8888 is listed twice"),
+    ]:
         ports.fill(text)
         form.locator("button[type=submit]").click()
         expect(page.locator("#flash")).to_contain_text(said)
@@ -227,6 +249,7 @@ def test_bad_ports_are_refused_in_the_page_and_nothing_is_created(page: Page, se
 
 
 # -- images (operators) -------------------------------------------------------------------------
+
 
 def test_operators_curate_images_and_members_only_read_them(page: Page, server_process: ServerProcess) -> None:
     sign_in(page, server_process.token)
@@ -266,6 +289,7 @@ def test_operators_curate_images_and_members_only_read_them(page: Page, server_p
 
 # -- a container-runtime server: the ssh command opens the instance ------------------------------
 
+
 @pytest.fixture
 def container_server(tmp_path: Path) -> Iterator[ServerProcess]:
     with container_server_process(tmp_path, "python") as srv:
@@ -273,8 +297,11 @@ def container_server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 @pytest.mark.containers
-def test_a_container_instance_shows_an_ssh_command_that_works(chromium, container_server: ServerProcess,  # type: ignore[no-untyped-def]
-                                                              tmp_path: Path) -> None:
+def test_a_container_instance_shows_an_ssh_command_that_works(
+    chromium,
+    container_server: ServerProcess,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     srv = container_server
     context = chromium.new_context(base_url=srv.url)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=srv.url)
@@ -311,13 +338,21 @@ def test_a_container_instance_shows_an_ssh_command_that_works(chromium, containe
         assert page.evaluate("navigator.clipboard.readText()") == shown
 
         # the command as shown, the key file filled in: plain OpenSSH lands in the container
-        argv = [str(priv) if a == "KEYFILE" else a for a in shlex.split(shown)] + SSH_OPTS + ["echo $(cat /etc/hostname) $(id -u)"]
-        done = wait_until(lambda: (r := subprocess.run(argv, capture_output=True, text=True, timeout=30)).returncode == 0 and r, 30)
+        argv = (
+            [str(priv) if a == "KEYFILE" else a for a in shlex.split(shown)] + SSH_OPTS + ["echo $(cat /etc/hostname) $(id -u)"]
+        )
+        done = wait_until(
+            lambda: (r := subprocess.run(argv, capture_output=True, text=True, timeout=30)).returncode == 0 and r, 30
+        )
         assert done.stdout.split() == [f"instance-{inst['id']}", "0"], done.stdout
 
         # its port through the proxy: a service started in the instance, opened from the console
-        started = srv.client().exec(inst["id"], "echo hello-from-the-container > /workspace/hello.txt; "
-                                    "cd /workspace && setsid python3 -m http.server 8888 > /dev/null 2>&1 < /dev/null &", 30)
+        started = srv.client().exec(
+            inst["id"],
+            "echo hello-from-the-container > /workspace/hello.txt; "
+            "cd /workspace && setsid python3 -m http.server 8888 > /dev/null 2>&1 < /dev/null &",
+            30,
+        )
         assert started["exit_code"] == 0, started
         auth = {"Authorization": f"Bearer {srv.token}"}
         base, host = via_loopback(inst["ports"]["8888"])

@@ -75,8 +75,10 @@ def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
 @pytest.fixture
 def keypair(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A fresh ed25519 key made by the real ssh-keygen: (private path, public text)."""
+
     def make(name: str) -> tuple[Path, str]:
         path = tmp_path / name
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True)
         return path, (tmp_path / f"{name}.pub").read_text()
+
     return make

@@ -32,8 +32,11 @@ def test_no_probe_from_tenant_a_reaches_anything_it_must_not(canary: str, csrv: 
     if breached:  # say what the networks looked like
         import subprocess
 
-        nets = subprocess.run(["podman", "network", "ls", "--format", "{{.Name}} {{.NetworkInterface}} {{range .Subnets}}{{.Subnet}}{{end}}"],
-                              capture_output=True, text=True).stdout
+        nets = subprocess.run(
+            ["podman", "network", "ls", "--format", "{{.Name}} {{.NetworkInterface}} {{range .Subnets}}{{.Subnet}}{{end}}"],
+            capture_output=True,
+            text=True,
+        ).stdout
         mine = exec_a("ip -4 -o addr show | grep -v ' lo '; ip route")
         fw = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
         breached.append(("firewall", fw))

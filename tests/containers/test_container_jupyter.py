@@ -47,15 +47,38 @@ def test_jupyterlab_runs_a_kernel_through_the_proxy(jupyter_image: None, proc: S
         cookies = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
     # the kernel's socket as JupyterLab's page opens it: the pass cookie, from the port's own origin
     sock = socket.create_connection(("127.0.0.1", proc.proxy_port))
-    with connect(url.replace("http://", "ws://") + f"api/kernels/{kernel.json()['id']}/channels", sock=sock,
-                 origin=url.rstrip("/"), additional_headers={"Cookie": cookies}, proxy=None) as ws:
-        ws.send(json.dumps({
-            "header": {"msg_id": uuid.uuid4().hex, "username": "t", "session": uuid.uuid4().hex,
-                       "msg_type": "execute_request", "version": "5.3", "date": ""},
-            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": "import os; print(6 * 7, os.getcwd())", "silent": False, "store_history": False,
-                        "user_expressions": {}, "allow_stdin": False},
-        }))
+    with connect(
+        url.replace("http://", "ws://") + f"api/kernels/{kernel.json()['id']}/channels",
+        sock=sock,
+        origin=url.rstrip("/"),
+        additional_headers={"Cookie": cookies},
+        proxy=None,
+    ) as ws:
+        ws.send(
+            json.dumps(
+                {
+                    "header": {
+                        "msg_id": uuid.uuid4().hex,
+                        "username": "t",
+                        "session": uuid.uuid4().hex,
+                        "msg_type": "execute_request",
+                        "version": "5.3",
+                        "date": "",
+                    },
+                    "parent_header": {},
+                    "metadata": {},
+                    "channel": "shell",
+                    "buffers": [],
+                    "content": {
+                        "code": "import os; print(6 * 7, os.getcwd())",
+                        "silent": False,
+                        "store_history": False,
+                        "user_expressions": {},
+                        "allow_stdin": False,
+                    },
+                }
+            )
+        )
         out = wait_until(lambda: (m := json.loads(ws.recv(timeout=30))).get("msg_type") == "stream" and m, 60, 0)
     assert out["content"]["text"] == "42 /workspace\n"
 

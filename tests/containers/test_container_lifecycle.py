@@ -21,8 +21,11 @@ def create(srv: Server, token: str | None = None, **body: object) -> dict:
 
 
 def run(srv: Server, inst: dict, command: str, token: str | None = None) -> tuple[int, str]:
-    r = srv.http.post(f"/v1/instances/{inst['id']}/exec", json={"command": command, "timeout_s": 30},
-                      headers={"Authorization": f"Bearer {token or srv.token}"})
+    r = srv.http.post(
+        f"/v1/instances/{inst['id']}/exec",
+        json={"command": command, "timeout_s": 30},
+        headers={"Authorization": f"Bearer {token or srv.token}"},
+    )
     assert r.status_code == 200, r.text
     return r.json()["exit_code"], r.json()["output"]
 
@@ -37,8 +40,11 @@ def containers_of(srv: Server) -> dict:
 def test_instance_runs_its_image_and_keeps_workspace_across_stop_start(csrv: Server) -> None:
     inst = create(csrv, image="python")
     assert inst["runtime"] == "container" and inst["image"] == "python" and inst["gpu_access"] == "virtual"
-    code, out = run(csrv, inst, "grep PRETTY_NAME /etc/os-release; python3 -c 'print(6*7)'; pwd; "
-                                "echo kept > /workspace/note; echo lost > /root/scratch")
+    code, out = run(
+        csrv,
+        inst,
+        "grep PRETTY_NAME /etc/os-release; python3 -c 'print(6*7)'; pwd; echo kept > /workspace/note; echo lost > /root/scratch",
+    )
     assert code == 0 and "bookworm" in out and "42" in out and "/workspace" in out, out
     csrv.post(f"/v1/instances/{inst['id']}/stop", expect=200)
     wait_state(csrv, "instance", inst["id"], ("stopped",))
@@ -58,8 +64,12 @@ def test_exec_exit_code_logs_and_limits(csrv: Server) -> None:
     inst = create(csrv, cpus=1.5, memory_gib=1)
     code, out = run(csrv, inst, "echo to-stdout; echo to-stderr >&2; exit 7")
     assert code == 7 and "to-stdout" in out and "to-stderr" in out
-    code, out = run(csrv, inst, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us "
-                                "/sys/fs/cgroup/cpu/cpu.cfs_period_us /sys/fs/cgroup/pids/pids.max; df -m /dev/shm")
+    code, out = run(
+        csrv,
+        inst,
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us "
+        "/sys/fs/cgroup/cpu/cpu.cfs_period_us /sys/fs/cgroup/pids/pids.max; df -m /dev/shm",
+    )
     lines = out.split()
     assert code == 0, out
     assert int(lines[0]) == 1 << 30, out  # --memory from the request
@@ -76,9 +86,17 @@ def test_disk_size_is_enforced(csrv: Server) -> None:
 
 
 def test_job_runs_in_the_container_and_exits_with_its_code(csrv: Server) -> None:
-    job = csrv.post("/v1/jobs", {"name": "c", "image": "tiny", "resources": {"accelerators": "H100:2"},
-                                 "run": "echo gpus=$CUDA_VISIBLE_DEVICES ws=$SUANLI_WORKDIR; test -e /etc/debian_version; exit 3",
-                                 "checkpoint_dir": "ckpt"}, expect=201).json()
+    job = csrv.post(
+        "/v1/jobs",
+        {
+            "name": "c",
+            "image": "tiny",
+            "resources": {"accelerators": "H100:2"},
+            "run": "echo gpus=$CUDA_VISIBLE_DEVICES ws=$SUANLI_WORKDIR; test -e /etc/debian_version; exit 3",
+            "checkpoint_dir": "ckpt",
+        },
+        expect=201,
+    ).json()
     done = wait_state(csrv, "job", job["id"], ("succeeded", "failed"), 60)
     assert done["state"] == "failed" and done["exit_code"] == 3 and done["runtime"] == "container"
     logs = csrv.get(f"/v1/jobs/{job['id']}/logs")["text"]
@@ -95,17 +113,28 @@ def test_spot_notice_reaches_the_workload_inside_its_container(images: list[str]
     try:
         workload = (
             'ckpt="$SUANLI_CHECKPOINT_DIR/step"; step=$(cat "$ckpt" 2>/dev/null || echo 0); echo "start from=$step"; '
-            "trap 'echo \"$step\" > \"$ckpt\"; echo \"usr1 deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE) at=$(date +%s)\"' USR1; "
+            'trap \'echo "$step" > "$ckpt"; echo "usr1 deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE) at=$(date +%s)"\' USR1; '
             "trap 'echo \"term at=$(date +%s)\"; exit 0' TERM; "
-            'while true; do step=$((step + 1)); sleep 0.1; done'
+            "while true; do step=$((step + 1)); sleep 0.1; done"
         )
-        spot = srv.post("/v1/jobs", {"name": "spot", "image": "tiny", "run": workload, "checkpoint_dir": "ckpt",
-                                     "resources": {"accelerators": "H100:4", "priority": "spot"}}, expect=201).json()
+        spot = srv.post(
+            "/v1/jobs",
+            {
+                "name": "spot",
+                "image": "tiny",
+                "run": workload,
+                "checkpoint_dir": "ckpt",
+                "resources": {"accelerators": "H100:4", "priority": "spot"},
+            },
+            expect=201,
+        ).json()
         logs = lambda: srv.get(f"/v1/jobs/{spot['id']}/logs")["text"]  # noqa: E731
         wait_until(lambda: "start from=0" in logs(), 60)
         time.sleep(0.5)
         noticed = time.time()
-        srv.post("/v1/jobs", {"name": "od", "image": "tiny", "resources": {"accelerators": "H100:4"}, "run": "sleep 1"}, expect=201)
+        srv.post(
+            "/v1/jobs", {"name": "od", "image": "tiny", "resources": {"accelerators": "H100:4"}, "run": "sleep 1"}, expect=201
+        )
         text = wait_until(lambda: (t := logs()).count("start from") >= 2 and t, 60)
         deadline = int(text.split("usr1 deadline=")[1].split()[0])
         assert int(noticed) <= deadline <= noticed + 2 + 2, text  # the promised notice, read inside the container
@@ -120,10 +149,15 @@ def test_spot_notice_reaches_the_workload_inside_its_container(images: list[str]
 def test_two_node_job_reaches_its_master_across_containers(csrv: Server) -> None:
     """The nodes of a job are containers of one tenant network: MASTER_ADDR:MASTER_PORT of
     rank 0 answers in rank 1."""
-    run_ = ('if [ "$NODE_RANK" = 0 ]; then echo ready | nc -l -p "$MASTER_PORT" > /dev/null; echo served; '
-            'else for i in $(seq 1 100); do nc "$MASTER_ADDR" "$MASTER_PORT" < /dev/null && break; sleep 0.1; done; echo reached=$?; fi')
-    job = csrv.post("/v1/jobs", {"name": "dist", "image": "tiny", "num_nodes": 2, "resources": {"accelerators": "H100:2"},
-                                 "run": run_}, expect=201).json()
+    run_ = (
+        'if [ "$NODE_RANK" = 0 ]; then echo ready | nc -l -p "$MASTER_PORT" > /dev/null; echo served; '
+        'else for i in $(seq 1 100); do nc "$MASTER_ADDR" "$MASTER_PORT" < /dev/null && break; sleep 0.1; done; echo reached=$?; fi'
+    )
+    job = csrv.post(
+        "/v1/jobs",
+        {"name": "dist", "image": "tiny", "num_nodes": 2, "resources": {"accelerators": "H100:2"}, "run": run_},
+        expect=201,
+    ).json()
     done = wait_state(csrv, "job", job["id"], ("succeeded", "failed"), 60)
     logs = csrv.get(f"/v1/jobs/{job['id']}/logs")["text"]
     assert done["state"] == "succeeded", (done, logs)
@@ -137,11 +171,16 @@ def test_a_job_fails_over_to_another_node_from_its_checkpoint(images: list[str],
     (tmp_path / "d").mkdir()
     srv = make_server(tmp_path / "d", inventory=inv)
     try:
-        run_ = ('ckpt="$SUANLI_CHECKPOINT_DIR/step"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
-                'echo "start from=$step on=$SUANLI_NODE_NAME"; '
-                'while true; do step=$((step + 1)); echo "$step" > "$ckpt"; sleep 0.1; done')
-        job = srv.post("/v1/jobs", {"name": "fo", "image": "tiny", "run": run_, "checkpoint_dir": "ckpt",
-                                    "resources": {"accelerators": "H100:2"}}, expect=201).json()
+        run_ = (
+            'ckpt="$SUANLI_CHECKPOINT_DIR/step"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
+            'echo "start from=$step on=$SUANLI_NODE_NAME"; '
+            'while true; do step=$((step + 1)); echo "$step" > "$ckpt"; sleep 0.1; done'
+        )
+        job = srv.post(
+            "/v1/jobs",
+            {"name": "fo", "image": "tiny", "run": run_, "checkpoint_dir": "ckpt", "resources": {"accelerators": "H100:2"}},
+            expect=201,
+        ).json()
         logs = lambda: srv.get(f"/v1/jobs/{job['id']}/logs")["text"]  # noqa: E731
         first = wait_until(lambda: "start from=0" in (t := logs()) and t, 60)
         node = first.split("on=")[1].split()[0]

@@ -19,7 +19,7 @@ from control_helpers import ServerProcess, cli_command, wait_until
 from suanli.client import SuanliClient
 
 #: A stdlib-only HTTP + WebSocket echo service, run inside the instance (no pip there).
-ECHO = r'''
+ECHO = r"""
 import base64, hashlib, socket, struct, threading
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 def frames(c):
@@ -52,7 +52,7 @@ def serve(c):
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 8888)); s.listen(16)
 while True:
     c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
-'''
+"""
 
 
 def via_loopback(url: str) -> tuple[str, dict[str, str]]:
@@ -65,13 +65,22 @@ def test_http_and_websocket_reach_the_instance_through_the_proxy(proc: ServerPro
     from websockets.sync.client import connect
 
     admin = proc.client()
-    r = subprocess.run(cli_command("instances", "create", "--gpu", "h100:1", "--port", "8888", "--wait", "--json"),
-                       capture_output=True, text=True, env=proc.cli_env(), timeout=120)
+    r = subprocess.run(
+        cli_command("instances", "create", "--gpu", "h100:1", "--port", "8888", "--wait", "--json"),
+        capture_output=True,
+        text=True,
+        env=proc.cli_env(),
+        timeout=120,
+    )
     inst = json.loads(r.stdout)
     url = inst["ports"]["8888"]
     assert url == f"http://{inst['id']}-8888.localhost:{proc.proxy_port}/"
-    start = admin.exec(inst["id"], f"cat > /workspace/echo.py <<'EOF'\n{ECHO}\nEOF\n"
-                                   "setsid python3 /workspace/echo.py > /workspace/echo.log 2>&1 < /dev/null &", 30)
+    start = admin.exec(
+        inst["id"],
+        f"cat > /workspace/echo.py <<'EOF'\n{ECHO}\nEOF\n"
+        "setsid python3 /workspace/echo.py > /workspace/echo.log 2>&1 < /dev/null &",
+        30,
+    )
     assert start["exit_code"] == 0, start
     base, host = via_loopback(url)
     auth = {"Authorization": f"Bearer {proc.token}"}

@@ -25,8 +25,9 @@ def suanli(srv: ServerProcess, *args: str, code: int | None = 0) -> subprocess.C
 def container_ids(data_dir: Path) -> dict[str, str]:
     engine = detect("podman")
     assert engine is not None
-    done = engine.cli("ps", "--filter", f"label=suanli.root={root_label((data_dir / 'workloads').resolve())}",
-                      "--format", "{{.Names}} {{.ID}}")
+    done = engine.cli(
+        "ps", "--filter", f"label=suanli.root={root_label((data_dir / 'workloads').resolve())}", "--format", "{{.Names}} {{.ID}}"
+    )
     return dict(line.split() for line in done.stdout.decode().splitlines() if line.strip())
 
 
@@ -36,15 +37,22 @@ def test_contract_ssh_and_adoption_after_kill_9(proc: ServerProcess, keypair) ->
     listed = json.loads(suanli(proc, "images", "list", "--json").stdout)
     default = [i["name"] for i in listed if i["default"]]
     assert default == ["python"], listed
-    inst = json.loads(suanli(proc, "instances", "create", "--gpu", "h100:1", "--disk", "2", "--port", "8888",
-                             "--wait", "--json").stdout)
+    inst = json.loads(
+        suanli(proc, "instances", "create", "--gpu", "h100:1", "--disk", "2", "--port", "8888", "--wait", "--json").stdout
+    )
     assert inst["state"] == "running" and inst["image"] == "python" and inst["runtime"] == "container", inst
     assert inst["ssh"].startswith("ssh -p ") and list(inst["ports"]) == ["8888"], inst
     assert inst["ports"]["8888"] == f"http://{inst['id']}-8888.localhost:{proc.proxy_port}/"  # an origin of its own
     shown = json.loads(suanli(proc, "instances", "show", str(inst["id"]), "--json").stdout)
     assert shown["ssh"] == inst["ssh"]
-    r = wait_until(lambda: (x := suanli(proc, "ssh", str(inst["id"]), "-i", str(key), "--", "echo", "ok;", "exit", "4",
-                                        code=None)).returncode != 255 and x, 20)
+    r = wait_until(
+        lambda: (
+            (x := suanli(proc, "ssh", str(inst["id"]), "-i", str(key), "--", "echo", "ok;", "exit", "4", code=None)).returncode
+            != 255
+            and x
+        ),
+        20,
+    )
     assert r.returncode == 4 and "ok" in r.stdout, (r.stdout, r.stderr)
 
     before = container_ids(proc.data_dir)

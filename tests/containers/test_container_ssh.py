@@ -11,8 +11,20 @@ from pathlib import Path
 from control_helpers import Server, wait_until
 from test_container_lifecycle import create
 
-OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
-        "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
+OPTS = [
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "ConnectTimeout=5",
+    "-o",
+    "LogLevel=ERROR",
+]
 
 
 def ssh(inst: dict, key: Path, command: str) -> subprocess.CompletedProcess[str]:
@@ -62,14 +74,22 @@ def test_scp_and_sftp_move_files_in_and_out(csrv: Server, keypair, tmp_path: Pat
     port = shlex.split(inst["ssh"])[2]
     local = tmp_path / "up.txt"
     local.write_text("payload\n")
-    up = subprocess.run(["scp", "-P", port, "-i", str(key), *OPTS, str(local), "root@127.0.0.1:/workspace/up.txt"],
-                        capture_output=True, text=True, timeout=30)
+    up = subprocess.run(
+        ["scp", "-P", port, "-i", str(key), *OPTS, str(local), "root@127.0.0.1:/workspace/up.txt"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert up.returncode == 0, up.stderr
     assert ssh(inst, key, "cat /workspace/up.txt").stdout == "payload\n"
     batch = tmp_path / "batch"
     batch.write_text(f"get /workspace/up.txt {tmp_path / 'down.txt'}\nput {local} /workspace/sftp.txt\n")
-    sftp = subprocess.run(["sftp", "-P", port, "-i", str(key), *OPTS, "-b", str(batch), "root@127.0.0.1"],
-                          capture_output=True, text=True, timeout=30)
+    sftp = subprocess.run(
+        ["sftp", "-P", port, "-i", str(key), *OPTS, "-b", str(batch), "root@127.0.0.1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert sftp.returncode == 0, sftp.stderr
     assert (tmp_path / "down.txt").read_text() == "payload\n"
     assert ssh(inst, key, "cat /workspace/sftp.txt").stdout == "payload\n"

@@ -134,7 +134,7 @@ class ServerProcess:
     def token(self) -> str:
         return (self.data_dir / "admin-token").read_text().strip()
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server.log", "ab")
         db = ["--db", self.db_url] if self.db_url else []
@@ -143,7 +143,11 @@ class ServerProcess:
         self.proxy_port = self.proxy_port or free_port()
         self.proc = _subprocess.Popen(
             cli_command("server", "--port", str(self.port), "--proxy-port", str(self.proxy_port), *where, *db, *self.args),
-            stdout=log, stderr=_subprocess.STDOUT, stdin=_subprocess.DEVNULL, cwd=self.cwd, env=env,
+            stdout=log,
+            stderr=_subprocess.STDOUT,
+            stdin=_subprocess.DEVNULL,
+            cwd=self.cwd,
+            env=env,
         )
         wait_until(self._healthy, 60, 0.2)
         return self

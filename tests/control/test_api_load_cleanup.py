@@ -34,8 +34,11 @@ def test_cleanup_kills_the_runs_tasks_and_spares_a_group_that_names_its_director
     (workloads / "instance-1").mkdir(parents=True)
     (run / "server.log").write_text("")
     # an instance as the local backend starts it: its own session, the marker in its environment
-    task = subprocess.Popen(["bash", "-c", "sleep 30 & wait"], start_new_session=True,
-                            env={**os.environ, "SUANLI_TASK_DIR": str(workloads / "instance-1")})
+    task = subprocess.Popen(
+        ["bash", "-c", "sleep 30 & wait"],
+        start_new_session=True,
+        env={**os.environ, "SUANLI_TASK_DIR": str(workloads / "instance-1")},
+    )
     # someone's shell job on the same box that tails the run's log next to other work
     other = subprocess.Popen(["bash", "-c", f"tail -f {run}/server.log & sleep 30; wait"], start_new_session=True)
     try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
+from control_helpers import Server, wait_state, wait_until
 from sqlalchemy import func, select
 
-from control_helpers import Server, wait_state, wait_until
 from suanli.control.launcher import job_volume
 from suanli.db.models import Allocation, Event, Gpu, Instance, Job
 
@@ -28,7 +28,11 @@ def test_health_docs_metrics_and_auth(server: Server) -> None:
     assert server.http.get("/v1/nothing").json()["error"]["code"] == "not_found"
     server.get("/v1/gpus")
     text = server.http.get("/metrics").text
-    assert "suanli_control_ticks" in text and "suanli_http_requests_total" in text and 'suanli_gpu_milli_total{model="H100",virtual="true"} 16000.0' in text
+    assert (
+        "suanli_control_ticks" in text
+        and "suanli_http_requests_total" in text
+        and 'suanli_gpu_milli_total{model="H100",virtual="true"} 16000.0' in text
+    )
 
 
 def test_admin_token_file_and_hash_only(server: Server) -> None:
@@ -51,7 +55,11 @@ def test_gpus_catalog_lists_demo_inventory_as_virtual(server: Server) -> None:
 
 
 def test_nodes_add_is_operator_only_and_all_or_nothing(server: Server) -> None:
-    inv = {"nodes": [{"name": "l40s-0", "gpu_model": "L40S", "gpu_count": 4, "gpu_memory_gib": 48, "cpu_cores": 64, "memory_gib": 512}]}
+    inv = {
+        "nodes": [
+            {"name": "l40s-0", "gpu_model": "L40S", "gpu_count": 4, "gpu_memory_gib": 48, "cpu_cores": 64, "memory_gib": 512}
+        ]
+    }
     member = server.post("/v1/users", {"name": "bob", "role": "member"}, expect=201).json()["token"]
     r = server.post("/v1/nodes", inv, token=member)
     assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
@@ -63,17 +71,23 @@ def test_nodes_add_is_operator_only_and_all_or_nothing(server: Server) -> None:
     r = server.post("/v1/nodes", dup, token=operator)
     assert r.status_code == 409 and r.json()["error"]["code"] == "exists"
     assert "new-0" not in {n["name"] for n in server.get("/v1/nodes")}
-    bad = server.post("/v1/nodes", {"nodes": [{"name": "x", "gpu_model": "H100", "gpu_count": -1, "cpu_cores": 1, "memory_gib": 1}]})
+    bad = server.post(
+        "/v1/nodes", {"nodes": [{"name": "x", "gpu_model": "H100", "gpu_count": -1, "cpu_cores": 1, "memory_gib": 1}]}
+    )
     assert bad.status_code == 422 and "nodes.0.gpu_count" in bad.json()["error"]["message"]
 
 
 def test_instance_lifecycle(server: Server) -> None:
-    inst = server.post("/v1/instances", {"gpu_model": "h100", "gpu_count": 2, "image": "python", "disk_gib": 20}, expect=201).json()
+    inst = server.post(
+        "/v1/instances", {"gpu_model": "h100", "gpu_count": 2, "image": "python", "disk_gib": 20}, expect=201
+    ).json()
     assert inst["state"] == "pending" and inst["gpu_model"] == "H100"
     inst = wait_state(server, "instance", inst["id"], ("running",))
     [alloc] = inst["allocations"]
     assert alloc["gpu_model"] == "H100" and len(alloc["gpu_indices"]) == 2
-    out = server.post(f"/v1/instances/{inst['id']}/exec", {"command": "echo $CUDA_VISIBLE_DEVICES > mark; cat mark"}, expect=200).json()
+    out = server.post(
+        f"/v1/instances/{inst['id']}/exec", {"command": "echo $CUDA_VISIBLE_DEVICES > mark; cat mark"}, expect=200
+    ).json()
     assert out == {"exit_code": 0, "output": ",".join(map(str, alloc["gpu_indices"])) + "\n"}
     assert server.post(f"/v1/instances/{inst['id']}/exec", {"command": "exit 7"}, expect=200).json()["exit_code"] == 7
     assert "ready on" in server.get(f"/v1/instances/{inst['id']}/logs")["text"]
@@ -112,7 +126,7 @@ def test_job_runs_with_injected_environment(server: Server) -> None:
         "resources": {"accelerators": "a100-80g:2"},
         "envs": {"GREETING": "hi"},
         "setup": "echo setting up",
-        "run": "echo $GREETING $CUDA_VISIBLE_DEVICES $WORLD_SIZE $RANK $LOCAL_RANK $NODE_RANK $NPROC_PER_NODE $MASTER_ADDR $SUANLI_JOB_ID $SUANLI_VIRTUAL_GPUS; test -n \"$MASTER_PORT\"",
+        "run": 'echo $GREETING $CUDA_VISIBLE_DEVICES $WORLD_SIZE $RANK $LOCAL_RANK $NODE_RANK $NPROC_PER_NODE $MASTER_ADDR $SUANLI_JOB_ID $SUANLI_VIRTUAL_GPUS; test -n "$MASTER_PORT"',
     }
     job = server.post("/v1/jobs", task, expect=201).json()
     assert job["state"] == "queued"
@@ -126,7 +140,11 @@ def test_job_runs_with_injected_environment(server: Server) -> None:
 
 
 def test_multi_node_job_gets_distinct_nodes_and_ranks(server: Server) -> None:
-    task = {"resources": {"accelerators": "H100:8"}, "num_nodes": 2, "run": "echo node=$NODE_RANK rank=$RANK world=$WORLD_SIZE nodes=$SUANLI_NUM_NODES"}
+    task = {
+        "resources": {"accelerators": "H100:8"},
+        "num_nodes": 2,
+        "run": "echo node=$NODE_RANK rank=$RANK world=$WORLD_SIZE nodes=$SUANLI_NUM_NODES",
+    }
     job = server.post("/v1/jobs", task, expect=201).json()
     job = wait_state(server, "job", job["id"], ("succeeded", "failed"))
     assert job["state"] == "succeeded"
@@ -231,7 +249,9 @@ def test_advisor_fit_says_what_this_platform_has_of_each_fitting_gpu(server: Ser
     assert here["H100"]["here"] == {"model": "H100", "total": 16, "free": 16, "virtual": True}
     assert here["H100"]["gpus"] == 2 and here["RTX4090"]["gpus"] == 8  # 141 GB of bf16 weights
     server.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 8}, expect=201)
-    wait_until(lambda: server.post("/v1/advise/fit", {"model": "llama-3.1-70b"}).json()[here["H100"]["rank"] - 1]["here"]["free"] == 8)
+    wait_until(
+        lambda: server.post("/v1/advise/fit", {"model": "llama-3.1-70b"}).json()[here["H100"]["rank"] - 1]["here"]["free"] == 8
+    )
     bad = server.post("/v1/advise/fit", {"params": "-3B"})
     assert bad.status_code == 422
 

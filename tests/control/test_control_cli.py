@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import typer
+from control_helpers import Server, wait_until
 from typer.testing import CliRunner
 
-from control_helpers import Server, wait_until
 from suanli.cli import controlplane
 from suanli.control.launcher import job_volume
 
@@ -29,7 +29,9 @@ def test_gpus_and_nodes_json(cli) -> None:  # type: ignore[no-untyped-def]
 
 def test_nodes_add_file(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     inv = tmp_path / "inv.yaml"
-    inv.write_text("nodes:\n  - {name: mi300x-0, gpu_model: MI300X, gpu_count: 8, gpu_memory_gib: 192, cpu_cores: 128, memory_gib: 2048}\n")
+    inv.write_text(
+        "nodes:\n  - {name: mi300x-0, gpu_model: MI300X, gpu_count: 8, gpu_memory_gib: 192, cpu_cores: 128, memory_gib: 2048}\n"
+    )
     added = json.loads(cli("nodes", "add", str(inv), "--json"))
     assert added[0]["name"] == "mi300x-0"
     out = cli("nodes", "add", str(inv), code=1)
@@ -56,7 +58,9 @@ def test_instances_commands(cli) -> None:  # type: ignore[no-untyped-def]
 
 def test_launch_jobs_list_logs_cancel(cli, server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     task = tmp_path / "task.yaml"
-    task.write_text("name: hello\nresources:\n  accelerators: h100:1\nworkdir: .\nrun: echo hello from rank $RANK > out.txt; cat out.txt\n")
+    task.write_text(
+        "name: hello\nresources:\n  accelerators: h100:1\nworkdir: .\nrun: echo hello from rank $RANK > out.txt; cat out.txt\n"
+    )
     job = json.loads(cli("launch", str(task), "--json"))
     assert {"id", "state"} <= set(job) and job["state"] == "queued"
     wait_until(lambda: json.loads(cli("jobs", "list", "--json"))[0]["state"] == "succeeded")

@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from control_helpers import start_server, wait_until
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from control_helpers import start_server, wait_until
 from suanli.control.capacity import snapshot
 from suanli.control.loop import ControlLoop
 from suanli.control.scheduling import Waiting, claim, to_request
@@ -97,7 +97,10 @@ def test_stale_snapshots_cannot_double_allocate(which: str, tmp_path: Path, requ
     db = srv.ctx.db
     try:
         with db.transaction() as s:
-            rows = [Instance(tenant_id=1, user_id=1, gpu_models=["H100"], gpu_count=1, cpu_milli=1000, memory_mib=1024) for _ in range(8)]
+            rows = [
+                Instance(tenant_id=1, user_id=1, gpu_models=["H100"], gpu_count=1, cpu_milli=1000, memory_mib=1024)
+                for _ in range(8)
+            ]
             s.add_all(rows)
             s.flush()
             waiting = [Waiting("instance", r.id, to_request(r), 1, r.created_at) for r in rows]

@@ -10,8 +10,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, update
 from sqlalchemy.exc import IntegrityError
 
-from suanli.db.models import Base, Gpu, Node, Tenant
 from suanli.db.migrate import alembic_config
+from suanli.db.models import Base, Gpu, Node, Tenant
 from suanli.db.session import Database
 
 

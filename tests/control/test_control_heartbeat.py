@@ -30,8 +30,12 @@ MEMBER = Principal(user_id=3, tenant_id=1, name="renter", role="member")
 def db(db_url: str) -> Database:
     d = Database(db_url)
     d.migrate()
-    nodes.register(d, None, Inventory(nodes=[NodeDecl(name=n, gpu_model="H100", gpu_count=2, cpu_cores=8, memory_gib=32)
-                                             for n in ("a", "b", "c")]), lambda: [])
+    nodes.register(
+        d,
+        None,
+        Inventory(nodes=[NodeDecl(name=n, gpu_model="H100", gpu_count=2, cpu_cores=8, memory_gib=32) for n in ("a", "b", "c")]),
+        lambda: [],
+    )
     return d
 
 
@@ -91,8 +95,13 @@ CHECKPOINTING = (
 
 def agent(srv: ServerProcess, node: str) -> subprocess.Popen:
     log = open(srv.data_dir / f"agent-{node}.log", "ab")
-    return subprocess.Popen(cli_command("nodes", "heartbeat", node, "--interval", "0.3"), env=srv.cli_env(),
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        cli_command("nodes", "heartbeat", node, "--interval", "0.3"),
+        env=srv.cli_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_a_node_whose_agent_dies_fails_its_job_over_from_the_checkpoint(tmp_path: Path) -> None:
@@ -105,14 +114,16 @@ def test_a_node_whose_agent_dies_fails_its_job_over_from_the_checkpoint(tmp_path
                 c.set_node_state(n["name"], "cordoned")
         agents = {n: agent(srv, n) for n in ("h100-0", "h100-1")}
         wait_until(lambda: all(n["heartbeat_at"] for n in c.nodes() if n["name"] in agents), 20)
-        job = c.launch({"name": "fo", "resources": {"accelerators": "H100:2"}, "run": CHECKPOINTING, "checkpoint_dir": "ckpt"})["id"]
+        job = c.launch({"name": "fo", "resources": {"accelerators": "H100:2"}, "run": CHECKPOINTING, "checkpoint_dir": "ckpt"})[
+            "id"
+        ]
         log = srv.data_dir / "checkpoints" / f"job-{job}" / "ckpt" / "log"
 
         def starts() -> list[str]:
             return [x for x in log.read_text().splitlines() if x.startswith("start")] if log.exists() else []
 
         first = wait_until(starts, 30)[0]
-        lost, spare = (("h100-0", "h100-1") if "node=h100-0" in first else ("h100-1", "h100-0"))
+        lost, spare = ("h100-0", "h100-1") if "node=h100-0" in first else ("h100-1", "h100-0")
         wait_until(lambda: (log.parent / "step").exists() and int((log.parent / "step").read_text()) >= 3, 20)
         agents[lost].send_signal(signal.SIGKILL)  # the node falls silent
         killed_at = time.time()
@@ -126,8 +137,10 @@ def test_a_node_whose_agent_dies_fails_its_job_over_from_the_checkpoint(tmp_path
         assert states[:5] == ["queued", "running", "requeued", "queued", "running"], states
         down_at = datetime.fromisoformat(down["ts"]).timestamp()
         running_again = float(resumed.split("at=")[1])
-        print(f"heartbeat failover: silent->down {down_at - killed_at:.2f}s (timeout 2s), "
-              f"down->running elsewhere {running_again - down_at:.2f}s")
+        print(
+            f"heartbeat failover: silent->down {down_at - killed_at:.2f}s (timeout 2s), "
+            f"down->running elsewhere {running_again - down_at:.2f}s"
+        )
         assert c.job(job)["state"] == "running"
         agents[lost] = agent(srv, lost)  # the node comes back
         wait_until(lambda: next(n for n in c.nodes() if n["name"] == lost)["state"] == "ready", 20)

@@ -37,8 +37,7 @@ def test_a_process_runtime_task_does_not_inherit_the_server_environment(tmp_path
 
     monkeypatch.setenv("SUANLI_DB_PASSWORD", "canary-secret")
     backend = LocalBackend(tmp_path / "w", "process")
-    spec = TaskSpec(key="job-1-0", kind="job", workload_id=1, node="n", node_rank=0,
-                    run="env > env.txt", env={"MINE": "yes"})
+    spec = TaskSpec(key="job-1-0", kind="job", workload_id=1, node="n", node_rank=0, run="env > env.txt", env={"MINE": "yes"})
     h = backend.submit(spec)
     deadline = time.monotonic() + 10
     while backend.status(h).state == TaskState.RUNNING and time.monotonic() < deadline:

@@ -11,9 +11,9 @@ import signal
 import time
 from pathlib import Path
 
+from control_helpers import ServerProcess, free_port, start_server, wait_until
 from sqlalchemy import select
 
-from control_helpers import ServerProcess, free_port, start_server, wait_until
 from suanli.backends.base import TaskSpec
 from suanli.backends.local.process import kill_leftovers
 from suanli.control.capacity import snapshot, take
@@ -45,7 +45,9 @@ def test_kill9_and_restart_adopts_or_fails_never_twice(db_url: str, tmp_path: Pa
     c = srv.client()
     try:
         # job 1 records each start, then waits for a go file: it must start exactly once
-        run1 = f'echo "start $SUANLI_JOB_ID $RANK" >> {marks}/starts; while [ ! -f {marks}/go ]; do sleep 0.1; done; echo finished'
+        run1 = (
+            f'echo "start $SUANLI_JOB_ID $RANK" >> {marks}/starts; while [ ! -f {marks}/go ]; do sleep 0.1; done; echo finished'
+        )
         j1 = c.launch({"resources": {"accelerators": "H100:2"}, "run": run1})
         j2 = c.launch({"resources": {"accelerators": "A100-80G:1"}, "run": "sleep 300"})
         inst = c.create_instance(gpu_model="RTX4090", gpu_count=1)
@@ -111,9 +113,13 @@ def test_in_flight_launches_are_adopted_or_failed(db_url: str, tmp_path: Path) -
         started = _claim_for_dead_server(srv, {"resources": {"accelerators": "H100:1"}, "run": "sleep 300"})
         backend = srv.ctx.backends["local"]
         # the dead server got as far as starting this one before it died
-        backend.submit(TaskSpec(key=task_key("job", started), kind="job", workload_id=started, node="h100-0", node_rank=0, run="sleep 300"))
+        backend.submit(
+            TaskSpec(key=task_key("job", started), kind="job", workload_id=started, node="h100-0", node_rank=0, run="sleep 300")
+        )
         # and a task from nowhere: no row owns it
-        stray = backend.submit(TaskSpec(key="job-999-0", kind="job", workload_id=999, node="h100-0", node_rank=0, run="sleep 300"))
+        stray = backend.submit(
+            TaskSpec(key="job-999-0", kind="job", workload_id=999, node="h100-0", node_rank=0, run="sleep 300")
+        )
         srv.ctx.loop.recover()
         assert srv.get(f"/v1/jobs/{lost}")["state"] == "failed"
         assert "not started again" in srv.get(f"/v1/jobs/{lost}")["reason"]

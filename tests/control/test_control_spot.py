@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from control_helpers import Server, wait_until
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from control_helpers import Server, wait_until
 from suanli.db.models import Allocation, Event, Instance, Job
 
 runner = CliRunner()
@@ -31,7 +31,10 @@ def test_bad_bids_are_refused_naming_the_field_and_change_nothing(server: Server
         ({**spot, "max_price": "-1.20"}, "max_price: must not be negative"),
         ({**spot, "max_price": "0"}, "max_price: must be above zero"),
         ({**spot, "max_price": True}, "max_price: expected decimal text"),
-        ({**spot, "priority": "on-demand", "max_price": "1.20"}, "max_price: a max_price is a spot bid: only valid with priority spot"),
+        (
+            {**spot, "priority": "on-demand", "max_price": "1.20"},
+            "max_price: a max_price is a spot bid: only valid with priority spot",
+        ),
         ({"gpu_model": "H100", "max_price": "1.20"}, "only valid with priority spot (this request is on-demand)"),
     ]:
         r = server.post("/v1/instances", body)
@@ -42,9 +45,13 @@ def test_bad_bids_are_refused_naming_the_field_and_change_nothing(server: Server
     for bid, needle in [("x", "resources.max_price: not a decimal amount"), ("-3", "resources.max_price: must not be negative")]:
         r = server.post("/v1/jobs", {**task, "resources": {**task["resources"], "max_price": bid}})
         assert r.status_code == 422 and needle in r.json()["error"]["message"], r.text
-    r = server.post("/v1/jobs", {"run": "true", "resources": {"accelerators": "H100:1", "priority": "reserved", "max_price": "2"}})
+    r = server.post(
+        "/v1/jobs", {"run": "true", "resources": {"accelerators": "H100:1", "priority": "reserved", "max_price": "2"}}
+    )
     assert r.status_code == 422 and "resources.max_price: a max_price is a spot bid" in r.json()["error"]["message"]
-    assert "max_price: must not be negative" in cli("instances", "create", "--gpu", "h100:1", "--priority", "spot", "--max-price=-1", code=1)
+    assert "max_price: must not be negative" in cli(
+        "instances", "create", "--gpu", "h100:1", "--priority", "spot", "--max-price=-1", code=1
+    )
     assert "only valid with priority spot" in cli("instances", "create", "--gpu", "h100:1", "--max-price", "1.20", code=1)
     bad = tmp_path / "bad.yaml"
     bad.write_text("resources: {accelerators: H100:1, max_price: 1.20}\nrun: x\n")
@@ -57,8 +64,9 @@ def test_bad_bids_are_refused_naming_the_field_and_change_nothing(server: Server
 
 
 def test_bids_are_stored_shown_and_explain_a_wait(server: Server, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    inst = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 1, "priority": "spot", "max_price": "50"},
-                       expect=201).json()
+    inst = server.post(
+        "/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 1, "priority": "spot", "max_price": "50"}, expect=201
+    ).json()
     assert inst["max_price"] == "50.00" and inst["priority"] == "spot"
     with server.ctx.db.sessions() as s:
         assert s.get(Instance, inst["id"]).max_price_micros == 50_000_000
@@ -88,8 +96,11 @@ def test_quotes_use_the_task_s_bid(server: Server, cli, tmp_path: Path) -> None:
     (line,) = dry["quotes"]
     assert line["plan"] == "spot" and line["per_hour"] <= 2 * 400_000 and "max_price ¥0.40" in line["note"]
     assert server.get("/v1/jobs") == []  # quoted, nothing submitted
-    same = server.post("/v1/billing/quote", {"task": {"run": "x", "resources": {"accelerators": "RTX4090:2", "priority": "spot",
-                                                                                "max_price": "0.40"}}}, expect=200).json()
+    same = server.post(
+        "/v1/billing/quote",
+        {"task": {"run": "x", "resources": {"accelerators": "RTX4090:2", "priority": "spot", "max_price": "0.40"}}},
+        expect=200,
+    ).json()
     assert same["quotes"] == dry["quotes"]
     other = json.loads(cli("quote", str(task), "--max-price", "0.30", "--json"))  # the command line's bid wins
     assert other["quotes"][0]["per_hour"] == 2 * 300_000 and "max_price ¥0.30" in other["quotes"][0]["note"]

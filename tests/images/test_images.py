@@ -63,8 +63,23 @@ def test_server_start_offers_the_builtin_images(server, cli) -> None:  # type: i
 
 
 def test_operator_adds_switches_default_and_removes(server, cli) -> None:  # type: ignore[no-untyped-def]
-    out = cli("images", "add", "cuda-12.4", "--ref", "localhost/lab/cuda:12.4", "--description", "CUDA 12.4 devel",
-              "--python", "3.11", "--cuda", "12.4", "--sshd", "--jupyterlab", "--default", "--json")
+    out = cli(
+        "images",
+        "add",
+        "cuda-12.4",
+        "--ref",
+        "localhost/lab/cuda:12.4",
+        "--description",
+        "CUDA 12.4 devel",
+        "--python",
+        "3.11",
+        "--cuda",
+        "12.4",
+        "--sshd",
+        "--jupyterlab",
+        "--default",
+        "--json",
+    )
     added = json.loads(out)
     assert added["default"] is True and added["present"] in (False, None)
     assert added["contents"] == {"python": "3.11", "cuda": "12.4", "jupyterlab": True, "sshd": True}
@@ -84,9 +99,13 @@ def test_operator_adds_switches_default_and_removes(server, cli) -> None:  # typ
     assert "exists" in cli("images", "add", "cuda-12.4", "--ref", "x/y:1", code=1)
     r = server.post("/v1/images", {"name": "cuda-12.4", "ref": "x/y:1"})
     assert r.status_code == 409 and r.json()["error"]["code"] == "exists"
-    for bad in ({"name": "Ubuntu", "ref": "x/y:1"}, {"name": "-x", "ref": "x/y:1"},
-                {"name": "ok", "ref": "x/y:1", "contents": {"rust": "1.80"}},
-                {"name": "ok", "ref": "has space"}, {"name": "ok", "ref": ""}):
+    for bad in (
+        {"name": "Ubuntu", "ref": "x/y:1"},
+        {"name": "-x", "ref": "x/y:1"},
+        {"name": "ok", "ref": "x/y:1", "contents": {"rust": "1.80"}},
+        {"name": "ok", "ref": "has space"},
+        {"name": "ok", "ref": ""},
+    ):
         r = server.post("/v1/images", bad)
         assert r.status_code == 422, (bad, r.text)
     assert len(_images(server)) == len(rows)
@@ -229,9 +248,11 @@ def test_python_image_when_present() -> None:
     ref = imagebuild.RECIPES["python"].ref
     if not imagebuild.image_exists(ref, PODMAN):
         pytest.skip(f"{ref} is not built here (scripts/images builds it)")
-    script = ("python3 --version; python3 -m venv /tmp/v && /tmp/v/bin/python -c 'print(42)'; "
-              "ls /etc/ssh/ssh_host_* 2>/dev/null | wc -l; ssh-keygen -A >/dev/null && /usr/sbin/sshd -t && echo sshd-ok; "
-              "test -x /usr/lib/openssh/sftp-server && echo sftp-ok; pwd")
+    script = (
+        "python3 --version; python3 -m venv /tmp/v && /tmp/v/bin/python -c 'print(42)'; "
+        "ls /etc/ssh/ssh_host_* 2>/dev/null | wc -l; ssh-keygen -A >/dev/null && /usr/sbin/sshd -t && echo sshd-ok; "
+        "test -x /usr/lib/openssh/sftp-server && echo sftp-ok; pwd"
+    )
     out = _podman_run(ref, "bash", "-c", script)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("\n")

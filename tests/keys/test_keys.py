@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from control_helpers import Server
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from control_helpers import Server
 from suanli.backends.base import Handle, SupportsSsh, TaskStatus
-from suanli.client import ApiError
 from suanli.cli.ssh import known_hosts_file, run, ssh_argv
+from suanli.client import ApiError
 from suanli.control import keys
 from suanli.control.auth import Principal
 from suanli.control.errors import Conflict, Invalid, NotFound
@@ -29,8 +29,11 @@ pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="need
 def keygen(tmp_path: Path, name: str, *args: str, comment: str = "") -> Path:
     """A real key pair from ssh-keygen; returns the private key's path (the public one is +.pub)."""
     path = tmp_path / name
-    subprocess.run(["ssh-keygen", "-q", "-N", "", "-C", comment or f"{name}@test", "-f", str(path), *(args or ("-t", "ed25519"))],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-N", "", "-C", comment or f"{name}@test", "-f", str(path), *(args or ("-t", "ed25519"))],
+        check=True,
+        capture_output=True,
+    )
     return path
 
 
@@ -63,14 +66,28 @@ def principal(srv: Server, user_id: int) -> Principal:
         return Principal(u.id, u.tenant_id, u.name, u.role)
 
 
-def place_instance(srv: Server, user_id: int, state: str = "running", backend: str = "local",
-                   runtime: str = "container", data: dict | None = None) -> int:
+def place_instance(
+    srv: Server,
+    user_id: int,
+    state: str = "running",
+    backend: str = "local",
+    runtime: str = "container",
+    data: dict | None = None,
+) -> int:
     """An instance row as the launcher leaves it (no loop runs in this suite to move it)."""
     with srv.ctx.db.transaction() as s:
         u = s.get(User, user_id)
-        row = Instance(tenant_id=u.tenant_id, user_id=u.id, name="t", state=state, desired="running", image="suanli-tiny",
-                       gpu_count=1, runtime=runtime,
-                       handles=[Handle(backend, "instance-x", data or {"runtime": runtime}).to_json()] if state == "running" else None)
+        row = Instance(
+            tenant_id=u.tenant_id,
+            user_id=u.id,
+            name="t",
+            state=state,
+            desired="running",
+            image="suanli-tiny",
+            gpu_count=1,
+            runtime=runtime,
+            handles=[Handle(backend, "instance-x", data or {"runtime": runtime}).to_json()] if state == "running" else None,
+        )
         s.add(row)
         s.flush()
         return row.id
@@ -135,8 +152,11 @@ def test_api_add_list_remove(server: Server, tmp_path: Path) -> None:
 def test_private_key_refused_and_nothing_stored(server: Server, tmp_path: Path) -> None:
     openssh = keygen(tmp_path, "id_ed25519").read_text()
     pem = keygen(tmp_path, "id_rsa_pem", "-t", "rsa", "-b", "2048", "-m", "PEM").read_text()
-    pkcs8 = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    pkcs8 = (
+        ec.generate_private_key(ec.SECP256R1())
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        .decode()
+    )
     for text in (openssh, pem, pkcs8, "ssh-ed25519 AAAA x\n" + openssh):
         code, err = call(server, "POST", "/v1/keys", json={"public_key": text})
         assert code == 422, err
@@ -182,8 +202,9 @@ def test_other_users_keys_invisible_and_not_removable(server: Server, tmp_path: 
     bob = user(server, "bob")  # same tenant as the admin
     carol = user(server, "carol", tenant="acme")  # another tenant
     admin_key = call(server, "POST", "/v1/keys", json={"public_key": keygen(tmp_path, "a").with_name("a.pub").read_text()})[1]
-    bob_key = call(server, "POST", "/v1/keys", token=bob["token"],
-                   json={"public_key": keygen(tmp_path, "b").with_name("b.pub").read_text()})[1]
+    bob_key = call(
+        server, "POST", "/v1/keys", token=bob["token"], json={"public_key": keygen(tmp_path, "b").with_name("b.pub").read_text()}
+    )[1]
     assert [k["id"] for k in call(server, "GET", "/v1/keys", token=bob["token"])[1]] == [bob_key["id"]]
     assert call(server, "GET", "/v1/keys", token=carol["token"])[1] == []
     assert [k["id"] for k in call(server, "GET", "/v1/keys")[1]] == [admin_key["id"]]  # admin too: own keys only
@@ -202,7 +223,9 @@ def test_authorized_keys_holds_exactly_the_users_keys(server: Server, tmp_path: 
     mine = [keygen(tmp_path, f"m{i}", comment=f"me {i}\tx").with_name(f"m{i}.pub").read_text() for i in range(2)]
     for text in mine:
         call(server, "POST", "/v1/keys", json={"public_key": "  " + text.replace(" ", "  ", 1) + "\r\n"})
-    call(server, "POST", "/v1/keys", token=bob["token"], json={"public_key": keygen(tmp_path, "b").with_name("b.pub").read_text()})
+    call(
+        server, "POST", "/v1/keys", token=bob["token"], json={"public_key": keygen(tmp_path, "b").with_name("b.pub").read_text()}
+    )
     me = server.get("/v1/me")["id"]
     with server.ctx.db.sessions() as s:
         text = keys.authorized_keys(s, me)
@@ -258,8 +281,16 @@ def test_push_keys_reaches_the_users_running_instances_only(server: Server, tmp_
         for iid, key in ((mine, "mine"), (theirs, "theirs")):
             row = s.get(Instance, iid)
             row.handles = [Handle("containers", key, {}).to_json()]
-        s.add(Instance(tenant_id=1, user_id=me, state="running", desired="running", gpu_count=1,
-                       handles=[Handle("containers", "broken", {}).to_json()]))
+        s.add(
+            Instance(
+                tenant_id=1,
+                user_id=me,
+                state="running",
+                desired="running",
+                gpu_count=1,
+                handles=[Handle("containers", "broken", {}).to_json()],
+            )
+        )
 
     a = call(server, "POST", "/v1/keys", json={"public_key": keygen(tmp_path, "a").with_name("a.pub").read_text()})[1]
     assert list(stand_in.pushed) == ["mine"] and stand_in.pushed["mine"][-1].startswith("ssh-ed25519 ")
@@ -270,7 +301,9 @@ def test_push_keys_reaches_the_users_running_instances_only(server: Server, tmp_
     with server.ctx.db.sessions() as s:
         assert last == keys.authorized_keys(s, me) and b["public_key"] in last and a["public_key"] not in last
     assert "theirs" not in stand_in.pushed  # bob's instance never gets the admin's keys
-    call(server, "POST", "/v1/keys", token=bob["token"], json={"public_key": keygen(tmp_path, "c").with_name("c.pub").read_text()})
+    call(
+        server, "POST", "/v1/keys", token=bob["token"], json={"public_key": keygen(tmp_path, "c").with_name("c.pub").read_text()}
+    )
     assert len(stand_in.pushed["theirs"]) == 1 and len(stand_in.pushed["mine"]) == 3
     assert keys.push_keys(server.ctx.db, server.ctx.backends, me) == 1  # the broken one logged, not raised
 
@@ -295,11 +328,35 @@ def test_service_layer_hook_and_errors(server: Server, tmp_path: Path) -> None:
 # -- suanli ssh ------------------------------------------------------------------------
 def test_ssh_argv() -> None:
     argv = ssh_argv("ssh -p 40124 root@127.0.0.1", "/k/id", "/c/kh", ["nvidia-smi", "-L"], host_alias="suanli-instance-7")
-    assert argv == ["ssh", "-i", "/k/id", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=accept-new",
-                    "-o", "UserKnownHostsFile=/c/kh", "-o", "HostKeyAlias=suanli-instance-7",
-                    "-p", "40124", "root@127.0.0.1", "--", "nvidia-smi", "-L"]
+    assert argv == [
+        "ssh",
+        "-i",
+        "/k/id",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "StrictHostKeyChecking=accept-new",
+        "-o",
+        "UserKnownHostsFile=/c/kh",
+        "-o",
+        "HostKeyAlias=suanli-instance-7",
+        "-p",
+        "40124",
+        "root@127.0.0.1",
+        "--",
+        "nvidia-smi",
+        "-L",
+    ]
     assert ssh_argv("ssh -p 2222 'inst-7@127.0.0.1'", None, "/c/kh", []) == [
-        "ssh", "-o", "StrictHostKeyChecking=accept-new", "-o", "UserKnownHostsFile=/c/kh", "-p", "2222", "inst-7@127.0.0.1"]
+        "ssh",
+        "-o",
+        "StrictHostKeyChecking=accept-new",
+        "-o",
+        "UserKnownHostsFile=/c/kh",
+        "-p",
+        "2222",
+        "inst-7@127.0.0.1",
+    ]
     with pytest.raises(ValueError):
         ssh_argv("rm -rf /", None, "/c/kh", [])
 
@@ -309,7 +366,9 @@ def test_ssh_argv_as_openssh_reads_it(tmp_path: Path) -> None:
     """``ssh -G`` prints the configuration ssh would use: the real client reads our argv as meant."""
     (tmp_path / "id").write_text("")  # ssh -G lists only identity files that exist
     argv = ssh_argv("ssh -p 40124 root@127.0.0.1", str(tmp_path / "id"), tmp_path / "kh", ["ls"], host_alias="suanli-instance-7")
-    out = subprocess.run([argv[0], "-G", *argv[1:]], capture_output=True, text=True, check=True, env={"HOME": str(tmp_path)}).stdout
+    out = subprocess.run(
+        [argv[0], "-G", *argv[1:]], capture_output=True, text=True, check=True, env={"HOME": str(tmp_path)}
+    ).stdout
     conf: dict[str, list[str]] = {}
     for line in out.splitlines():
         k, _, v = line.partition(" ")
@@ -350,7 +409,8 @@ def test_ssh_refuses_an_instance_without_sshd(cli, server: Server) -> None:  # t
 
 
 def test_ssh_runs_openssh_with_the_instance_line_and_exits_with_its_code(
-        cli, server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    cli, server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     """The whole command, up to the ssh program: a stand-in ``ssh`` first on PATH records its
     argv and exits 7, as ssh does with the remote command's code (real ssh: the lead's e2e test)."""
     from suanli.db.models import Image
@@ -364,7 +424,9 @@ def test_ssh_runs_openssh_with_the_instance_line_and_exits_with_its_code(
     assert server.client().instance(iid)["ssh"] == "ssh -p 40124 root@127.0.0.1"
     bin_dir, record = tmp_path / "bin", tmp_path / "argv.json"
     bin_dir.mkdir()
-    (bin_dir / "ssh").write_text(f"#!/bin/sh\npython3 -c 'import json,sys; json.dump(sys.argv[1:], open(\"{record}\", \"w\"))' \"$@\"\nexit 7\n")
+    (bin_dir / "ssh").write_text(
+        f'#!/bin/sh\npython3 -c \'import json,sys; json.dump(sys.argv[1:], open("{record}", "w"))\' "$@"\nexit 7\n'
+    )
     (bin_dir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
 
@@ -375,6 +437,21 @@ def test_ssh_runs_openssh_with_the_instance_line_and_exits_with_its_code(
     cli("ssh", str(iid), "-i", str(priv), "--", "exit", "7", code=7)
     argv = json.loads(record.read_text())
     kh = tmp_path / "known_hosts" / "testserver"  # SUANLI_CONFIG is tmp_path/config.json (cli fixture)
-    assert argv == ["-i", str(priv), "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=accept-new",
-                    "-o", f"UserKnownHostsFile={kh}", "-o", f"HostKeyAlias=suanli-instance-{iid}",
-                    "-p", "40124", "root@127.0.0.1", "--", "exit", "7"]
+    assert argv == [
+        "-i",
+        str(priv),
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "StrictHostKeyChecking=accept-new",
+        "-o",
+        f"UserKnownHostsFile={kh}",
+        "-o",
+        f"HostKeyAlias=suanli-instance-{iid}",
+        "-p",
+        "40124",
+        "root@127.0.0.1",
+        "--",
+        "exit",
+        "7",
+    ]

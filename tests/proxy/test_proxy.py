@@ -68,12 +68,12 @@ def run_async(coro) -> None:  # type: ignore[no-untyped-def]
 
 # -- real servers in threads ----------------------------------------------------------------
 
+
 class Uvicorn:
     """An ASGI app under uvicorn on an ephemeral loopback port, in a thread."""
 
     def __init__(self, app: Any) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="off"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 20
@@ -96,10 +96,17 @@ def service_app(seen: dict[str, Any]) -> Starlette:
 
     async def echo(request: Request) -> Response:
         body = await request.body()
-        return JSONResponse({"method": request.method, "path": request.scope["raw_path"].decode(),
-                             "query": request.scope["query_string"].decode(), "headers": dict(request.headers),
-                             "length": len(body), "sha256": hashlib.sha256(body).hexdigest()},
-                            headers={"x-service": "yes"})
+        return JSONResponse(
+            {
+                "method": request.method,
+                "path": request.scope["raw_path"].decode(),
+                "query": request.scope["query_string"].decode(),
+                "headers": dict(request.headers),
+                "length": len(body),
+                "sha256": hashlib.sha256(body).hexdigest(),
+            },
+            headers={"x-service": "yes"},
+        )
 
     async def redirect(request: Request) -> Response:
         resp = RedirectResponse("/elsewhere", status_code=302)
@@ -120,7 +127,8 @@ def service_app(seen: dict[str, Any]) -> Starlette:
     async def big(request: Request) -> Response:
         async def chunks() -> Any:
             for i in range(0, len(BIG), 65536):
-                yield BIG[i:i + 65536]
+                yield BIG[i : i + 65536]
+
         return StreamingResponse(chunks(), media_type="application/octet-stream")
 
     async def ws(websocket: WebSocket) -> None:
@@ -142,11 +150,16 @@ def service_app(seen: dict[str, Any]) -> Starlette:
             else:
                 await websocket.send_bytes(b"echo:" + msg["bytes"])
 
-    return Starlette(routes=[
-        Route("/redirect", redirect), Route("/own-address", own_address), Route("/toss", toss), Route("/big", big),
-        WebSocketRoute("/ws", ws),
-        Route("/{path:path}", echo, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/redirect", redirect),
+            Route("/own-address", own_address),
+            Route("/toss", toss),
+            Route("/big", big),
+            WebSocketRoute("/ws", ws),
+            Route("/{path:path}", echo, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]),
+        ]
+    )
 
 
 def free_port() -> int:
@@ -248,6 +261,7 @@ def open_link(env: Env, instance: int | None = None, port: int = 8888, rest: str
 
 # -- each port on its own host (browsers) ---------------------------------------------------------
 
+
 def test_a_port_host_passes_the_path_unchanged(env: Env) -> None:
     r = httpx.get(env.base + "/tree/a%2Fb?x=1&token=jupyters-own", headers=env.at(**env.auth(), Cookie="_xsrf=abc"))
     assert r.status_code == 200, r.text
@@ -272,6 +286,7 @@ def test_a_port_host_passes_the_path_unchanged(env: Env) -> None:
     def chunked() -> Iterator[bytes]:  # no Content-Length: streamed as chunked
         yield b"part1-"
         yield b"part2"
+
     r = httpx.put(env.base + "/upload", headers=env.at(**env.auth()), content=chunked())
     assert (r.json()["method"], r.json()["length"]) == ("PUT", 11)
 
@@ -342,8 +357,12 @@ def test_the_hole_is_closed_a_pass_opens_its_own_port_only(env: Env) -> None:
     expired = make_pass(secret, token_id, env.instance, 8888, int(time.time()) - 1)
     foreign = make_pass(os.urandom(32), token_id, env.instance, 8888, int(time.time()) + 60)
     for bad in (tampered, expired, foreign, env.token):
-        assert httpx.get(env.base + "/x", headers=env.at(env.other if bad is tampered else None,
-                                                          Cookie=f"{COOKIE}={bad}")).status_code == 401, bad
+        assert (
+            httpx.get(
+                env.base + "/x", headers=env.at(env.other if bad is tampered else None, Cookie=f"{COOKIE}={bad}")
+            ).status_code
+            == 401
+        ), bad
 
 
 def test_a_revoked_token_revokes_its_passes(env: Env) -> None:
@@ -426,6 +445,7 @@ def test_refusals(env: Env) -> None:
 
 # -- the path form (API clients, bearer header only) ------------------------------------------------
 
+
 def test_path_form_strips_its_prefix(env: Env) -> None:
     r = httpx.get(env.url(rest="tree/a%2Fb?x=1&token=jupyters-own"), headers={**env.auth(), "Cookie": "_xsrf=abc"})
     assert r.status_code == 200, r.text
@@ -468,16 +488,26 @@ def test_resolve_upstream_and_listing_url(env: Env) -> None:
     assert (up.host, up.port) == ("127.0.0.1", 8888) and up.host_port > 0
     assert port_url("https", "proxy.example.com", 8471, 7, 8888) == "https://7-8888.proxy.example.com:8471/"
     assert parse_port_host("7-8888.Proxy.Example.com:8471", "proxy.example.com") == (7, 8888)
-    for host in ("7-8888.example.com", "7-8888.proxy.example.com.evil", "x7-8888.proxy.example.com", "7-70000.localhost",
-                 "0-8888.localhost", "7-8888.a.localhost", None):
+    for host in (
+        "7-8888.example.com",
+        "7-8888.proxy.example.com.evil",
+        "x7-8888.proxy.example.com",
+        "7-70000.localhost",
+        "0-8888.localhost",
+        "7-8888.a.localhost",
+        None,
+    ):
         assert parse_port_host(host, "localhost" if host and "localhost" in host else "proxy.example.com") is None, host
     listed = httpx.get(env.api + "/v1/instances", headers=env.auth()).json()
     ports = {i["id"]: i["ports"] for i in listed}
-    assert ports[env.instance] == {"8888": f"http://{env.instance}-8888.localhost:{env.proxy_port}/",
-                                   "9000": f"http://{env.instance}-9000.localhost:{env.proxy_port}/"}
+    assert ports[env.instance] == {
+        "8888": f"http://{env.instance}-8888.localhost:{env.proxy_port}/",
+        "9000": f"http://{env.instance}-9000.localhost:{env.proxy_port}/",
+    }
 
 
 # -- WebSocket --------------------------------------------------------------------------------
+
 
 def ws_connect(env: Env, rest: str = "ws", instance: int | None = None, port: int = 8888, **kw: Any) -> Any:
     """A WebSocket to one port's host (the URL's host name, 127.0.0.1's socket)."""
@@ -491,8 +521,9 @@ def ws_path(env: Env, rest: str = "ws", port: int = 8888, instance: int | None =
 def test_websocket_echo_text_binary_and_close_codes(env: Env) -> None:
     async def main() -> None:
         protocol = "v1.kernel.websocket.jupyter.org"
-        async with ws_connect(env, "ws?session=1", additional_headers=env.auth(), subprotocols=[protocol],
-                              origin=env.origin(), max_size=None) as ws:
+        async with ws_connect(
+            env, "ws?session=1", additional_headers=env.auth(), subprotocols=[protocol], origin=env.origin(), max_size=None
+        ) as ws:
             assert ws.subprotocol == protocol
             await ws.send("hello")
             assert await ws.recv() == "echo:hello"

@@ -109,8 +109,9 @@ def test_cpu_of_the_request_counts():
     # a has the only clearable GPU but 4000 of 8000 CPU is held by fixed work; the share
     # holds 1000 more. Free after the move: 8000 - 4000 = 4000 -> a 5000-CPU request fails.
     movable = {"s": share("a", 0, 300, cpu=1000)}
-    state = build([node("a", gpus=1, cpu=8000), node("b", gpus=1, cpu=8000)], movable,
-                  [Allocation("a", (), 0, 4000, 0), share("b", 0, 500)])
+    state = build(
+        [node("a", gpus=1, cpu=8000), node("b", gpus=1, cpu=8000)], movable, [Allocation("a", (), 0, 4000, 0), share("b", 0, 500)]
+    )
     assert plan_defrag(state, need(1, cpu=4000), movable, max_moves=1).moves == 1
     assert plan_defrag(state, need(1, cpu=5000), movable, max_moves=1) is None
 

@@ -26,16 +26,24 @@ def gang(nodes: int, gpus: int = 8, cpu: int = 1000) -> Request:
 
 
 def snapshot(state: ClusterState) -> tuple:
-    return (state.gpu_free.copy(), state.cpu_free.copy(), state.mem_free.copy(),
-            {k: v.copy() for k, v in state.classes.items() if v.any()})
+    return (
+        state.gpu_free.copy(),
+        state.cpu_free.copy(),
+        state.mem_free.copy(),
+        {k: v.copy() for k, v in state.classes.items() if v.any()},
+    )
 
 
 def same(a: tuple, b: tuple) -> bool:
-    return all((x == y).all() for x, y in zip(a[:3], b[:3])) and a[3].keys() == b[3].keys() and all(
-        (a[3][k] == b[3][k]).all() for k in a[3])
+    return (
+        all((x == y).all() for x, y in zip(a[:3], b[:3]))
+        and a[3].keys() == b[3].keys()
+        and all((a[3][k] == b[3][k]).all() for k in a[3])
+    )
 
 
 # -- NVLink islands ---------------------------------------------------------------------
+
 
 def test_pick_takes_the_tightest_island_that_fits():
     # Islands {0-3} and {4-7}; GPU 0 busy -> island A has 3 free GPUs (1,2,3), B has 4.
@@ -82,6 +90,7 @@ def test_bad_islands_are_rejected():
 
 
 # -- leaves -------------------------------------------------------------------------------
+
 
 def test_choose_leaves_arithmetic():
     counts = np.array([4, 2, 3])  # feasible nodes in leaves 0, 1, 2
@@ -177,8 +186,9 @@ node_specs = st.lists(
     seed=st.integers(0, 3),
 )
 def test_gang_is_all_or_nothing(specs, used, size, gpus, cpu, aware, policy, seed):
-    nodes = [tnode(f"n{i}", leaf, g, TWO_FOURS if (two and g == 8) else (), c * 1000)
-             for i, (leaf, g, two, c) in enumerate(specs)]
+    nodes = [
+        tnode(f"n{i}", leaf, g, TWO_FOURS if (two and g == 8) else (), c * 1000) for i, (leaf, g, two, c) in enumerate(specs)
+    ]
     state = ClusterState(nodes)
     for n, g, milli in used:
         if n < len(nodes) and g < nodes[n].gpu_count and state.gpu_free[n, g] >= milli:
@@ -214,17 +224,20 @@ def test_same_seed_same_plans():
 
 def test_island_aware_random_policy_is_deterministic_too():
     state = ClusterState([tnode(f"n{i}", islands=TWO_FOURS) for i in range(4)])
-    picks = [IslandAware(make_policy("random", None, 1)).scores(state, gang(1, 4), np.arange(4)).tolist()
-             for _ in range(2)]
+    picks = [IslandAware(make_policy("random", None, 1)).scores(state, gang(1, 4), np.arange(4)).tolist() for _ in range(2)]
     assert picks[0] == picks[1]
 
 
 @settings(max_examples=25, deadline=None)
 @given(
-    reqs=st.lists(st.one_of(
-        st.builds(lambda m: Request(cpu_milli=1000, gpu_milli=m), st.integers(1, 999)),
-        st.builds(lambda k: Request(cpu_milli=1000, gpu_count=k), st.integers(1, 8)),
-    ), min_size=1, max_size=40),
+    reqs=st.lists(
+        st.one_of(
+            st.builds(lambda m: Request(cpu_milli=1000, gpu_milli=m), st.integers(1, 999)),
+            st.builds(lambda k: Request(cpu_milli=1000, gpu_count=k), st.integers(1, 8)),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
     policy=st.sampled_from(["best_fit", "fgd", "gpu_packing", "dot_product"]),
     seed=st.integers(0, 3),
 )

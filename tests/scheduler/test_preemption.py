@@ -32,8 +32,9 @@ def test_least_lost_work_picks_the_cheapest_set():
     # GPU 0 holds two 500-milli spot jobs (lost 10 + 10 = 20), GPU 1 one 900-milli job
     # (lost 15). A whole GPU: evicting the single job loses 15 < 20.
     state = cluster(node("a", gpus=2))
-    cands = running(state, ("s1", "a", (0,), 500, SPOT, 10, 0), ("s2", "a", (0,), 500, SPOT, 10, 0),
-                    ("s3", "a", (1,), 900, SPOT, 15, 0))
+    cands = running(
+        state, ("s1", "a", (0,), 500, SPOT, 10, 0), ("s2", "a", (0,), 500, SPOT, 10, 0), ("s3", "a", (1,), 900, SPOT, 15, 0)
+    )
     plan = plan_preemption(state, od(), cands, np.zeros(1, np.int64), eviction_cost=0)
     assert [v.key for v in plan.victims] == ["s3"] and plan.lost_work == 15
     # Make s3 dearer (25): two victims losing 20 in total now win...
@@ -49,8 +50,9 @@ def test_lowest_priority_first_ignores_lost_work():
     # Same node; the baseline evicts the most recently started spot job first:
     # s1 (started 30) then s2 (20) -> frees GPU 0 with two victims, losing 20 where 15 was possible.
     state = cluster(node("a", gpus=2))
-    cands = running(state, ("s1", "a", (0,), 500, SPOT, 10, 30), ("s2", "a", (0,), 500, SPOT, 10, 20),
-                    ("s3", "a", (1,), 900, SPOT, 15, 10))
+    cands = running(
+        state, ("s1", "a", (0,), 500, SPOT, 10, 30), ("s2", "a", (0,), 500, SPOT, 10, 20), ("s3", "a", (1,), 900, SPOT, 15, 10)
+    )
     plan = plan_preemption(state, od(), cands, np.zeros(1, np.int64), "lowest_priority_first")
     assert [v.key for v in plan.victims] == ["s1", "s2"]
 
@@ -64,8 +66,9 @@ def test_across_nodes_the_cheaper_node_wins():
 
 def test_no_plan_when_only_protected_work_blocks():
     state = cluster(node("a", gpus=1), node("b", gpus=2))
-    cands = running(state, ("od", "a", (0,), 1000, OD, 0, 0), ("res", "b", (0,), 1000, RES, 0, 0),
-                    ("spot", "b", (1,), 1000, SPOT, 5, 0))
+    cands = running(
+        state, ("od", "a", (0,), 1000, OD, 0, 0), ("res", "b", (0,), 1000, RES, 0, 0), ("spot", "b", (1,), 1000, SPOT, 5, 0)
+    )
     assert plan_preemption(state, od(2), cands, np.zeros(2, np.int64)) is None  # b would need the reserved GPU
     assert plan_preemption(state, od(8), cands, np.zeros(2, np.int64)) is None  # fits nowhere at all
     spot_req = Request(gpu_count=1, priority=SPOT)
@@ -83,8 +86,17 @@ def test_planning_does_not_touch_the_state():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    jobs=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.sampled_from([250, 500, 1000]),
-                            st.sampled_from([SPOT, OD, RES]), st.floats(0, 100)), min_size=1, max_size=14),
+    jobs=st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.integers(0, 3),
+            st.sampled_from([250, 500, 1000]),
+            st.sampled_from([SPOT, OD, RES]),
+            st.floats(0, 100),
+        ),
+        min_size=1,
+        max_size=14,
+    ),
     want=st.integers(1, 4),
     strategy=st.sampled_from(["least_lost_work", "lowest_priority_first"]),
 )
@@ -93,7 +105,7 @@ def test_plans_only_evict_spot_and_make_room(jobs, want, strategy):
     cands = []
     for k, (n, g, milli, prio, lost) in enumerate(jobs):
         alloc = Allocation(f"n{n}", (g,), milli, 0, 0)
-        if (state.gpu_free[n, g] >= milli):
+        if state.gpu_free[n, g] >= milli:
             state.bind(alloc)
             cands.append(Candidate(k, alloc, prio, lost, float(k)))
     plan = plan_preemption(state, od(want), cands, np.arange(3), strategy)

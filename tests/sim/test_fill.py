@@ -36,8 +36,16 @@ def test_trimming_when_the_trace_asks_for_more():
 
 
 def test_alloc_ratio_binning_falls_back_to_neighbours():
-    run = FillRun("x", 0, 1.3, 1000, used=np.array([100, 300, 300]), arrived=np.array([100, 300, 400]),
-                  frag=np.zeros(3), idle=np.array([900, 700, 700]))
+    run = FillRun(
+        "x",
+        0,
+        1.3,
+        1000,
+        used=np.array([100, 300, 300]),
+        arrived=np.array([100, 300, 400]),
+        frag=np.zeros(3),
+        idle=np.array([900, 700, 700]),
+    )
     ratio = alloc_ratio(run)
     assert ratio["10"] == 10.0 and ratio["30"] == 30.0 and ratio["40"] == 30.0
     assert ratio["11"] == 10.0  # no sample at 11 %: mean of samples within +-1 (10 %)
@@ -66,8 +74,9 @@ def test_cli_fill_json_and_compare(tmp_path):
     assert result["total_gpus"] == sum(n.gpu_count for n in load_nodes(DATA / "nodes_slice.csv"))
     assert 0 < result["alloc_ratio"]["100"] <= 100 and plot.stat().st_size > 10_000
     cmp_plot = tmp_path / "cmp.png"
-    out = runner.invoke(app, ["sim", "compare", *args, "--policies", "best_fit,fgd", "--seeds", "42-43",
-                              "--plot", str(cmp_plot), "--json"])
+    out = runner.invoke(
+        app, ["sim", "compare", *args, "--policies", "best_fit,fgd", "--seeds", "42-43", "--plot", str(cmp_plot), "--json"]
+    )
     assert out.exit_code == 0, out.output
     rows = json.loads(out.stdout)["policies"]
     assert set(rows) == {"best_fit", "fgd"} and cmp_plot.exists()

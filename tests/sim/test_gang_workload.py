@@ -51,7 +51,12 @@ def test_spot_inventory_counts():
     nodes = load_spot_nodes(SPOT)
     assert len(nodes) == 4278
     assert Counter(n.gpu_model for n in nodes) == {
-        "A10": 2494, "GPU-series-1": 989, "A100-SXM4-80GB": 432, "H800": 219, "GPU-series-2": 122, "A800-SXM4-80GB": 22,
+        "A10": 2494,
+        "GPU-series-1": 989,
+        "A100-SXM4-80GB": 432,
+        "H800": 219,
+        "GPU-series-2": 122,
+        "A800-SXM4-80GB": 22,
     }
     leaves = Counter(n.ib_leaf for n in nodes)
     assert max(leaves.values()) == 32

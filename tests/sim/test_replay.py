@@ -107,17 +107,54 @@ def test_replays_are_deterministic_and_the_cli_keeps_its_contract():
     assert one == two and one["node_failures"] > 0
     assert one["jobs_failed"] == 0 and one["jobs_recovered"] > 0  # every checkpointed job recovers
     assert 0 < one["max_lost_seconds_per_fault"] < 900  # never more than one checkpoint interval
-    out = CliRunner().invoke(app, [
-        "sim", "replay", "--nodes", str(DATA / "nodes_slice.csv"), "--pods", str(DATA / "pods_slice.csv"),
-        "--policy", "fgd", "--load", "200", "--checkpoint-interval", "15m", "--node-mtbf", "5d", "--json",
-    ])
+    out = CliRunner().invoke(
+        app,
+        [
+            "sim",
+            "replay",
+            "--nodes",
+            str(DATA / "nodes_slice.csv"),
+            "--pods",
+            str(DATA / "pods_slice.csv"),
+            "--policy",
+            "fgd",
+            "--load",
+            "200",
+            "--checkpoint-interval",
+            "15m",
+            "--node-mtbf",
+            "5d",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     r = json.loads(out.stdout)
-    for key in ("policy", "load", "queue_delay_seconds", "avg_gpu_allocation", "preemptions", "lost_gpu_hours",
-                "jobs_recovered", "jobs_failed", "migrations", "wall_seconds"):
+    for key in (
+        "policy",
+        "load",
+        "queue_delay_seconds",
+        "avg_gpu_allocation",
+        "preemptions",
+        "lost_gpu_hours",
+        "jobs_recovered",
+        "jobs_failed",
+        "migrations",
+        "wall_seconds",
+    ):
         assert key in r
     assert set(r["lost_gpu_hours"]) == {"preemption", "faults"}
     assert all({"mean", "p50", "p99"} <= set(v) for v in r["queue_delay_seconds"].values())
-    bad = CliRunner().invoke(app, ["sim", "replay", "--nodes", str(DATA / "nodes_slice.csv"), "--pods",
-                                   str(DATA / "pods_slice.csv"), "--node-mtbf", "soon"])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "sim",
+            "replay",
+            "--nodes",
+            str(DATA / "nodes_slice.csv"),
+            "--pods",
+            str(DATA / "pods_slice.csv"),
+            "--node-mtbf",
+            "soon",
+        ],
+    )
     assert bad.exit_code == 2 and "--node-mtbf" in bad.output

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from slurm_helpers import Jobs
+
 from suanli.backends.slurm import SlurmClient
 
 LOCK_WAIT_S = 300.0

@@ -47,8 +47,9 @@ class Platform:
             if value:
                 return value
             if time.monotonic() > deadline:
-                seen = "\n".join(f"  {e.ts:%H:%M:%S.%f} {e.kind} {e.object_id} {e.from_state}->{e.to_state} {e.message}"
-                                 for e in self.events())
+                seen = "\n".join(
+                    f"  {e.ts:%H:%M:%S.%f} {e.kind} {e.object_id} {e.from_state}->{e.to_state} {e.message}" for e in self.events()
+                )
                 raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; events:\n{seen}")
             time.sleep(0.05)
 
@@ -96,10 +97,21 @@ class Platform:
         self.db.dispose()
 
 
-def make_platform(data_dir: Path, backends: dict[str, Backend], inventory: Inventory | None = None,
-                  notice_s: float = 3.0, db_url: str | None = None) -> Platform:
-    ctx, _ = build(data_dir, db_url or f"sqlite:///{data_dir / 'suanli.db'}", start_loop=False,
-                   inventory=inventory, interval_s=0.05, stop_grace_s=2.0)
+def make_platform(
+    data_dir: Path,
+    backends: dict[str, Backend],
+    inventory: Inventory | None = None,
+    notice_s: float = 3.0,
+    db_url: str | None = None,
+) -> Platform:
+    ctx, _ = build(
+        data_dir,
+        db_url or f"sqlite:///{data_dir / 'suanli.db'}",
+        start_loop=False,
+        inventory=inventory,
+        interval_s=0.05,
+        stop_grace_s=2.0,
+    )
     ctx.backends.update(backends)
     assert ctx.loop is not None
     ctx.loop.poll_interval_s = 0.0  # ask backends every tick: the tests measure reaction times

@@ -21,7 +21,7 @@ WORKLOAD = (
     'ckpt="$SUANLI_CHECKPOINT_DIR/step"; log="$SUANLI_CHECKPOINT_DIR/log"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
     'echo "start from=$step resume=${SUANLI_RESUME_FROM:-none} node=$SUANLI_NODE_NAME" >> "$log"; '
     'trap \'echo "$step" > "$ckpt"; echo "USR1 checkpoint=$step deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE) at=$(date +%s.%N)" >> "$log"\' USR1; '
-    "trap 'echo \"TERM at=$(date +%s.%N)\" >> \"$log\"; exit 0' TERM; "
+    'trap \'echo "TERM at=$(date +%s.%N)" >> "$log"; exit 0\' TERM; '
     'while true; do step=$((step + 1)); [ $((step % 3)) = 0 ] && [ -n "${PERIODIC:-}" ] && echo "$step" > "$ckpt"; sleep 0.1; done'
 )
 
@@ -29,8 +29,9 @@ WORKLOAD = (
 @pytest.fixture
 def platform(db_url: str, tmp_path: Path) -> Iterator[Platform]:
     """Two local nodes, on SQLite and on PostgreSQL (``db_url``)."""
-    inv = Inventory(nodes=[NodeDecl(name=f"local{i}", gpu_model="H100", gpu_count=4, cpu_cores=16, memory_gib=64)
-                           for i in (1, 2)])
+    inv = Inventory(
+        nodes=[NodeDecl(name=f"local{i}", gpu_model="H100", gpu_count=4, cpu_cores=16, memory_gib=64) for i in (1, 2)]
+    )
     p = make_platform(tmp_path / "data", {}, inv, notice_s=2.0, db_url=db_url)
     try:
         yield p
@@ -103,8 +104,7 @@ def test_local_spot_instance_is_preempted_after_its_notice_and_starts_again(plat
 
     p = platform
     p.only_nodes({"local1"})
-    inst = instances.create(p.db, ADMIN, instances.InstanceRequest("spot-box", "H100", 4, 0, None, None, None,
-                                                                    10, "spot")).id
+    inst = instances.create(p.db, ADMIN, instances.InstanceRequest("spot-box", "H100", 4, 0, None, None, None, 10, "spot")).id
 
     def row() -> Instance:
         with p.db.transaction() as s:
@@ -113,8 +113,9 @@ def test_local_spot_instance_is_preempted_after_its_notice_and_starts_again(plat
     p.until(lambda: row().state == "running", 20, "instance running")
     task_dir = Path(row().handles[0]["data"]["dir"])
     urgent = p.submit(name="urgent", resources={"accelerators": "H100:4"}, run="sleep 0.5")
-    deadline = p.until(lambda: (task_dir / "preempt_deadline").exists() and int((task_dir / "preempt_deadline").read_text()),
-                       15, "deadline file")
+    deadline = p.until(
+        lambda: (task_dir / "preempt_deadline").exists() and int((task_dir / "preempt_deadline").read_text()), 15, "deadline file"
+    )
     assert row().state == "running"  # the notice does not kill the instance's keeper
     assert deadline >= time.time() + 0.5
     # what the renter runs in the instance from now on has the deadline in its environment
@@ -151,8 +152,6 @@ def test_local_spot_job_reclaimed_with_notice_checkpoint_and_resume(platform: Pl
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
 
 
-
-
 def test_a_spot_job_that_leaves_during_its_notice_is_requeued_and_makes_room_at_once(platform: Platform) -> None:
     """The protocol a renter is told: checkpoint on USR1, then exit. The job was reclaimed,
     not finished: it is requeued (never 'succeeded'), and the on-demand job it made way for
@@ -160,8 +159,10 @@ def test_a_spot_job_that_leaves_during_its_notice_is_requeued_and_makes_room_at_
     p = platform
     p.reclaimer.notice_s = 60.0
     p.only_nodes({"local1"})
-    leaves = ('ckpt="$SUANLI_CHECKPOINT_DIR/step"; echo "start from=$(cat "$ckpt" 2>/dev/null || echo 0)" >> "$SUANLI_CHECKPOINT_DIR/log"; '
-              'trap \'echo 7 > "$ckpt"; exit 0\' USR1; while true; do sleep 0.1; done')
+    leaves = (
+        'ckpt="$SUANLI_CHECKPOINT_DIR/step"; echo "start from=$(cat "$ckpt" 2>/dev/null || echo 0)" >> "$SUANLI_CHECKPOINT_DIR/log"; '
+        "trap 'echo 7 > \"$ckpt\"; exit 0' USR1; while true; do sleep 0.1; done"
+    )
     spot = p.submit(name="polite", resources={"accelerators": "H100:4", "priority": "spot"}, run=leaves, checkpoint_dir="ckpt")
     p.until(lambda: starts(p, spot), 20, "spot running")
     naive = p.submit(name="naive", resources={"accelerators": "H100:1", "priority": "spot"}, run="sleep 300")
@@ -194,8 +195,10 @@ def test_a_spot_job_killed_by_the_notice_itself_is_requeued_not_failed(platform:
 
 def test_an_on_demand_gang_gets_spot_work_reclaimed_on_as_many_nodes_as_it_needs(platform: Platform) -> None:
     p = platform
-    spots = [p.submit(name=f"spot{i}", resources={"accelerators": "H100:3", "priority": "spot"}, run=WORKLOAD,
-                      checkpoint_dir="ckpt") for i in (1, 2)]
+    spots = [
+        p.submit(name=f"spot{i}", resources={"accelerators": "H100:3", "priority": "spot"}, run=WORKLOAD, checkpoint_dir="ckpt")
+        for i in (1, 2)
+    ]
     p.until(lambda: all(p.state(j, "running") for j in spots), 20, "spot work on both nodes")
     assert {p.node_name(p.allocations(j)[0].node_id) for j in spots} == {"local1", "local2"}
     gang = p.submit(name="gang", num_nodes=2, resources={"accelerators": "H100:2"}, run="sleep 1")

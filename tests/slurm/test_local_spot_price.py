@@ -30,8 +30,12 @@ H100 = default_book().gpu("H100")
 @pytest.fixture
 def platform(db_url: str, tmp_path: Path) -> Iterator[Platform]:
     """Two local nodes, on SQLite and on PostgreSQL (``db_url``)."""
-    inv = Inventory(nodes=[NodeDecl(name="h100", gpu_model="H100", gpu_count=8, cpu_cores=32, memory_gib=128),
-                           NodeDecl(name="rtx", gpu_model="RTX4090", gpu_count=4, cpu_cores=16, memory_gib=64)])
+    inv = Inventory(
+        nodes=[
+            NodeDecl(name="h100", gpu_model="H100", gpu_count=8, cpu_cores=32, memory_gib=128),
+            NodeDecl(name="rtx", gpu_model="RTX4090", gpu_count=4, cpu_cores=16, memory_gib=64),
+        ]
+    )
     p = make_platform(tmp_path / "data", {}, inv, notice_s=2.0, db_url=db_url)
     try:
         yield p
@@ -55,8 +59,10 @@ def test_spot_job_waits_while_the_price_is_above_its_bid_and_starts_when_it_drop
     bid = p.submit(name="bid", resources={"accelerators": "H100:1", "priority": "spot", "max_price": "7.00"}, run="sleep 60")
     why = p.until(lambda: held(p, bid), 10, "the spot job held")
     # 4 busy + its own 1 of 8 H100s: 62.5 % utilisation, ¥8.58
-    assert why == (f"spot price ¥{price(5)}/GPU-h for H100 is above your max_price ¥7.00 (at 62.5 % utilisation, "
-                   "counting this request); it starts when the price drops to your max_price")
+    assert why == (
+        f"spot price ¥{price(5)}/GPU-h for H100 is above your max_price ¥7.00 (at 62.5 % utilisation, "
+        "counting this request); it starts when the price drops to your max_price"
+    )
     for _ in range(10):
         p.tick()
     assert p.state(bid, "queued") and p.allocations(bid) == []
@@ -97,22 +103,29 @@ def test_running_spot_job_is_reclaimed_with_notice_when_the_price_passes_its_bid
     p = platform
     free = p.submit(name="free", resources={"accelerators": "H100:1", "priority": "spot"}, run="sleep 60")  # no bid
     p.until(lambda: p.state(free, "running"), 20, "spot job without a bid running")
-    spot = p.submit(name="bid", resources={"accelerators": "H100:1", "priority": "spot", "max_price": "6.00"},
-                    run=WORKLOAD, checkpoint_dir="ckpt")
+    spot = p.submit(
+        name="bid",
+        resources={"accelerators": "H100:1", "priority": "spot", "max_price": "6.00"},
+        run=WORKLOAD,
+        checkpoint_dir="ckpt",
+    )
     p.until(lambda: starts(p, spot), 20, "bid job running")  # 2 of 8 busy: ¥5.72 <= ¥6.00
     busy = p.submit(name="busy", resources={"accelerators": "H100:4"}, run="sleep 6")
     # 6 of 8 busy: ¥9.53 > ¥6.00; the bid job is told, with why, and the on-demand job runs meanwhile
     noticed = p.until(lambda: [e for e in p.events("job", spot) if e.to_state == "noticed"], 15, "notice")[0]
-    assert noticed.message.startswith(f"spot price ¥{price(6)}/GPU-h for H100 is above max_price ¥6.00 (at 75 % utilisation): "
-                                      "SIGUSR1 now, SIGTERM at "), noticed.message
+    assert noticed.message.startswith(
+        f"spot price ¥{price(6)}/GPU-h for H100 is above max_price ¥6.00 (at 75 % utilisation): SIGUSR1 now, SIGTERM at "
+    ), noticed.message
     told = p.until(lambda: [x for x in log_lines(p, spot) if x.startswith("USR1")], 15, "notice in the workload")[0]
     checkpoint = int(told.split("checkpoint=")[1].split()[0])
     # after the notice's deadline: SIGTERM, requeued, and held while the price is above the bid
     why = p.until(lambda: held(p, spot), 20, "requeued and held")
     assert why.startswith(f"spot price ¥{price(6)}/GPU-h for H100 is above your max_price ¥6.00")
     requeued = [e for e in p.events("job", spot) if e.to_state == "requeued"][0]
-    assert requeued.message.startswith(f"spot price ¥{price(6)}/GPU-h for H100 is above max_price ¥6.00") \
+    assert (
+        requeued.message.startswith(f"spot price ¥{price(6)}/GPU-h for H100 is above max_price ¥6.00")
         and "notice of 2s expired" in requeued.message
+    )
     assert p.state(busy, "running")
     p.until(lambda: p.state(busy, "succeeded"), 30, "on-demand job done")
     p.until(lambda: starts(p, spot)[1:], 30, "bid job resumed")

@@ -30,9 +30,19 @@ def backend(slurm: SlurmClient, tmp_path: Path) -> Iterator[SlurmBackend]:
 
 
 def spec(key: str, node: str, gpus: tuple[int, ...] = (), milli: int = 1000, run: str = "sleep 30") -> TaskSpec:
-    return TaskSpec(key=key, kind="job", workload_id=1, node=node, node_rank=0, run=run,
-                    env={"CUDA_VISIBLE_DEVICES": "99", "SUANLI_JOB_ID": "1"}, gpu_indices=gpus,
-                    milli_per_gpu=milli if gpus else 0, cpu_milli=1000, memory_mib=1024)
+    return TaskSpec(
+        key=key,
+        kind="job",
+        workload_id=1,
+        node=node,
+        node_rank=0,
+        run=run,
+        env={"CUDA_VISIBLE_DEVICES": "99", "SUANLI_JOB_ID": "1"},
+        gpu_indices=gpus,
+        milli_per_gpu=milli if gpus else 0,
+        cpu_milli=1000,
+        memory_mib=1024,
+    )
 
 
 def running_placement(backend: SlurmBackend, h: Handle) -> tuple[str, tuple[int, ...]]:
@@ -66,8 +76,10 @@ def test_typed_placement_job_sees_the_gpus_slurm_reports(slurm: SlurmClient, bac
 
 def test_two_fractional_jobs_share_one_gpu(slurm: SlurmClient, backend: SlurmBackend) -> None:
     node = nodes_with_gpu(slurm, "h100")[-1]
-    hs = [backend.submit(spec(f"job-{i}-0", node.name, (0,), milli=500, run='echo "cvd=$CUDA_VISIBLE_DEVICES"; sleep 30'))
-          for i in (1, 2)]
+    hs = [
+        backend.submit(spec(f"job-{i}-0", node.name, (0,), milli=500, run='echo "cvd=$CUDA_VISIBLE_DEVICES"; sleep 30'))
+        for i in (1, 2)
+    ]
     places = [running_placement(backend, h) for h in hs]  # both at once
     assert places[0] == places[1] and len(places[0][1]) == 1, places
     for h in hs:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slurm
 # A workload that logs its start, traps the notice (and TERM, which preemption sends right
 # after USR1 when GraceTime=0), and otherwise idles in short sleeps.
 SPOT_WORKLOAD = (
-    'trap \'echo "USR1 deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE 2>/dev/null)" >> $LOG; exit 0\' USR1; '
+    "trap 'echo \"USR1 deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE 2>/dev/null)\" >> $LOG; exit 0' USR1; "
     "trap 'echo TERM >> $LOG; exit 0' TERM; "
     'echo "start restart=$SUANLI_RESTART_COUNT node=$SLURMD_NODENAME cvd=$CUDA_VISIBLE_DEVICES" >> $LOG; '
     "while true; do sleep 0.2; done"
@@ -41,7 +41,10 @@ def test_inventory_lists_typed_gpus_and_shards(slurm: SlurmClient) -> None:
 def test_pinned_gpu_job_sees_the_gpus_slurm_allocated(slurm: SlurmClient, jobs: Jobs) -> None:
     node = nodes_with_gpu(slurm, "a100")[-1].name
     job_id = jobs.submit(
-        name="pinned", node=node, gpu_type="a100", gpu_count=2,
+        name="pinned",
+        node=node,
+        gpu_type="a100",
+        gpu_count=2,
         command='echo "node=$SLURMD_NODENAME cvd=$CUDA_VISIBLE_DEVICES"; sleep 30',
     )
     job = jobs.wait_state(job_id, "RUNNING")
@@ -56,8 +59,13 @@ def test_two_fractional_jobs_share_one_gpu(slurm: SlurmClient, jobs: Jobs) -> No
     node = nodes_with_gpu(slurm, "h100")[-1]
     shards = shards_for_milli(500, node.shards_per_gpu)  # half a GPU each
     ids = [
-        jobs.submit(name=f"half{i}", node=node.name, gpu_type="h100", shards=shards,
-                    command='echo "cvd=$CUDA_VISIBLE_DEVICES shards=$SLURM_SHARDS_ON_NODE"; sleep 30')
+        jobs.submit(
+            name=f"half{i}",
+            node=node.name,
+            gpu_type="h100",
+            shards=shards,
+            command='echo "cvd=$CUDA_VISIBLE_DEVICES shards=$SLURM_SHARDS_ON_NODE"; sleep 30',
+        )
         for i in range(2)
     ]
     running = [jobs.wait_state(i, "RUNNING") for i in ids]  # both at once
@@ -73,8 +81,14 @@ def test_usr1_notice_reaches_the_workload_with_its_deadline(slurm: SlurmClient, 
     node = nodes_with_gpu(slurm, "h100")[0].name
     log = jobs.out_dir / "notice.log"
     job_id = jobs.submit(
-        name="notice", node=node, gpu_type="h100", gpu_count=1, requeue=True, notice_s=300,
-        command=SPOT_WORKLOAD, env={"LOG": str(log), "SUANLI_PREEMPT_DEADLINE_FILE": str(jobs.out_dir / "deadline")},
+        name="notice",
+        node=node,
+        gpu_type="h100",
+        gpu_count=1,
+        requeue=True,
+        notice_s=300,
+        command=SPOT_WORKLOAD,
+        env={"LOG": str(log), "SUANLI_PREEMPT_DEADLINE_FILE": str(jobs.out_dir / "deadline")},
     )
     jobs.wait_state(job_id, "RUNNING")
     jobs.wait_text(log, "start restart=0")
@@ -96,8 +110,15 @@ def test_spot_job_preempted_by_slurm_qos_is_told_and_requeued(slurm: SlurmClient
     node = nodes_with_gpu(slurm, "h100")[0]
     log = jobs.out_dir / "spot.log"
     spot = jobs.submit(
-        name="spot", node=node.name, gpu_type="h100", gpu_count=node.gpu_count, qos="spot", requeue=True,
-        notice_s=300, command=SPOT_WORKLOAD, env={"LOG": str(log)},
+        name="spot",
+        node=node.name,
+        gpu_type="h100",
+        gpu_count=node.gpu_count,
+        qos="spot",
+        requeue=True,
+        notice_s=300,
+        command=SPOT_WORKLOAD,
+        env={"LOG": str(log)},
     )
     jobs.wait_state(spot, "RUNNING")
     jobs.wait_text(log, "start restart=0")
@@ -131,8 +152,14 @@ def test_spot_reclaim_notice_checkpoint_requeue_and_resume(slurm: SlurmClient, j
     ckpt_dir.mkdir()
     log = jobs.out_dir / "reclaim.log"
     spot = jobs.submit(
-        name="reclaim", node=node.name, gpu_type="h100", gpu_count=node.gpu_count, qos="spot", requeue=True,
-        notice_s=2, command=CHECKPOINTING_WORKLOAD,
+        name="reclaim",
+        node=node.name,
+        gpu_type="h100",
+        gpu_count=node.gpu_count,
+        qos="spot",
+        requeue=True,
+        notice_s=2,
+        command=CHECKPOINTING_WORKLOAD,
         env={"LOG": str(log), "SUANLI_CHECKPOINT_DIR": str(ckpt_dir)},
     )
     jobs.wait_state(spot, "RUNNING")
@@ -156,8 +183,7 @@ def test_spot_reclaim_notice_checkpoint_requeue_and_resume(slurm: SlurmClient, j
 def test_requeue_restarts_the_job_under_the_same_id(slurm: SlurmClient, jobs: Jobs) -> None:
     node = nodes_with_gpu(slurm, "a100")[0].name
     log = jobs.out_dir / "requeue.log"
-    job_id = jobs.submit(name="requeue", node=node, gpu_count=1, requeue=True, command=SPOT_WORKLOAD,
-                         env={"LOG": str(log)})
+    job_id = jobs.submit(name="requeue", node=node, gpu_count=1, requeue=True, command=SPOT_WORKLOAD, env={"LOG": str(log)})
     jobs.wait_state(job_id, "RUNNING")
     jobs.wait_text(log, "start restart=0")
     t0 = time.monotonic()
@@ -172,8 +198,9 @@ def test_requeue_restarts_the_job_under_the_same_id(slurm: SlurmClient, jobs: Jo
 def test_node_down_requeues_its_job_which_resumes_on_another_node(slurm: SlurmClient, jobs: Jobs) -> None:
     first, second = (n.name for n in nodes_with_gpu(slurm, "a100")[:2])
     log = jobs.out_dir / "failover.log"
-    job_id = jobs.submit(name="failover", node=first, gpu_type="a100", gpu_count=1, requeue=True,
-                         command=SPOT_WORKLOAD, env={"LOG": str(log)})
+    job_id = jobs.submit(
+        name="failover", node=first, gpu_type="a100", gpu_count=1, requeue=True, command=SPOT_WORKLOAD, env={"LOG": str(log)}
+    )
     jobs.wait_state(job_id, "RUNNING")
     jobs.wait_text(log, f"node={first}")
     try:

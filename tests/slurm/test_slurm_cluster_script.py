@@ -11,7 +11,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-cluster"
 
 def cluster(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(SCRIPT), *args], capture_output=True, text=True, check=True,
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        check=True,
         env={**os.environ, "SLURM_ROOT": str(tmp_path / "root"), **env},
     )
 
@@ -60,8 +63,13 @@ def test_restart_slurmd_refuses_unknown_nodes_and_a_stopped_cluster(tmp_path: Pa
     cluster(tmp_path, "config", NODE_GPUS="h100:1")
 
     def restart(node: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(SCRIPT), "restart-slurmd", node], capture_output=True, text=True,
-                              env={**os.environ, "SLURM_ROOT": str(tmp_path / "root")}, check=False)
+        return subprocess.run(
+            ["bash", str(SCRIPT), "restart-slurmd", node],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SLURM_ROOT": str(tmp_path / "root")},
+            check=False,
+        )
 
     bad = restart("x; rm -rf /")
     assert bad.returncode != 0 and "usage" in bad.stderr

@@ -40,16 +40,24 @@ def tiny() -> str:
 
 def containers(label: str) -> list[str]:
     """Names of every container (running or not) carrying ``label``."""
-    out = subprocess.run(["podman", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
+    ).stdout
     return out.split()
 
 
 @pytest.fixture
 def backend(slurm: SlurmClient, tiny: str, tmp_path: Path) -> Iterator[SlurmBackend]:
     tmp_path.chmod(0o777)
-    b = SlurmBackend(slurm, tmp_path / "slurm", tag_prefix=f"c{time.time_ns()}", notice_s=5, runtime="container",
-                     gpu_access="virtual", pull="never")
+    b = SlurmBackend(
+        slurm,
+        tmp_path / "slurm",
+        tag_prefix=f"c{time.time_ns()}",
+        notice_s=5,
+        runtime="container",
+        gpu_access="virtual",
+        pull="never",
+    )
     yield b
     for h in b.list_running():
         b.stop(h, grace_s=0)
@@ -57,15 +65,29 @@ def backend(slurm: SlurmClient, tiny: str, tmp_path: Path) -> Iterator[SlurmBack
     wait_until(lambda: not containers(f"suanli.tag={b.tag_prefix}"), 10, "no container left")
     engine = detect("podman")
     assert engine is not None
-    for net in subprocess.run(["podman", "network", "ls", "--filter", f"label=suanli.tag={b.tag_prefix}", "--format",
-                               "{{.Name}}"], capture_output=True, text=True).stdout.split():
+    for net in subprocess.run(
+        ["podman", "network", "ls", "--filter", f"label=suanli.tag={b.tag_prefix}", "--format", "{{.Name}}"],
+        capture_output=True,
+        text=True,
+    ).stdout.split():
         engine.remove_network(net, firewall.unguard)  # under the host lock: a reused bridge name keeps its rules
 
 
 def spec(key: str, node: str, run: str, gpus: tuple[int, ...] = (), image: str = TINY) -> TaskSpec:
-    return TaskSpec(key=key, kind="job", workload_id=1, node=node, node_rank=0, run=run, image=image,
-                    env={"CUDA_VISIBLE_DEVICES": "99", "SUANLI_JOB_ID": "1", "SUANLI_GPU_INDICES": "99"},
-                    gpu_indices=gpus, milli_per_gpu=1000 if gpus else 0, cpu_milli=1000, memory_mib=256)
+    return TaskSpec(
+        key=key,
+        kind="job",
+        workload_id=1,
+        node=node,
+        node_rank=0,
+        run=run,
+        image=image,
+        env={"CUDA_VISIBLE_DEVICES": "99", "SUANLI_JOB_ID": "1", "SUANLI_GPU_INDICES": "99"},
+        gpu_indices=gpus,
+        milli_per_gpu=1000 if gpus else 0,
+        cpu_milli=1000,
+        memory_mib=256,
+    )
 
 
 def ended(backend: SlurmBackend, h: Handle, timeout_s: float = 30) -> int | None:
@@ -76,10 +98,12 @@ def ended(backend: SlurmBackend, h: Handle, timeout_s: float = 30) -> int | None
 @pytest.mark.slurm
 def test_a_job_with_an_image_runs_in_the_container_with_its_gpus_and_exit_code(slurm: SlurmClient, backend: SlurmBackend) -> None:
     node = nodes_with_gpu(slurm, "a100")[-1].name
-    run = ('test ! -e /etc/debian_version && echo "busybox inside"; '
-           'echo "cvd=$CUDA_VISIBLE_DEVICES idx=$SUANLI_GPU_INDICES job=$SUANLI_JOB_ID pwd=$(pwd) '
-           'deadline_file=$SUANLI_PREEMPT_DEADLINE_FILE runtime=$SUANLI_RUNTIME"; '
-           'echo kept > /workspace/out.txt; exit 7')
+    run = (
+        'test ! -e /etc/debian_version && echo "busybox inside"; '
+        'echo "cvd=$CUDA_VISIBLE_DEVICES idx=$SUANLI_GPU_INDICES job=$SUANLI_JOB_ID pwd=$(pwd) '
+        'deadline_file=$SUANLI_PREEMPT_DEADLINE_FILE runtime=$SUANLI_RUNTIME"; '
+        "echo kept > /workspace/out.txt; exit 7"
+    )
     h = backend.submit(spec("job-1-0", node, run, gpus=(0, 1)))
     assert h.data["runtime"] == "container" and h.data["gpu_access"] == "virtual"
     assert h.data["container"] == f"{backend.containers.prefix}-job-1-0"
@@ -101,15 +125,20 @@ def test_a_job_with_an_image_runs_in_the_container_with_its_gpus_and_exit_code(s
 @pytest.mark.slurm
 def test_notice_then_term_reach_the_workload_inside_and_exec_runs_there(slurm: SlurmClient, backend: SlurmBackend) -> None:
     node = nodes_with_gpu(slurm, "h100")[-1].name
-    run = ("trap 'echo \"usr1 deadline=$(cat \"$SUANLI_PREEMPT_DEADLINE_FILE\")\"' USR1\n"
-           "trap 'echo term; exit 3' TERM\n"
-           "echo up\n"
-           "while :; do sleep 1 & wait $!; done")
+    run = (
+        'trap \'echo "usr1 deadline=$(cat "$SUANLI_PREEMPT_DEADLINE_FILE")"\' USR1\n'
+        "trap 'echo term; exit 3' TERM\n"
+        "echo up\n"
+        "while :; do sleep 1 & wait $!; done"
+    )
     h = backend.submit(spec("instance-5", node, run, gpus=(0,)))
     wait_until(lambda: "up" in backend.logs(h).split(), 30, "container up")
     _, indices = wait_until(lambda: backend.placement(h), 10, "placement")
-    done = backend.exec(h, 'test ! -e /etc/debian_version && echo "inside cvd=$CUDA_VISIBLE_DEVICES pwd=$PWD '
-                           'job=$SUANLI_JOB_ID host=$(hostname)"; exit 4')
+    done = backend.exec(
+        h,
+        'test ! -e /etc/debian_version && echo "inside cvd=$CUDA_VISIBLE_DEVICES pwd=$PWD '
+        'job=$SUANLI_JOB_ID host=$(hostname)"; exit 4',
+    )
     assert done.exit_code == 4, done.output
     assert f"inside cvd={indices[0]} pwd=/workspace job=1 host=instance-5" in done.output
     # a fresh backend (a restarted server) finds the job and still execs in its container
@@ -119,8 +148,9 @@ def test_notice_then_term_reach_the_workload_inside_and_exec_runs_there(slurm: S
     assert fresh.exec(found, "cat /proc/1/comm").output.strip() in ("catatonit", "podman-init")  # --init
     deadline = int(time.time()) + backend.notice_s
     backend.notice(h, deadline)
-    got = wait_until(lambda: next((x for x in backend.logs(h).splitlines() if x.startswith("usr1 deadline=")), None),
-                     15, "notice inside")
+    got = wait_until(
+        lambda: next((x for x in backend.logs(h).splitlines() if x.startswith("usr1 deadline=")), None), 15, "notice inside"
+    )
     assert abs(int(got.split("=")[1]) - deadline) <= 2
     assert abs(int(backend.exec(h, "echo $SUANLI_PREEMPT_DEADLINE").output.strip()) - deadline) <= 2
     assert backend.status(h).state == TaskState.RUNNING  # the workload chose to keep running
@@ -162,8 +192,14 @@ case "$1" in
 esac
 """)
     fake.chmod(0o755)
-    sb = SbatchSpec(name="c", command=f"exec {fake} run", node="node1", engine=str(fake), notice_s=30,
-                    env={"SUANLI_PREEMPT_DEADLINE_FILE": str(tmp_path / "deadline")})
+    sb = SbatchSpec(
+        name="c",
+        command=f"exec {fake} run",
+        node="node1",
+        engine=str(fake),
+        notice_s=30,
+        env={"SUANLI_PREEMPT_DEADLINE_FILE": str(tmp_path / "deadline")},
+    )
     (tmp_path / "job.sh").write_text(render_script(sb))
     env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": f"t{os.getpid()}"}
     proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -32,11 +32,17 @@ def test_usr1_reaches_a_python_workload_under_the_shell_once(tmp_path: Path) -> 
     (tmp_path / "train.py").write_text(trainer)
     run = RUN_PREAMBLE + f'{sys.executable} {tmp_path / "train.py"}\necho "after rc=$?" >> {log}\n'
     (tmp_path / "run.sh").write_text(run)
-    spec = SbatchSpec(name="py", command=f"exec bash {tmp_path / 'run.sh'}", node="node1", notice_s=60,
-                      env={"SUANLI_PREEMPT_DEADLINE_FILE": str(tmp_path / "deadline")})
+    spec = SbatchSpec(
+        name="py",
+        command=f"exec bash {tmp_path / 'run.sh'}",
+        node="node1",
+        notice_s=60,
+        env={"SUANLI_PREEMPT_DEADLINE_FILE": str(tmp_path / "deadline")},
+    )
     (tmp_path / "job.sh").write_text(render_script(spec))
-    proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], env=dict(os.environ), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["bash", str(tmp_path / "job.sh")], env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 20
         while not (log.exists() and "up" in log.read_text()):

@@ -84,7 +84,12 @@ def test_node_gres_joins_totals_with_use() -> None:
 
 def test_parse_tres_converts_memory_to_mib() -> None:
     assert parse_tres("cpu=16,mem=62.50G,billing=16,gres/gpu=4,gres/gpu:h100=4,gres/shard=40") == {
-        "cpu": 16, "mem": 64000, "billing": 16, "gres/gpu": 4, "gres/gpu:h100": 4, "gres/shard": 40,
+        "cpu": 16,
+        "mem": 64000,
+        "billing": 16,
+        "gres/gpu": 4,
+        "gres/gpu:h100": 4,
+        "gres/shard": 40,
     }
     assert parse_tres(None) == {}
 

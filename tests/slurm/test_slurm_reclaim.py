@@ -21,8 +21,8 @@ from sqlalchemy import select
 
 from suanli.backends.base import Handle
 from suanli.backends.slurm import NodeHealth, SlurmBackend, SlurmClient
-from suanli.control.launcher import build_specs
 from suanli.control.capacity import active_allocations
+from suanli.control.launcher import build_specs
 from suanli.control.scheduling import schedule_pass
 from suanli.db.models import Gpu, Job, Node
 from suanli.scheduler import make_policy
@@ -36,7 +36,7 @@ CHECKPOINTING = (
     'ckpt="$SUANLI_CHECKPOINT_DIR/step"; log="$SUANLI_CHECKPOINT_DIR/log"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
     'echo "start from=$step resume=${SUANLI_RESUME_FROM:-none} node=$SLURMD_NODENAME at=$(date +%s.%N) cvd=$CUDA_VISIBLE_DEVICES" >> "$log"; '
     'trap \'echo "$step" > "$ckpt"; echo "USR1 checkpoint=$step deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE) at=$(date +%s.%N)" >> "$log"\' USR1; '
-    "trap 'echo \"TERM at=$(date +%s.%N)\" >> \"$log\"; exit 0' TERM; "
+    'trap \'echo "TERM at=$(date +%s.%N)" >> "$log"; exit 0\' TERM; '
     'while true; do step=$((step + 1)); [ $((step % 3)) = 0 ] && [ -n "${PERIODIC:-}" ] && echo "$step" > "$ckpt"; sleep 0.1; done'
 )
 
@@ -70,16 +70,20 @@ def test_spot_job_reclaimed_by_on_demand_with_notice_checkpoint_and_resume(slurm
     p = platform
     node = nodes_with_gpu(slurm, "h100")[0].name
     p.only_nodes({node})
-    spot = p.submit(name="spot", resources={"accelerators": "H100:4", "priority": "spot"}, run=CHECKPOINTING,
-                    checkpoint_dir="ckpt")
+    spot = p.submit(
+        name="spot", resources={"accelerators": "H100:4", "priority": "spot"}, run=CHECKPOINTING, checkpoint_dir="ckpt"
+    )
     p.until(lambda: any(x.startswith("start from=0") for x in log_lines(p, spot)), 30, "spot job running")
     # the allocation records the GPUs Slurm gave the job, which it sees
     cvd = log_lines(p, spot)[0].split("cvd=")[1]
     alloc = p.until(lambda: (a := p.allocations(spot)) and sorted(a[0].gpu_indices) == [0, 1, 2, 3] and a, 10, "synced")
     assert ",".join(map(str, sorted(alloc[0].gpu_indices))) == cvd
     time.sleep(0.5)  # progress worth keeping
-    urgent = p.submit(name="urgent", resources={"accelerators": "H100:2"},
-                      run='echo "cvd=$CUDA_VISIBLE_DEVICES" > "$SUANLI_WORKDIR/../cvd"; sleep 2')
+    urgent = p.submit(
+        name="urgent",
+        resources={"accelerators": "H100:2"},
+        run='echo "cvd=$CUDA_VISIBLE_DEVICES" > "$SUANLI_WORKDIR/../cvd"; sleep 2',
+    )
     noticed = p.until(lambda: [e for e in p.events("job", spot) if e.to_state == "noticed"], 15, "notice")[0]
     told = p.until(lambda: [x for x in log_lines(p, spot) if x.startswith("USR1")], 10, "notice in the workload")[0]
     checkpoint = int(told.split("checkpoint=")[1].split()[0])
@@ -110,8 +114,9 @@ def checkpointing_job(p: Platform, two_nodes: list[str], accelerators: str) -> t
     """A periodically checkpointing job on one of ``two_nodes`` (the others cordoned):
     its id, the node it runs on and the spare."""
     p.only_nodes(set(two_nodes))
-    job = p.submit(name="fo", resources={"accelerators": accelerators}, run=CHECKPOINTING, checkpoint_dir="ckpt",
-                   envs={"PERIODIC": "1"})
+    job = p.submit(
+        name="fo", resources={"accelerators": accelerators}, run=CHECKPOINTING, checkpoint_dir="ckpt", envs={"PERIODIC": "1"}
+    )
     first = p.until(lambda: [x for x in log_lines(p, job) if x.startswith("start")], 30, "job running")[0]
     node = first.split("node=")[1].split()[0]
     return job, node, next(n for n in two_nodes if n != node)
@@ -129,7 +134,9 @@ def test_node_down_fails_over_to_another_node_from_the_checkpoint(slurm: SlurmCl
         failover_s = time.monotonic() - t0
         assert f"node={other}" in resumed and f"resume={p.data_dir}/checkpoints/job-{job}/ckpt" in resumed
         assert int(resumed.split("from=")[1].split()[0]) > 0  # from the checkpoint, not from scratch
-        steps = [(e.kind, e.to_state) for e in p.events() if (e.kind, e.object_id) in (("job", job), ("node", 0)) or e.kind == "node"]
+        steps = [
+            (e.kind, e.to_state) for e in p.events() if (e.kind, e.object_id) in (("job", job), ("node", 0)) or e.kind == "node"
+        ]
         assert ("node", "down") in steps
         assert [s for k, s in steps if k == "job"][-3:] == ["requeued", "queued", "running"]
         assert p.node_name(p.allocations(job)[0].node_id) == other
@@ -176,8 +183,14 @@ def job_processes(job_id: int) -> list[int]:
 
 def restart_slurmd(root: Path, node: str) -> None:
     """Start ``node``'s slurmd again exactly as scripts/slurm-cluster starts it."""
-    r = subprocess.run(["bash", str(SCRIPT), "restart-slurmd", node], env={**os.environ, "SLURM_ROOT": str(root)},
-                       capture_output=True, text=True, timeout=90, check=False)
+    r = subprocess.run(
+        ["bash", str(SCRIPT), "restart-slurmd", node],
+        env={**os.environ, "SLURM_ROOT": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
     assert r.returncode == 0, f"restart-slurmd {node} failed: {r.stderr}"
 
 
@@ -240,9 +253,11 @@ def test_killed_slurmd_node_not_responding_fails_over_from_the_checkpoint(
         assert all(j.state in ("COMPLETING", "CANCELLED") for j in tagged if j.job_id == old), tagged
         # slurmd's death did not end the old job's processes: they still run on the silent node
         assert job_processes(old), f"expected the orphaned processes of Slurm job {old} on {node}"
-        print(f"\nslurmd SIGKILL on {node}: node down event (NOT_RESPONDING) after {detect_s:.1f}s; node down -> "
-              f"running on {spare} from its checkpoint in {failover_s:.2f}s (workload's first line); "
-              f"stop of a job on the silent node {stop_s:.2f}s")
+        print(
+            f"\nslurmd SIGKILL on {node}: node down event (NOT_RESPONDING) after {detect_s:.1f}s; node down -> "
+            f"running on {spare} from its checkpoint in {failover_s:.2f}s (workload's first line); "
+            f"stop of a job on the silent node {stop_s:.2f}s"
+        )
         for e in [down, *events[:3]]:
             print(f"  {e.ts.isoformat(timespec='milliseconds')} {e.kind} {e.from_state} -> {e.to_state}: {e.message}")
     finally:
@@ -255,8 +270,11 @@ def test_killed_slurmd_node_not_responding_fails_over_from_the_checkpoint(
     for gone in (old, bystander):
         wait_until(lambda gone=gone: not job_processes(gone), 20, f"the processes of Slurm job {gone} on {node} to end")
     wait_until(lambda: slurm.node(node).state == "idle", 20, f"{node} idle")
-    p.until(lambda: [e for e in p.events("node", node_id) if e.to_state == "ready" and "up again" in e.message], 15,
-            "node ready again")
+    p.until(
+        lambda: [e for e in p.events("node", node_id) if e.to_state == "ready" and "up again" in e.message],
+        15,
+        "node ready again",
+    )
     assert p.state(job, "running") and p.node_name(p.allocations(job)[0].node_id) == spare
     # Slurm did not start the old job again; it finishes completing on the revived node
     t_done = time.monotonic()
@@ -285,11 +303,14 @@ def test_server_restart_mid_job_readopts_and_submits_nothing_twice(
     p = platform
     p.only_nodes({nodes_with_gpu(slurm, "a100")[-1].name})
     release = p.data_dir.parent / "release"  # the long job runs until the test has restarted the server
-    running = p.submit(name="long", resources={"accelerators": "A100:1"},
-                       run=f"echo up; while [ ! -e {release} ]; do sleep 0.1; done")
+    running = p.submit(
+        name="long", resources={"accelerators": "A100:1"}, run=f"echo up; while [ ! -e {release} ]; do sleep 0.1; done"
+    )
     p.until(lambda: p.state(running, "running"), 30, "job running")
     # a second job whose launch was cut short: the dead server had submitted it but not recorded it
-    inflight = p.submit(name="inflight", resources={"accelerators": "A100:1"}, run=f"echo up; while [ ! -e {release} ]; do sleep 0.1; done")
+    inflight = p.submit(
+        name="inflight", resources={"accelerators": "A100:1"}, run=f"echo up; while [ ! -e {release} ]; do sleep 0.1; done"
+    )
     assert schedule_pass(p.db, make_policy("suanli"), list(p.loop.backends), "dead-server").claimed == [("job", inflight)]
     with p.db.transaction() as s:
         row = s.get(Job, inflight)

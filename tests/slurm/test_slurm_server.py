@@ -51,8 +51,11 @@ def test_server_with_slurm_registers_the_cluster_and_runs_jobs_there(
     r = http.post("/v1/jobs", json=task, headers=auth)
     assert r.status_code in (200, 201), r.text
     job_id = r.json()["id"]
-    done = wait_until(lambda: (j := http.get(f"/v1/jobs/{job_id}", headers=auth).json())["state"] in ("succeeded", "failed") and j,
-                      60, "job done")
+    done = wait_until(
+        lambda: (j := http.get(f"/v1/jobs/{job_id}", headers=auth).json())["state"] in ("succeeded", "failed") and j,
+        60,
+        "job done",
+    )
     assert done["state"] == "succeeded", done
     logs = http.get(f"/v1/jobs/{job_id}/logs", headers=auth).json()
     text = logs["text"] if isinstance(logs, dict) else str(logs)
@@ -81,8 +84,9 @@ def test_cli_nodes_add_backend_slurm(slurm: SlurmClient, tmp_path: Path, monkeyp
         assert again.exit_code == 1 and "already registered" in again.output
         bad = runner.invoke(app, ["nodes", "add"])
         assert bad.exit_code == 2 and "--backend slurm" in bad.output
-        bad = runner.invoke(app, ["server", "--backend", "slurm", "--slurm-conf", str(tmp_path / "nope.conf")],
-                            env={"COLUMNS": "400"})  # Rich wraps the error box at the terminal's width
+        bad = runner.invoke(
+            app, ["server", "--backend", "slurm", "--slurm-conf", str(tmp_path / "nope.conf")], env={"COLUMNS": "400"}
+        )  # Rich wraps the error box at the terminal's width
         assert bad.exit_code == 2 and "nope.conf" in bad.output
     finally:
         http.close()

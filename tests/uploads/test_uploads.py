@@ -13,8 +13,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from control_helpers import Server
+
 from suanli.cli.launch import pack
 from suanli.control import uploads
 from suanli.control.errors import Invalid
@@ -81,8 +81,10 @@ def test_upload_then_reuse_same_id(server: Server) -> None:
     assert stored(server) == [f"tenant-{tid}/{up['id']}.tar.gz"]  # kept once, no leftover parts
     assert server.get(f"/v1/uploads/{up['id']}") == up
     assert server.http.get(f"/v1/uploads/{'0' * 64}", headers=server.headers).json()["error"]["code"] == "not_found"
-    assert server.get("/v1/uploads/limit") == {"max_bytes": uploads.DEFAULT_MAX_BYTES,
-                                               "max_unpacked_bytes": uploads.DEFAULT_MAX_BYTES * uploads.UNPACK_RATIO}
+    assert server.get("/v1/uploads/limit") == {
+        "max_bytes": uploads.DEFAULT_MAX_BYTES,
+        "max_unpacked_bytes": uploads.DEFAULT_MAX_BYTES * uploads.UNPACK_RATIO,
+    }
     assert server.http.post("/v1/uploads", content=GOOD).status_code == 401  # no token
 
 
@@ -94,7 +96,7 @@ def test_over_the_cap_is_413_and_nothing_is_kept(server: Server) -> None:
     err = r.json()["error"]
     assert err["code"] == "too_large" and "4096" in err["message"] and str(len(big)) in err["message"]
     # without a Content-Length (chunked): refused once the stream passes the cap
-    chunks = (big[i:i + 1000] for i in range(0, len(big), 1000))
+    chunks = (big[i : i + 1000] for i in range(0, len(big), 1000))
     r = server.http.post("/v1/uploads", content=chunks, headers={**server.headers, "Content-Type": "application/gzip"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "too_large", r.text
     assert stored(server) == []
@@ -107,14 +109,17 @@ def test_over_the_cap_is_413_and_nothing_is_kept(server: Server) -> None:
     assert stored(server) == []
 
 
-@pytest.mark.parametrize(("members", "named"), [
-    ((("../x", "file", b"evil"),), "'../x'"),
-    ((("ok", "dir", b""), ("ok/../../x", "file", b"evil")), "'ok/../../x'"),
-    ((("/etc/x", "file", b"evil"),), "'/etc/x'"),
-    ((("link", "sym", "/etc/passwd"),), "'link' is a symlink"),
-    ((("a", "file", b"a"), ("hard", "hard", "a")), "'hard' is a hard link"),
-    ((("null", "chr", b""),), "'null' is a device"),
-])
+@pytest.mark.parametrize(
+    ("members", "named"),
+    [
+        ((("../x", "file", b"evil"),), "'../x'"),
+        ((("ok", "dir", b""), ("ok/../../x", "file", b"evil")), "'ok/../../x'"),
+        ((("/etc/x", "file", b"evil"),), "'/etc/x'"),
+        ((("link", "sym", "/etc/passwd"),), "'link' is a symlink"),
+        ((("a", "file", b"a"), ("hard", "hard", "a")), "'hard' is a hard link"),
+        ((("null", "chr", b""),), "'null' is a device"),
+    ],
+)
 def test_unsafe_archives_are_refused_naming_the_member(server: Server, members: tuple, named: str) -> None:
     r = post_upload(server, targz(("fine.py", "file", b"x = 1\n"), *members))
     assert r.status_code == 422, r.text
@@ -239,8 +244,8 @@ def test_real_http_refuses_over_the_cap_early(server: Server, tmp_path: Path) ->
     import time
 
     import uvicorn
-
     from control_helpers import free_port
+
     from suanli.client import ApiError, SuanliClient
 
     server.ctx.max_upload_bytes = 256 * 1024
@@ -272,7 +277,7 @@ def test_launch_over_the_cap_stops_before_sending(server: Server, cli, tmp_path:
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "noise.bin").write_bytes(os.urandom(200 * 1024))
     task = tmp_path / "task.yaml"
-    task.write_text("workdir: proj\nrun: \"true\"\n")
+    task.write_text('workdir: proj\nrun: "true"\n')
     out = cli("launch", str(task), code=2)
     assert "over the server's cap of 64.0 KiB" in out and "noise.bin (200.0 KiB)" in out and ".suanliignore" in out
     assert server.get("/v1/jobs") == [] and stored(server) == []
@@ -320,12 +325,15 @@ def test_extract_into_writes_the_tree_and_replaces_dest(tmp_path: Path) -> None:
         uploads.extract_into(data, 8, info.id, tmp_path / "other")
 
 
-@pytest.mark.parametrize("members", [
-    (("../escape.txt", "file", b"evil"),),
-    (("/tmp/abs-escape.txt", "file", b"evil"),),
-    (("up", "sym", ".."), ("up/escape.txt", "file", b"evil")),
-    (("h", "hard", "/etc/passwd"),),
-])
+@pytest.mark.parametrize(
+    "members",
+    [
+        (("../escape.txt", "file", b"evil"),),
+        (("/tmp/abs-escape.txt", "file", b"evil"),),
+        (("up", "sym", ".."), ("up/escape.txt", "file", b"evil")),
+        (("h", "hard", "/etc/passwd"),),
+    ],
+)
 def test_a_hostile_archive_put_around_the_api_cannot_escape(tmp_path: Path, members: tuple) -> None:
     data = tmp_path / "data"
     data.mkdir()

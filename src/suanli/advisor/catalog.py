@@ -47,8 +47,7 @@ ALIASES: dict[str, str] = {
 #: 0.41); the other classes scale that by their measured GEMM efficiency or by the lack
 #: of a GPU-to-GPU fabric.
 MFU_BY_CLASS: dict[str, tuple[float, str]] = {
-    "nvidia-datacenter": (0.40, "dense training on A100/H100-class with NVLink: 0.35-0.45 "
-                                "(Llama 2 7B on A100 implies 0.41)"),
+    "nvidia-datacenter": (0.40, "dense training on A100/H100-class with NVLink: 0.35-0.45 (Llama 2 7B on A100 implies 0.41)"),
     "nvidia-pcie": (0.35, "datacenter PCIe parts without an NVLink fabric: slower gradient sync"),
     "nvidia-consumer": (0.30, "GeForce cards: no NVLink/P2P, halved FP32-accumulate tensor rate"),
     "nvidia-legacy": (0.30, "Volta/Turing/Pascal: older kernels, no BF16"),

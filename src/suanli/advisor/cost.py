@@ -47,8 +47,7 @@ def spot_overhead(rules: PlanRules, gpus: int) -> float:
     return rules.spot_interruptions_per_gpu_hour * gpus * lost_per_reclaim
 
 
-def cost_options(book: PriceBook, gpu: str, gpus: int, hours: float,
-                 plans: tuple[str, ...] = PLANS) -> list[CostLine]:
+def cost_options(book: PriceBook, gpu: str, gpus: int, hours: float, plans: tuple[str, ...] = PLANS) -> list[CostLine]:
     """Every offer for ``gpu`` priced for ``gpus`` GPUs over ``hours`` hours, cheapest first."""
     require_positive("gpus", gpus)
     require_positive("hours", hours)
@@ -80,12 +79,22 @@ def cost_options(book: PriceBook, gpu: str, gpus: int, hours: float,
                 note += "; too many GPUs in one gang for spot"
         if billed_gpus != gpus:
             note = "; ".join(x for x in (note, f"sold in {unit}-GPU nodes: {billed_gpus} GPUs billed") if x)
-        lines.append(CostLine(
-            provider=offer.provider, gpu=name, gpus=gpus, plan=offer.plan,
-            rate_per_gpu_hour=rate, effective_rate_per_gpu_hour=effective,
-            billed_gpu_hours=billed * billed_gpus, total=rate * billed * billed_gpus,
-            currency=book.currency, derived=offer.derived, source=offer.source, note=note,
-        ))
+        lines.append(
+            CostLine(
+                provider=offer.provider,
+                gpu=name,
+                gpus=gpus,
+                plan=offer.plan,
+                rate_per_gpu_hour=rate,
+                effective_rate_per_gpu_hour=effective,
+                billed_gpu_hours=billed * billed_gpus,
+                total=rate * billed * billed_gpus,
+                currency=book.currency,
+                derived=offer.derived,
+                source=offer.source,
+                note=note,
+            )
+        )
     return sorted(lines, key=lambda c: (c.total, c.derived))
 
 

@@ -57,8 +57,7 @@ def _price(book: PriceBook, gpu: GPU) -> Offer | None:
     best = None
     for plan in ("on_demand", "monthly"):
         offer = book.cheapest(gpu.name, plan)
-        if offer and (best is None or (offer.derived, offer.price_per_gpu_hour)
-                      < (best.derived, best.price_per_gpu_hour)):
+        if offer and (best is None or (offer.derived, offer.price_per_gpu_hour) < (best.derived, best.price_per_gpu_hour)):
             best = offer
     return best
 
@@ -84,9 +83,15 @@ def _describe(tp: int, pp: int, dp: int, zero: int | None) -> str:
     return " x ".join(parts) or "single GPU"
 
 
-def fit_inference(model: ModelArch, precision: str = "bf16", context: int = 4096, batch: int = 1,
-                  kv_cache_dtype: str = "bf16", gpus: list[GPU] | None = None,
-                  book: PriceBook | None = None) -> list[FitOption]:
+def fit_inference(
+    model: ModelArch,
+    precision: str = "bf16",
+    context: int = 4096,
+    batch: int = 1,
+    kv_cache_dtype: str = "bf16",
+    gpus: list[GPU] | None = None,
+    book: PriceBook | None = None,
+) -> list[FitOption]:
     """Smallest serving configuration per GPU model, cheapest replica first."""
     book = book or default_pricebook()
     options = []
@@ -110,11 +115,24 @@ def fit_inference(model: ModelArch, precision: str = "bf16", context: int = 4096
     return _rank(options, key=lambda o: (o.hourly_cost is None, o.hourly_cost or 0, o.gpus))
 
 
-def fit_training(model: ModelArch, method: str = "full", *, zero: int = 3, offload: str = "none",
-                 optimizer: str = "adamw", mode: str = "mixed", seq_len: int = 4096,
-                 micro_batch: int = 1, checkpointing: str = "full", flash_attention: bool = True,
-                 lora_rank: int = 16, tokens: float | None = None, mfu: float | None = None,
-                 gpus: list[GPU] | None = None, book: PriceBook | None = None) -> list[FitOption]:
+def fit_training(
+    model: ModelArch,
+    method: str = "full",
+    *,
+    zero: int = 3,
+    offload: str = "none",
+    optimizer: str = "adamw",
+    mode: str = "mixed",
+    seq_len: int = 4096,
+    micro_batch: int = 1,
+    checkpointing: str = "full",
+    flash_attention: bool = True,
+    lora_rank: int = 16,
+    tokens: float | None = None,
+    mfu: float | None = None,
+    gpus: list[GPU] | None = None,
+    book: PriceBook | None = None,
+) -> list[FitOption]:
     """Smallest training configuration per GPU model, cheapest work (or run) first."""
     book = book or default_pricebook()
     options = []
@@ -127,10 +145,21 @@ def fit_training(model: ModelArch, method: str = "full", *, zero: int = 3, offlo
                 # _layouts only yields divisible layouts, so any AdvisorError here is bad
                 # input (unknown stage, offload, optimizer...) and must reach the caller.
                 est = estimate_training(
-                    model, method, gpus=count, zero=zero, offload=offload, optimizer=optimizer,
-                    mode=mode, tp=tp, pp=pp, seq_len=seq_len, micro_batch=micro_batch,
-                    checkpointing=checkpointing, flash_attention=flash_attention,
-                    lora_rank=lora_rank)
+                    model,
+                    method,
+                    gpus=count,
+                    zero=zero,
+                    offload=offload,
+                    optimizer=optimizer,
+                    mode=mode,
+                    tp=tp,
+                    pp=pp,
+                    seq_len=seq_len,
+                    micro_batch=micro_batch,
+                    checkpointing=checkpointing,
+                    flash_attention=flash_attention,
+                    lora_rank=lora_rank,
+                )
                 if est.per_gpu_bytes <= gpu.memory_bytes:
                     opt = _option(gpu, count, tp, pp, count // (tp * pp), zero, est.per_gpu_bytes, book)
                     if tokens:
@@ -153,19 +182,25 @@ def fit_training(model: ModelArch, method: str = "full", *, zero: int = 3, offlo
     return _rank(options, key=work_price)
 
 
-def _option(gpu: GPU, count: int, tp: int, pp: int, dp: int, zero: int | None, per_gpu: float,
-            book: PriceBook) -> FitOption:
+def _option(gpu: GPU, count: int, tp: int, pp: int, dp: int, zero: int | None, per_gpu: float, book: PriceBook) -> FitOption:
     offer = _price(book, gpu)
     hourly = None
     if offer:  # an 8-GPU bare-metal offer is rented in whole nodes
         billed = -(-count // offer.gpus_per_unit) * offer.gpus_per_unit
         hourly = offer.price_per_gpu_hour * billed
     return FitOption(
-        gpu=gpu.name, gpus=count, tp=tp, pp=pp, dp=dp, parallelism=_describe(tp, pp, dp, zero),
-        per_gpu_bytes=per_gpu, gpu_memory_bytes=gpu.memory_bytes,
+        gpu=gpu.name,
+        gpus=count,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        parallelism=_describe(tp, pp, dp, zero),
+        per_gpu_bytes=per_gpu,
+        gpu_memory_bytes=gpu.memory_bytes,
         memory_used_fraction=per_gpu / gpu.memory_bytes,
         price_per_gpu_hour=offer.price_per_gpu_hour if offer else None,
-        price_plan=offer.plan if offer else None, price_source=offer.source if offer else None,
+        price_plan=offer.plan if offer else None,
+        price_source=offer.source if offer else None,
         hourly_cost=hourly,
     )
 

@@ -79,8 +79,7 @@ def kv_bytes_per_token(model: ModelArch, kv_dtype: str = "bf16") -> float:
 def activation_workspace_bytes(model: ModelArch, tokens: int, act_bytes: float = 2.0) -> float:
     """Transient tensors of one forward pass over ``tokens`` tokens (see module doc)."""
     if model.is_moe:
-        width = (model.experts_per_token + model.n_shared_experts) * (
-            model.moe_intermediate or model.intermediate)
+        width = (model.experts_per_token + model.n_shared_experts) * (model.moe_intermediate or model.intermediate)
         width = max(width, model.intermediate if model.first_dense_layers else 0)
     else:
         width = model.intermediate
@@ -132,33 +131,40 @@ def estimate_inference(
     }
     notes = [prec.note]
     if model.rough:
-        notes.append("rough architecture from a parameter count: KV cache and activations "
-                     "are indicative only")
+        notes.append("rough architecture from a parameter count: KV cache and activations are indicative only")
     if model.max_context and context > model.max_context:
         notes.append(f"context {context} exceeds the model's {model.max_context} positions")
     if kv_share * gpus > 1.0 + 1e-9:
         notes.append(f"KV heads replicated: {model.kv_heads} KV heads over {gpus} GPUs")
     allocated = weights + kv_total + activations
     return InferenceEstimate(
-        model=model.name, precision=prec.name, context=context, batch=batch,
-        kv_cache_dtype=kv_dtype, gpus=gpus, components=components,
-        total_bytes=allocated + overhead, allocated_bytes=allocated,
-        per_gpu_bytes=per_gpu, kv_bytes_per_token=per_token, rough=model.rough, notes=notes,
+        model=model.name,
+        precision=prec.name,
+        context=context,
+        batch=batch,
+        kv_cache_dtype=kv_dtype,
+        gpus=gpus,
+        components=components,
+        total_bytes=allocated + overhead,
+        allocated_bytes=allocated,
+        per_gpu_bytes=per_gpu,
+        kv_bytes_per_token=per_token,
+        rough=model.rough,
+        notes=notes,
     )
 
 
-def max_context_for(model: ModelArch, precision: str, gpu_bytes: float, gpus: int = 1,
-                    batch: int = 1, kv_cache_dtype: str = "bf16") -> int:
+def max_context_for(
+    model: ModelArch, precision: str, gpu_bytes: float, gpus: int = 1, batch: int = 1, kv_cache_dtype: str = "bf16"
+) -> int:
     """Longest context that fits ``gpus`` GPUs of ``gpu_bytes`` each (0 if the weights don't)."""
-    base = estimate_inference(model, precision, context=1, batch=batch,
-                              kv_cache_dtype=kv_cache_dtype, gpus=gpus)
+    base = estimate_inference(model, precision, context=1, batch=batch, kv_cache_dtype=kv_cache_dtype, gpus=gpus)
     if base.per_gpu_bytes > gpu_bytes:
         return 0
     lo, hi = 1, 10_000_000
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        est = estimate_inference(model, precision, context=mid, batch=batch,
-                                 kv_cache_dtype=kv_cache_dtype, gpus=gpus)
+        est = estimate_inference(model, precision, context=mid, batch=batch, kv_cache_dtype=kv_cache_dtype, gpus=gpus)
         if est.per_gpu_bytes <= gpu_bytes:
             lo = mid
         else:
@@ -166,12 +172,18 @@ def max_context_for(model: ModelArch, precision: str, gpu_bytes: float, gpus: in
     return lo
 
 
-def max_batch_for(model: ModelArch, precision: str, gpu_bytes: float, gpus: int = 1,
-                  context: int = 4096, kv_cache_dtype: str = "bf16") -> int:
+def max_batch_for(
+    model: ModelArch, precision: str, gpu_bytes: float, gpus: int = 1, context: int = 4096, kv_cache_dtype: str = "bf16"
+) -> int:
     """Most concurrent sequences of ``context`` tokens that fit (0 if one does not)."""
+
     def fits(batch: int) -> bool:
-        return estimate_inference(model, precision, context=context, batch=batch,
-                                  kv_cache_dtype=kv_cache_dtype, gpus=gpus).per_gpu_bytes <= gpu_bytes
+        return (
+            estimate_inference(
+                model, precision, context=context, batch=batch, kv_cache_dtype=kv_cache_dtype, gpus=gpus
+            ).per_gpu_bytes
+            <= gpu_bytes
+        )
 
     if not fits(1):
         return 0
@@ -197,20 +209,40 @@ class GPUFit:
     max_batch: int
 
 
-def fit_on_gpu(model: ModelArch, precision: str, gpu_name: str, gpu_memory_bytes: float,
-               gpus: int = 1, context: int = 4096, batch: int = 1,
-               kv_cache_dtype: str = "bf16") -> GPUFit:
+def fit_on_gpu(
+    model: ModelArch,
+    precision: str,
+    gpu_name: str,
+    gpu_memory_bytes: float,
+    gpus: int = 1,
+    context: int = 4096,
+    batch: int = 1,
+    kv_cache_dtype: str = "bf16",
+) -> GPUFit:
     """Check one set-up against one GPU model (capacity in bytes, from the catalog)."""
     est = estimate_inference(model, precision, context, batch, kv_cache_dtype, gpus)
     return GPUFit(
-        gpu=gpu_name, gpus=gpus, fits=est.per_gpu_bytes <= gpu_memory_bytes,
-        per_gpu_bytes=est.per_gpu_bytes, gpu_memory_bytes=gpu_memory_bytes,
+        gpu=gpu_name,
+        gpus=gpus,
+        fits=est.per_gpu_bytes <= gpu_memory_bytes,
+        per_gpu_bytes=est.per_gpu_bytes,
+        gpu_memory_bytes=gpu_memory_bytes,
         headroom_bytes=gpu_memory_bytes - est.per_gpu_bytes,
         max_context=max_context_for(model, precision, gpu_memory_bytes, gpus, batch, kv_cache_dtype),
         max_batch=max_batch_for(model, precision, gpu_memory_bytes, gpus, context, kv_cache_dtype),
     )
 
 
-__all__ = ["AdvisorError", "InferenceEstimate", "estimate_inference", "weight_bytes",
-           "kv_bytes_per_token", "activation_workspace_bytes", "max_context_for",
-           "max_batch_for", "GPUFit", "fit_on_gpu", "GIB"]
+__all__ = [
+    "AdvisorError",
+    "InferenceEstimate",
+    "estimate_inference",
+    "weight_bytes",
+    "kv_bytes_per_token",
+    "activation_workspace_bytes",
+    "max_context_for",
+    "max_batch_for",
+    "GPUFit",
+    "fit_on_gpu",
+    "GIB",
+]

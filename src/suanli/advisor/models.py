@@ -85,8 +85,11 @@ class ModelArch:
                 q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
             else:
                 q = h * a * qk
-            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-                  + self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim))
+            kv = (
+                h * (self.kv_lora_rank + self.qk_rope_head_dim)
+                + self.kv_lora_rank
+                + self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim)
+            )
             return q + kv + a * self.v_head_dim * h
         q_out, kv_out = a * self.head_dim, self.kv_heads * self.head_dim
         bias = (q_out + 2 * kv_out) if self.qkv_bias else 0
@@ -102,14 +105,12 @@ class ModelArch:
             return self.layers * 3 * h * self.intermediate
         dense = self.first_dense_layers * 3 * h * self.intermediate
         experts = self.experts_per_token if active else self.n_routed_experts
-        per_moe_layer = ((experts + self.n_shared_experts) * 3 * h * self._moe_width()
-                         + h * self.n_routed_experts)  # router
+        per_moe_layer = (experts + self.n_shared_experts) * 3 * h * self._moe_width() + h * self.n_routed_experts  # router
         return dense + (self.layers - self.first_dense_layers) * per_moe_layer
 
     def _count(self, active: bool) -> float:
         norms = self.layers * 2 * self.hidden + self.hidden
-        return float(self.embedding_params + self.layers * self._attention_params()
-                     + self._mlp_params(active) + norms)
+        return float(self.embedding_params + self.layers * self._attention_params() + self._mlp_params(active) + norms)
 
     @property
     def params(self) -> float:
@@ -204,8 +205,7 @@ def find_model(name: str) -> ModelArch:
     if key in MODEL_ALIASES:
         return models[MODEL_ALIASES[key]]
     known = ", ".join(models)
-    raise AdvisorError(f"unknown model {name!r}; bundled models: {known} "
-                       "(or give --config path/to/config.json, or --params 70B)")
+    raise AdvisorError(f"unknown model {name!r}; bundled models: {known} (or give --config path/to/config.json, or --params 70B)")
 
 
 def from_hf_config(config: dict[str, Any], name: str = "config.json") -> ModelArch:
@@ -215,11 +215,11 @@ def from_hf_config(config: dict[str, Any], name: str = "config.json") -> ModelAr
     needed = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
     missing = [k for k in needed if k not in cfg]
     if missing:
-        raise AdvisorError(f"{name}: not a decoder-only transformer config I can read "
-                           f"(missing {', '.join(missing)}); use --params instead")
+        raise AdvisorError(
+            f"{name}: not a decoder-only transformer config I can read (missing {', '.join(missing)}); use --params instead"
+        )
     h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    experts = int(cfg.get("n_routed_experts") or cfg.get("num_local_experts")
-                  or cfg.get("num_experts") or 0)
+    experts = int(cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
     model_type = str(cfg.get("model_type", ""))
     return ModelArch(
         name=name,
@@ -288,15 +288,20 @@ def from_param_count(text: str | float) -> ModelArch:
     layers = max(2, 4 * round(hidden / 512))
     heads = hidden // 128
     arch = ModelArch(
-        name=f"{n / 1e9:g}B (rough)", layers=layers, hidden=hidden, heads=heads,
-        kv_heads=min(8, heads), head_dim=128, intermediate=int(hidden * 3.5),
-        vocab=128256, rough=True,
+        name=f"{n / 1e9:g}B (rough)",
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=min(8, heads),
+        head_dim=128,
+        intermediate=int(hidden * 3.5),
+        vocab=128256,
+        rough=True,
     )
     return replace(arch, params_override=n)
 
 
-def resolve_model(name: str | None = None, config: str | Path | None = None,
-                  params: str | float | None = None) -> ModelArch:
+def resolve_model(name: str | None = None, config: str | Path | None = None, params: str | float | None = None) -> ModelArch:
     """Exactly one of a bundled name, a config.json path or a parameter count."""
     given = [x for x in (name, config, params) if x not in (None, "")]
     if len(given) != 1:

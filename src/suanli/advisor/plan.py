@@ -84,8 +84,7 @@ def read_demand_csv(text: str) -> np.ndarray:
         try:
             v = float(r[col])
         except (ValueError, IndexError):
-            raise AdvisorError(f"demand CSV line {i}: {r[col] if col < len(r) else ''!r} "
-                               "is not a number of GPUs") from None
+            raise AdvisorError(f"demand CSV line {i}: {r[col] if col < len(r) else ''!r} is not a number of GPUs") from None
         if v < 0 or math.isnan(v):
             raise AdvisorError(f"demand CSV line {i}: GPUs must be >= 0, got {v!r}")
         values.append(v)
@@ -109,8 +108,7 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def plan_prices(book: PriceBook, gpu: str, provider: str | None = None,
-                gang_size: int = 8) -> PlanPrices:
+def plan_prices(book: PriceBook, gpu: str, provider: str | None = None, gang_size: int = 8) -> PlanPrices:
     """One provider's four plan prices for ``gpu`` (quoted where possible, else derived).
     Without ``provider``: the provider quoting the most plans, first listed on a tie."""
     name = find_gpu(gpu).name
@@ -119,8 +117,9 @@ def plan_prices(book: PriceBook, gpu: str, provider: str | None = None,
         raise AdvisorError(f"no offers for {name} in the price book")
     providers = list(dict.fromkeys(o.provider for o in book.offers if o.gpu == name))
     if provider is None:
-        provider = max(providers, key=lambda p: (sum(1 for o in offers if o.provider == p and not o.derived),
-                                                 -providers.index(p)))
+        provider = max(
+            providers, key=lambda p: (sum(1 for o in offers if o.provider == p and not o.derived), -providers.index(p))
+        )
     elif provider not in providers:
         raise AdvisorError(f"provider {provider!r} has no {name} offers; choose one of: {', '.join(providers)}")
     mine = {o.plan: o for o in sorted(offers, key=lambda o: o.derived, reverse=True) if o.provider == provider}
@@ -128,17 +127,29 @@ def plan_prices(book: PriceBook, gpu: str, provider: str | None = None,
     if missing:
         raise AdvisorError(f"{provider} lacks {', '.join(missing)} prices for {name}")
     return PlanPrices(
-        provider=provider, gpu=name,
-        on_demand=mine["on_demand"].price_per_gpu_hour, monthly=mine["monthly"].price_per_gpu_hour,
-        reserved=mine["reserved"].price_per_gpu_hour, spot=mine["spot"].price_per_gpu_hour,
+        provider=provider,
+        gpu=name,
+        on_demand=mine["on_demand"].price_per_gpu_hour,
+        monthly=mine["monthly"].price_per_gpu_hour,
+        reserved=mine["reserved"].price_per_gpu_hour,
+        spot=mine["spot"].price_per_gpu_hour,
         spot_overhead=spot_overhead(book.rules, gang_size),
         sources={p: o.source for p, o in mine.items()},
     )
 
 
-def _result(mode: str, demand: np.ndarray, prices: PlanPrices, book: PriceBook, reserved: int,
-            monthly: list[int], od: np.ndarray, spot: np.ndarray, tolerance: float,
-            notes: list[str]) -> PurchasePlan:
+def _result(
+    mode: str,
+    demand: np.ndarray,
+    prices: PlanPrices,
+    book: PriceBook,
+    reserved: int,
+    monthly: list[int],
+    od: np.ndarray,
+    spot: np.ndarray,
+    tolerance: float,
+    notes: list[str],
+) -> PurchasePlan:
     hpm = int(book.hours_per_month)
     block_hours = [min(hpm, len(demand) - k * hpm) for k in range(len(monthly))]
     cost = {
@@ -152,17 +163,30 @@ def _result(mode: str, demand: np.ndarray, prices: PlanPrices, book: PriceBook, 
     if any(h < hpm for h in block_hours) and any(monthly):
         notes.append("the last month is partial but billed in full")
     return PurchasePlan(
-        mode=mode, gpu=prices.gpu, provider=prices.provider, currency=book.currency,
-        hours=len(demand), peak_gpus=float(demand.max()), mean_gpus=float(demand.mean()),
-        reserved_gpus=reserved, monthly_gpus=monthly, on_demand_gpu_hours=float(od.sum()),
-        spot_gpu_hours=float(spot.sum()), cost=cost, total_cost=total,
-        all_on_demand_cost=baseline, saving_fraction=(1 - total / baseline) if baseline else 0.0,
-        interruption_tolerance=tolerance, prices=prices, notes=notes,
+        mode=mode,
+        gpu=prices.gpu,
+        provider=prices.provider,
+        currency=book.currency,
+        hours=len(demand),
+        peak_gpus=float(demand.max()),
+        mean_gpus=float(demand.mean()),
+        reserved_gpus=reserved,
+        monthly_gpus=monthly,
+        on_demand_gpu_hours=float(od.sum()),
+        spot_gpu_hours=float(spot.sum()),
+        cost=cost,
+        total_cost=total,
+        all_on_demand_cost=baseline,
+        saving_fraction=(1 - total / baseline) if baseline else 0.0,
+        interruption_tolerance=tolerance,
+        prices=prices,
+        notes=notes,
     )
 
 
-def optimal_plan(demand: np.ndarray, prices: PlanPrices, book: PriceBook | None = None,
-                 tolerance: float = 0.5, use_monthly: bool = True) -> PurchasePlan:
+def optimal_plan(
+    demand: np.ndarray, prices: PlanPrices, book: PriceBook | None = None, tolerance: float = 0.5, use_monthly: bool = True
+) -> PurchasePlan:
     """Cheapest expected mix (MILP, HiGHS); ``tolerance`` = share of each hour's demand
     that may run on interruptible spot GPUs."""
     book = book or default_pricebook()
@@ -174,37 +198,41 @@ def optimal_plan(demand: np.ndarray, prices: PlanPrices, book: PriceBook | None 
     K = math.ceil(T / hpm) if use_monthly else 0
     # Variable order: R, M_0..M_{K-1}, o_0..o_{T-1}, s_0..s_{T-1}
     n = 1 + K + 2 * T
-    c = np.concatenate([[prices.reserved * T], np.full(K, prices.monthly * hpm),
-                        np.full(T, prices.on_demand),
-                        np.full(T, prices.spot * (1 + prices.spot_overhead))])
+    c = np.concatenate(
+        [
+            [prices.reserved * T],
+            np.full(K, prices.monthly * hpm),
+            np.full(T, prices.on_demand),
+            np.full(T, prices.spot * (1 + prices.spot_overhead)),
+        ]
+    )
     # Sparse constraint matrices: a year of hours is 8,760 rows x 17,500 columns.
     t_idx = np.arange(T)
     rows = np.concatenate([t_idx, t_idx, t_idx] + ([t_idx] if K else []))
-    cols = np.concatenate([np.zeros(T, dtype=int), 1 + K + t_idx, 1 + K + T + t_idx]
-                          + ([1 + t_idx // hpm] if K else []))
+    cols = np.concatenate([np.zeros(T, dtype=int), 1 + K + t_idx, 1 + K + T + t_idx] + ([1 + t_idx // hpm] if K else []))
     from scipy import sparse  # imported here: SciPy costs every CLI start 0.3 s otherwise
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     cover = sparse.csr_array((np.ones(rows.size), (rows, cols)), shape=(T, n))
     spot_cap = sparse.csr_array((np.ones(T), (t_idx, 1 + K + T + t_idx)), shape=(T, n))
-    constraints = [LinearConstraint(cover, lb=d, ub=np.inf),
-                   LinearConstraint(spot_cap, lb=0, ub=tolerance * d)]
+    constraints = [LinearConstraint(cover, lb=d, ub=np.inf), LinearConstraint(spot_cap, lb=0, ub=tolerance * d)]
     integrality = np.concatenate([np.ones(1 + K), np.zeros(2 * T)])
-    res = milp(c, constraints=constraints, integrality=integrality,
-               bounds=Bounds(np.zeros(n), np.full(n, np.inf)))
+    res = milp(c, constraints=constraints, integrality=integrality, bounds=Bounds(np.zeros(n), np.full(n, np.inf)))
     if not res.success:
         raise AdvisorError(f"purchase plan optimisation failed: {res.message}")
     x = res.x
     reserved = int(round(x[0]))
-    monthly = [int(round(v)) for v in x[1:1 + K]]
-    od = np.clip(x[1 + K:1 + K + T], 0, None)
-    spot = np.clip(x[1 + K + T:], 0, None)
-    return _result("optimal", d, prices, book, reserved, monthly, od, spot, tolerance,
-                   [f"MILP solved by HiGHS: {T} hours, {n} variables"])
+    monthly = [int(round(v)) for v in x[1 : 1 + K]]
+    od = np.clip(x[1 + K : 1 + K + T], 0, None)
+    spot = np.clip(x[1 + K + T :], 0, None)
+    return _result(
+        "optimal", d, prices, book, reserved, monthly, od, spot, tolerance, [f"MILP solved by HiGHS: {T} hours, {n} variables"]
+    )
 
 
-def decision_tree_plan(demand: np.ndarray, prices: PlanPrices, book: PriceBook | None = None,
-                       tolerance: float = 0.5, needs_elastic: bool = True) -> PurchasePlan:
+def decision_tree_plan(
+    demand: np.ndarray, prices: PlanPrices, book: PriceBook | None = None, tolerance: float = 0.5, needs_elastic: bool = True
+) -> PurchasePlan:
     """Seed 004's tree per GPU slot: >16 h/day busy -> reserved; else elastic ->
     on-demand + spot (spot up to ``tolerance``); else spot only."""
     book = book or default_pricebook()
@@ -226,19 +254,25 @@ def decision_tree_plan(demand: np.ndarray, prices: PlanPrices, book: PriceBook |
         od = rest - spot
     else:
         spot, od = rest, np.zeros_like(rest)
-    notes = [f"seed 004 decision tree: {reserved} slot(s) busy > 16 h/day -> reserved; "
-             f"rest -> {'on-demand + spot' if needs_elastic else 'spot only'}"]
+    notes = [
+        f"seed 004 decision tree: {reserved} slot(s) busy > 16 h/day -> reserved; "
+        f"rest -> {'on-demand + spot' if needs_elastic else 'spot only'}"
+    ]
     return _result("decision-tree", d, prices, book, reserved, [], od, spot, tolerance, notes)
 
 
-def mix_saving(reserved_share: float = 0.3, spot_share: float = 0.5, on_demand_share: float = 0.2,
-               reserved_discount: float = 0.55, spot_ratio: float = 0.2) -> float:
+def mix_saving(
+    reserved_share: float = 0.3,
+    spot_share: float = 0.5,
+    on_demand_share: float = 0.2,
+    reserved_discount: float = 0.55,
+    spot_ratio: float = 0.2,
+) -> float:
     """Saving of a fixed capacity mix against all on-demand (seed 004's "30 % reserved +
     50 % spot + 20 % on-demand" case): 1 - (0.3 x 0.45 + 0.5 x 0.2 + 0.2) = 56.5 %,
     more than the seed's 42 %, which needs spot at ~49 % of on-demand once re-work and
     price swings are counted."""
-    for name, v in (("reserved_share", reserved_share), ("spot_share", spot_share),
-                    ("on_demand_share", on_demand_share)):
+    for name, v in (("reserved_share", reserved_share), ("spot_share", spot_share), ("on_demand_share", on_demand_share)):
         require_positive(name, v, allow_zero=True)
     if abs(reserved_share + spot_share + on_demand_share - 1) > 1e-9:
         raise AdvisorError("reserved, spot and on-demand shares must sum to 1")

@@ -44,14 +44,10 @@ PRECISIONS: dict[str, Precision] = {
         Precision("fp8", 8, False, "1 byte per parameter, all tensors (HF Llama 3.1 table convention)"),
         Precision("int8", 8, False, "1 byte per parameter, all tensors (naive; see gptq-int8)"),
         Precision("int4", 4, False, "0.5 byte per parameter, all tensors (naive; see gptq-int4/awq)"),
-        Precision("gptq-int8", 8 + _GROUP_128_INT8, True,
-                  "GPTQ 8-bit, group 128; embeddings and LM head stay 16-bit"),
-        Precision("gptq-int4", 4 + _GROUP_128_INT4, True,
-                  "GPTQ 4-bit, group 128; embeddings and LM head stay 16-bit"),
-        Precision("awq", 4 + _GROUP_128_INT4, True,
-                  "AWQ 4-bit, group 128; embeddings and LM head stay 16-bit"),
-        Precision("nf4", 4.127, True,
-                  "bitsandbytes NF4 with double quantisation (QLoRA); embeddings 16-bit"),
+        Precision("gptq-int8", 8 + _GROUP_128_INT8, True, "GPTQ 8-bit, group 128; embeddings and LM head stay 16-bit"),
+        Precision("gptq-int4", 4 + _GROUP_128_INT4, True, "GPTQ 4-bit, group 128; embeddings and LM head stay 16-bit"),
+        Precision("awq", 4 + _GROUP_128_INT4, True, "AWQ 4-bit, group 128; embeddings and LM head stay 16-bit"),
+        Precision("nf4", 4.127, True, "bitsandbytes NF4 with double quantisation (QLoRA); embeddings 16-bit"),
         Precision("q8_0", 8.5, False, "GGUF Q8_0: 34 bytes per 32 weights"),
         Precision("q6_k", 6.5625, False, "GGUF Q6_K: 210 bytes per 256 weights"),
         Precision("q5_k_m", 5.67, False, "GGUF Q5_K_M: Q5_K (5.5 bpw) with some Q6_K tensors"),
@@ -60,9 +56,20 @@ PRECISIONS: dict[str, Precision] = {
     )
 }
 
-_ALIASES = {"gptq": "gptq-int4", "awq-int4": "awq", "int4-awq": "awq", "int4-gptq": "gptq-int4",
-            "int8-gptq": "gptq-int8", "float16": "fp16", "bfloat16": "bf16", "float32": "fp32",
-            "half": "fp16", "qlora": "nf4", "bnb-4bit": "nf4", "fp8-e4m3": "fp8"}
+_ALIASES = {
+    "gptq": "gptq-int4",
+    "awq-int4": "awq",
+    "int4-awq": "awq",
+    "int4-gptq": "gptq-int4",
+    "int8-gptq": "gptq-int8",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "half": "fp16",
+    "qlora": "nf4",
+    "bnb-4bit": "nf4",
+    "fp8-e4m3": "fp8",
+}
 
 #: KV cache element widths the engines offer.
 KV_BITS: dict[str, int] = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "fp32": 32}

@@ -100,23 +100,26 @@ def parse_pricebook(data: dict[str, Any]) -> PriceBook:
     raw_rules = dict(data.get("plan_rules") or {})
     sources = {k: str(v) for k, v in raw_rules.items() if k.endswith("_source")}
     known = PlanRules.__dataclass_fields__
-    rules = PlanRules(**{k: float(v) for k, v in raw_rules.items() if k in known and k != "sources"},
-                      sources=sources)
+    rules = PlanRules(**{k: float(v) for k, v in raw_rules.items() if k in known and k != "sources"}, sources=sources)
     quoted: list[Offer] = []
     for entry in data["offers"]:
         plan = entry.get("plan")
         if plan not in PLANS:
             raise AdvisorError(f"price book: unknown plan {plan!r}; choose one of {', '.join(PLANS)}")
         gpu = find_gpu(str(entry["gpu"])).name
-        quoted.append(Offer(
-            provider=str(entry["provider"]), gpu=gpu, plan=plan,
-            price_per_gpu_hour=_per_gpu_hour(entry, hpm, fx), source=str(entry.get("source", "")),
-            instance=str(entry.get("instance", "")),
-            quoted=f"{entry['price']} {entry.get('currency', currency)}/{entry.get('unit', 'gpu_hour')}",
-            gpus_per_unit=int(entry.get("gpus_per_unit", 1)) if str(entry.get("unit", "")).startswith("node") else 1,
-        ))
-    return PriceBook(currency=currency, hours_per_month=hpm, rules=rules,
-                     offers=tuple(quoted + derive_offers(quoted, rules)))
+        quoted.append(
+            Offer(
+                provider=str(entry["provider"]),
+                gpu=gpu,
+                plan=plan,
+                price_per_gpu_hour=_per_gpu_hour(entry, hpm, fx),
+                source=str(entry.get("source", "")),
+                instance=str(entry.get("instance", "")),
+                quoted=f"{entry['price']} {entry.get('currency', currency)}/{entry.get('unit', 'gpu_hour')}",
+                gpus_per_unit=int(entry.get("gpus_per_unit", 1)) if str(entry.get("unit", "")).startswith("node") else 1,
+            )
+        )
+    return PriceBook(currency=currency, hours_per_month=hpm, rules=rules, offers=tuple(quoted + derive_offers(quoted, rules)))
 
 
 def derive_offers(quoted: list[Offer], rules: PlanRules) -> list[Offer]:
@@ -131,21 +134,51 @@ def derive_offers(quoted: list[Offer], rules: PlanRules) -> list[Offer]:
         od_rate = od.price_per_gpu_hour if od else None
         if od_rate is None and "monthly" in plans:
             od_rate = plans["monthly"].price_per_gpu_hour * prem
-            out.append(Offer(provider, gpu, "on_demand", od_rate, derived=True,
-                             source=f"derived: monthly x {prem:.2f} (seed 004 on-demand premium)"))
+            out.append(
+                Offer(
+                    provider,
+                    gpu,
+                    "on_demand",
+                    od_rate,
+                    derived=True,
+                    source=f"derived: monthly x {prem:.2f} (seed 004 on-demand premium)",
+                )
+            )
         if od_rate is None:  # only a spot quote: nothing to derive from
             continue
         if "monthly" not in plans:
-            out.append(Offer(provider, gpu, "monthly", od_rate / prem, derived=True,
-                             source=f"derived: on-demand / {prem:.2f} (seed 004 on-demand premium)"))
+            out.append(
+                Offer(
+                    provider,
+                    gpu,
+                    "monthly",
+                    od_rate / prem,
+                    derived=True,
+                    source=f"derived: on-demand / {prem:.2f} (seed 004 on-demand premium)",
+                )
+            )
         if "reserved" not in plans:
-            out.append(Offer(provider, gpu, "reserved", od_rate * (1 - rules.reserved_discount),
-                             derived=True, source=f"derived: on-demand x {1 - rules.reserved_discount:.2f} "
-                                                  "(seed 004: 1-year reserved 55 % off)"))
+            out.append(
+                Offer(
+                    provider,
+                    gpu,
+                    "reserved",
+                    od_rate * (1 - rules.reserved_discount),
+                    derived=True,
+                    source=f"derived: on-demand x {1 - rules.reserved_discount:.2f} (seed 004: 1-year reserved 55 % off)",
+                )
+            )
         if "spot" not in plans:
-            out.append(Offer(provider, gpu, "spot", od_rate * rules.spot_ratio, derived=True,
-                             source=f"derived: on-demand x {rules.spot_ratio:.2f} "
-                                    "(seed 004: spot as low as 20 % of on-demand)"))
+            out.append(
+                Offer(
+                    provider,
+                    gpu,
+                    "spot",
+                    od_rate * rules.spot_ratio,
+                    derived=True,
+                    source=f"derived: on-demand x {rules.spot_ratio:.2f} (seed 004: spot as low as 20 % of on-demand)",
+                )
+            )
     return out
 
 

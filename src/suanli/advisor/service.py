@@ -24,8 +24,7 @@ from suanli.advisor.timing import DecodeThroughput, TrainingTime, decode_through
 from suanli.advisor.training import TrainingEstimate, estimate_training
 
 #: Task names accepted from users -> estimator method.
-TASKS = {"inference": "inference", "full-finetune": "full", "full": "full", "pretrain": "full",
-         "lora": "lora", "qlora": "qlora"}
+TASKS = {"inference": "inference", "full-finetune": "full", "full": "full", "pretrain": "full", "lora": "lora", "qlora": "qlora"}
 
 
 def task_method(task: str) -> str:
@@ -36,16 +35,25 @@ def task_method(task: str) -> str:
     return TASKS[key]
 
 
-def model_of(model: str | None = None, config: str | Path | None = None,
-             params: str | float | None = None) -> ModelArch:
+def model_of(model: str | None = None, config: str | Path | None = None, params: str | float | None = None) -> ModelArch:
     """Exactly one of a bundled model name, a config.json path or a parameter count."""
     return resolve_model(name=model, config=config, params=params)
 
 
-def memory(*, model: str | None = None, config: str | Path | None = None,
-           params: str | float | None = None, task: str = "inference", precision: str = "bf16",
-           context: int = 4096, batch: int = 1, gpus: int = 1, kv_cache_dtype: str = "bf16",
-           prefill_tokens: int | None = None, **training: Any) -> InferenceEstimate | TrainingEstimate:
+def memory(
+    *,
+    model: str | None = None,
+    config: str | Path | None = None,
+    params: str | float | None = None,
+    task: str = "inference",
+    precision: str = "bf16",
+    context: int = 4096,
+    batch: int = 1,
+    gpus: int = 1,
+    kv_cache_dtype: str = "bf16",
+    prefill_tokens: int | None = None,
+    **training: Any,
+) -> InferenceEstimate | TrainingEstimate:
     """Memory for inference (``context`` tokens x ``batch`` sequences on ``gpus`` TP GPUs)
     or training (``context`` = sequence length, ``batch`` = micro-batch, ``gpus`` total;
     extra keywords go to ``estimate_training``: zero, offload, optimizer, mode, tp, pp,
@@ -57,23 +65,43 @@ def memory(*, model: str | None = None, config: str | Path | None = None,
     return estimate_training(arch, method, gpus=gpus, seq_len=context, micro_batch=batch, **training)
 
 
-def fit(*, model: str | None = None, config: str | Path | None = None, params: str | float | None = None,
-        task: str = "inference", precision: str = "bf16", context: int = 4096, batch: int = 1,
-        tokens: float | None = None, book: PriceBook | None = None, **training: Any) -> list[FitOption]:
+def fit(
+    *,
+    model: str | None = None,
+    config: str | Path | None = None,
+    params: str | float | None = None,
+    task: str = "inference",
+    precision: str = "bf16",
+    context: int = 4096,
+    batch: int = 1,
+    tokens: float | None = None,
+    book: PriceBook | None = None,
+    **training: Any,
+) -> list[FitOption]:
     """Smallest fitting configuration per catalog GPU, ranked (see ``fit.py``)."""
     arch = model_of(model, config, params)
     method = task_method(task)
     book = book or load_pricebook()
     if method == "inference":
         return fit_inference(arch, precision, context, batch, book=book)
-    return fit_training(arch, method, seq_len=context, micro_batch=batch, tokens=tokens,
-                        book=book, **training)
+    return fit_training(arch, method, seq_len=context, micro_batch=batch, tokens=tokens, book=book, **training)
 
 
-def time(*, model: str | None = None, config: str | Path | None = None, params: str | float | None = None,
-         gpu: str = "H100", gpus: int = 1, task: str = "full-finetune", tokens: float | None = None,
-         mfu: float | None = None, precision: str = "bf16", context: int = 4096, batch: int = 1,
-         mbu: float | None = None) -> TrainingTime | DecodeThroughput:
+def time(
+    *,
+    model: str | None = None,
+    config: str | Path | None = None,
+    params: str | float | None = None,
+    gpu: str = "H100",
+    gpus: int = 1,
+    task: str = "full-finetune",
+    tokens: float | None = None,
+    mfu: float | None = None,
+    precision: str = "bf16",
+    context: int = 4096,
+    batch: int = 1,
+    mbu: float | None = None,
+) -> TrainingTime | DecodeThroughput:
     """Training time (needs ``tokens``) or, for ``task='inference'``, the decode bound."""
     arch = model_of(model, config, params)
     hw = find_gpu(gpu)
@@ -85,13 +113,20 @@ def time(*, model: str | None = None, config: str | Path | None = None, params: 
     return training_time(arch, float(tokens), hw, gpus, mfu, method)
 
 
-def cost(*, gpu: str, gpus: int = 1, hours: float, plans: tuple[str, ...] | list[str] = PLANS,
-         book: PriceBook | None = None) -> dict[str, Any]:
+def cost(
+    *, gpu: str, gpus: int = 1, hours: float, plans: tuple[str, ...] | list[str] = PLANS, book: PriceBook | None = None
+) -> dict[str, Any]:
     """Every offer for ``gpus`` x ``gpu`` over ``hours``, cheapest first, and the best per plan."""
     book = book or load_pricebook()
     lines = cost_options(book, gpu, gpus, hours, tuple(plans))
-    return {"gpu": find_gpu(gpu).name, "gpus": gpus, "hours": hours, "currency": book.currency,
-            "options": lines, "best_per_plan": best_per_plan(lines)}
+    return {
+        "gpu": find_gpu(gpu).name,
+        "gpus": gpus,
+        "hours": hours,
+        "currency": book.currency,
+        "options": lines,
+        "best_per_plan": best_per_plan(lines),
+    }
 
 
 def tco(*, book: PriceBook | None = None, **assumptions: Any) -> TCOResult:
@@ -102,10 +137,18 @@ def tco(*, book: PriceBook | None = None, **assumptions: Any) -> TCOResult:
     return compute_tco(TCOAssumptions(**assumptions), book)
 
 
-def config_costs(*, model: str | None = None, config: str | Path | None = None,
-                 params: str | float | None = None, task: str = "inference",
-                 hours: float | None = None, tokens: float | None = None, top: int = 8,
-                 book: PriceBook | None = None, **fit_args: Any) -> list[dict[str, Any]]:
+def config_costs(
+    *,
+    model: str | None = None,
+    config: str | Path | None = None,
+    params: str | float | None = None,
+    task: str = "inference",
+    hours: float | None = None,
+    tokens: float | None = None,
+    top: int = 8,
+    book: PriceBook | None = None,
+    **fit_args: Any,
+) -> list[dict[str, Any]]:
     """Price the ``top`` fitting configurations across every plan: for training the hours
     come from each configuration's own training time (``tokens``), for inference from
     ``hours`` of serving. Returns, per configuration, the option and its best line per plan."""
@@ -115,8 +158,7 @@ def config_costs(*, model: str | None = None, config: str | Path | None = None,
         raise AdvisorError("give tokens (training) or hours to price configurations")
     if method == "inference" and not hours:
         raise AdvisorError("give hours of serving to price inference configurations")
-    options = fit(model=model, config=config, params=params, task=task, tokens=tokens,
-                  book=book, **fit_args)
+    options = fit(model=model, config=config, params=params, task=task, tokens=tokens, book=book, **fit_args)
     out: list[dict[str, Any]] = []
     for opt in options:
         run_hours = opt.training_hours if (tokens and opt.training_hours) else hours

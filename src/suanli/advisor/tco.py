@@ -96,8 +96,7 @@ def _annual(a: TCOAssumptions, gpu_price: float) -> tuple[float, float, dict[str
     return sum(parts.values()), capex_gpu + capex_srv, parts
 
 
-def compute_tco(assumptions: TCOAssumptions | None = None,
-                book: PriceBook | None = None) -> TCOResult:
+def compute_tco(assumptions: TCOAssumptions | None = None, book: PriceBook | None = None) -> TCOResult:
     """Build cost per used GPU-hour, rent price and break-even utilisation."""
     a = assumptions or TCOAssumptions()
     book = book or default_pricebook()
@@ -134,28 +133,46 @@ def compute_tco(assumptions: TCOAssumptions | None = None,
     for residual in (0.0, 0.2, 0.4):
         for util in (0.3, 0.6, 0.9):
             ann, _, _ = _annual(replace(a, residual_fraction=residual), gpu_price)
-            sensitivity.append({"residual_fraction": residual, "utilization": util,
-                                "build_cost_per_gpu_hour": ann / (a.gpus * HOURS_PER_YEAR * util),
-                                "break_even_utilization": ann / (a.gpus * HOURS_PER_YEAR * rent)})
+            sensitivity.append(
+                {
+                    "residual_fraction": residual,
+                    "utilization": util,
+                    "build_cost_per_gpu_hour": ann / (a.gpus * HOURS_PER_YEAR * util),
+                    "break_even_utilization": ann / (a.gpus * HOURS_PER_YEAR * rent),
+                }
+            )
     notes = []
     if break_even > 1:
         notes.append("building never beats this rental price, even at 100 % utilisation")
     gpu_only = a.gpus * gpu_price / a.depreciation_years / used_hours
-    notes.append(f"GPU depreciation alone with no resale value: {gpu_only:.1f} {book.currency}/GPU-h "
-                 "(what seed 003's 12-15 figure counts)")
+    notes.append(
+        f"GPU depreciation alone with no resale value: {gpu_only:.1f} {book.currency}/GPU-h (what seed 003's 12-15 figure counts)"
+    )
     return TCOResult(
-        gpus=a.gpus, gpu_model=model, currency=book.currency, utilization=a.utilization,
-        build_cost_per_gpu_hour=build, rent_cost_per_gpu_hour=rent,
-        break_even_utilization=break_even, cheaper="rent" if rent < build else "build",
-        annual_cost=annual, capex=capex,
+        gpus=a.gpus,
+        gpu_model=model,
+        currency=book.currency,
+        utilization=a.utilization,
+        build_cost_per_gpu_hour=build,
+        rent_cost_per_gpu_hour=rent,
+        break_even_utilization=break_even,
+        cheaper="rent" if rent < build else "build",
+        annual_cost=annual,
+        capex=capex,
         total_cost_of_ownership=capex + a.depreciation_years * (parts["facility_power"] + parts["operations"]),
         resale_value=capex * a.residual_fraction,
         components_per_gpu_hour={k: v / used_hours for k, v in parts.items()},
-        assumptions={"gpu_price": gpu_price, "servers_network_per_gpu": a.servers_network_per_gpu,
-                     "facility_power_per_gpu_year": a.facility_power_per_gpu_year,
-                     "operations_per_gpu_year": a.operations_per_gpu_year,
-                     "depreciation_years": a.depreciation_years,
-                     "residual_fraction": a.residual_fraction, "utilization": a.utilization,
-                     "hours_per_year": HOURS_PER_YEAR},
-        sources=sources, sensitivity=sensitivity, notes=notes,
+        assumptions={
+            "gpu_price": gpu_price,
+            "servers_network_per_gpu": a.servers_network_per_gpu,
+            "facility_power_per_gpu_year": a.facility_power_per_gpu_year,
+            "operations_per_gpu_year": a.operations_per_gpu_year,
+            "depreciation_years": a.depreciation_years,
+            "residual_fraction": a.residual_fraction,
+            "utilization": a.utilization,
+            "hours_per_year": HOURS_PER_YEAR,
+        },
+        sources=sources,
+        sensitivity=sensitivity,
+        notes=notes,
     )

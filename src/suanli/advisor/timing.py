@@ -72,8 +72,9 @@ def training_flops(model: ModelArch, tokens: float, method: str = "full") -> flo
     return factor * model.active_params * tokens
 
 
-def training_time(model: ModelArch, tokens: float, gpu: GPU, gpus: int = 1,
-                  mfu: float | None = None, method: str = "full") -> TrainingTime:
+def training_time(
+    model: ModelArch, tokens: float, gpu: GPU, gpus: int = 1, mfu: float | None = None, method: str = "full"
+) -> TrainingTime:
     """Time to train on ``tokens`` tokens with ``gpus`` GPUs of one model."""
     require_positive("gpus", gpus)
     if mfu is not None:
@@ -92,9 +93,17 @@ def training_time(model: ModelArch, tokens: float, gpu: GPU, gpus: int = 1,
     if model.is_moe:
         notes.append(f"MoE: FLOPs use {model.active_params / 1e9:.1f} B active parameters")
     return TrainingTime(
-        model=model.name, gpu=gpu.name, gpus=gpus, tokens=tokens, flops=flops, mfu=used_mfu,
-        mfu_source=source, seconds=seconds, gpu_hours=seconds * gpus / SECONDS_PER_HOUR,
-        days=seconds / 86400, notes=notes,
+        model=model.name,
+        gpu=gpu.name,
+        gpus=gpus,
+        tokens=tokens,
+        flops=flops,
+        mfu=used_mfu,
+        mfu_source=source,
+        seconds=seconds,
+        gpu_hours=seconds * gpus / SECONDS_PER_HOUR,
+        days=seconds / 86400,
+        notes=notes,
     )
 
 
@@ -105,9 +114,17 @@ def default_mbu(precision: str) -> float:
     return MBU_BY_FORMAT["integer" if integer else "float"]
 
 
-def decode_throughput(model: ModelArch, gpu: GPU, precision: str = "bf16", gpus: int = 1,
-                      batch: int = 1, context: int = 4096, mbu: float | None = None,
-                      kv_cache_dtype: str = "bf16", prefill_mfu: float = 0.5) -> DecodeThroughput:
+def decode_throughput(
+    model: ModelArch,
+    gpu: GPU,
+    precision: str = "bf16",
+    gpus: int = 1,
+    batch: int = 1,
+    context: int = 4096,
+    mbu: float | None = None,
+    kv_cache_dtype: str = "bf16",
+    prefill_mfu: float = 0.5,
+) -> DecodeThroughput:
     """Bandwidth-bound decode speed; KV read per step counts the full ``context``."""
     for name, value in (("gpus", gpus), ("batch", batch), ("context", context)):
         require_positive(name, value)
@@ -123,8 +140,15 @@ def decode_throughput(model: ModelArch, gpu: GPU, precision: str = "bf16", gpus:
     step = step_bytes / bandwidth
     prefill = 2 * model.active_params * context / (gpus * gpu.bf16_tflops * 1e12 * prefill_mfu)
     return DecodeThroughput(
-        model=model.name, gpu=gpu.name, gpus=gpus, precision=prec.name, batch=batch,
-        context=context, mbu=used_mbu, bytes_per_step=step_bytes,
-        tokens_per_second_per_sequence=1 / step, tokens_per_second_total=batch / step,
+        model=model.name,
+        gpu=gpu.name,
+        gpus=gpus,
+        precision=prec.name,
+        batch=batch,
+        context=context,
+        mbu=used_mbu,
+        bytes_per_step=step_bytes,
+        tokens_per_second_per_sequence=1 / step,
+        tokens_per_second_total=batch / step,
         prefill_seconds=prefill,
     )

@@ -64,8 +64,7 @@ class StateBytes:
         return self.weights + self.grads + self.master + self.moments
 
 
-def state_bytes(optimizer: str = "adamw", mode: str = "mixed", zero: int = 0,
-                accounting: str = "deepspeed") -> StateBytes:
+def state_bytes(optimizer: str = "adamw", mode: str = "mixed", zero: int = 0, accounting: str = "deepspeed") -> StateBytes:
     """Per-parameter state sizes for an optimizer and precision mode."""
     _choice("optimizer", optimizer, OPTIMIZERS)
     _choice("mode", mode, MODES)
@@ -73,13 +72,20 @@ def state_bytes(optimizer: str = "adamw", mode: str = "mixed", zero: int = 0,
     mixed = mode == "mixed"
     moments = {"adamw": 8.0 if mixed else 4.0, "adamw8bit": 2.0, "sgd": 4.0 if mixed else 2.0}[optimizer]
     fp32_grads = 4.0 if (mixed and zero >= 1 and accounting == "deepspeed") else 0.0
-    return StateBytes(weights=2.0, grads=2.0, master=4.0 if mixed else 0.0,
-                      moments=moments, fp32_grads=fp32_grads)
+    return StateBytes(weights=2.0, grads=2.0, master=4.0 if mixed else 0.0, moments=moments, fp32_grads=fp32_grads)
 
 
-def model_state_bytes(params: float, largest_layer: float, *, zero: int = 0, dp: int = 1,
-                      optimizer: str = "adamw", mode: str = "mixed", offload: str = "none",
-                      accounting: str = "deepspeed") -> dict[str, float]:
+def model_state_bytes(
+    params: float,
+    largest_layer: float,
+    *,
+    zero: int = 0,
+    dp: int = 1,
+    optimizer: str = "adamw",
+    mode: str = "mixed",
+    offload: str = "none",
+    accounting: str = "deepspeed",
+) -> dict[str, float]:
     """Per-GPU bytes of weights, gradients and optimizer state for ``params`` parameters
     trained data-parallel over ``dp`` GPUs with ZeRO ``zero``; and host bytes if offloaded.
 
@@ -98,18 +104,18 @@ def model_state_bytes(params: float, largest_layer: float, *, zero: int = 0, dp:
     p, n = params, dp
     gathered = 4.0 * largest_layer if zero == 3 else 0.0
     if zero == 0:
-        gpu = {"weights": s.weights * p, "gradients": s.grads * p,
-               "optimizer_states": (s.master + s.moments) * p}
+        gpu = {"weights": s.weights * p, "gradients": s.grads * p, "optimizer_states": (s.master + s.moments) * p}
     elif zero in (1, 2) and (accounting == "deepspeed" or zero == 1):
-        gpu = {"weights": s.weights * p, "gradients": s.grads * p + s.fp32_grads * p / n,
-               "optimizer_states": (s.master + s.moments) * p / n}
+        gpu = {
+            "weights": s.weights * p,
+            "gradients": s.grads * p + s.fp32_grads * p / n,
+            "optimizer_states": (s.master + s.moments) * p / n,
+        }
     elif zero == 2:  # paper accounting: gradients partitioned too
-        gpu = {"weights": s.weights * p, "gradients": s.grads * p / n,
-               "optimizer_states": (s.master + s.moments) * p / n}
+        gpu = {"weights": s.weights * p, "gradients": s.grads * p / n, "optimizer_states": (s.master + s.moments) * p / n}
     else:  # stage 3: everything partitioned, one layer gathered at a time
         grads = (s.fp32_grads if accounting == "deepspeed" else s.grads) * p / n
-        gpu = {"weights": s.weights * p / n, "gradients": grads,
-               "optimizer_states": (s.master + s.moments) * p / n}
+        gpu = {"weights": s.weights * p / n, "gradients": grads, "optimizer_states": (s.master + s.moments) * p / n}
     gpu["gathered_layer"] = gathered
     host = 0.0
     if offload == "optimizer":
@@ -124,8 +130,7 @@ def model_state_bytes(params: float, largest_layer: float, *, zero: int = 0, dp:
     return gpu
 
 
-def host_bytes_per_node(params: float, zero: int, offload: str, gpus_per_node: int = 8,
-                        nodes: int = 1) -> float:
+def host_bytes_per_node(params: float, zero: int, offload: str, gpus_per_node: int = 8, nodes: int = 1) -> float:
     """CPU memory per node that DeepSpeed's estimator asks for when offloading."""
     if offload == "none":
         return 0.0
@@ -156,14 +161,23 @@ def lora_params(model: ModelArch, rank: int = 16, targets: str = "all-linear") -
 LOGIT_BYTES = 28.0
 
 
-def activation_bytes(model: ModelArch, seq_len: int, micro_batch: int = 1,
-                     checkpointing: str = "none", flash_attention: bool = True,
-                     tp: int = 1, logit_bytes: float = LOGIT_BYTES) -> dict[str, float]:
+def activation_bytes(
+    model: ModelArch,
+    seq_len: int,
+    micro_batch: int = 1,
+    checkpointing: str = "none",
+    flash_attention: bool = True,
+    tp: int = 1,
+    logit_bytes: float = LOGIT_BYTES,
+) -> dict[str, float]:
     """Saved activations for one micro-batch (all layers) and the logits, per GPU."""
     _choice("checkpointing", checkpointing, CHECKPOINTING)
     s, b, h, a = seq_len, micro_batch, model.hidden, model.heads
-    width = (model.experts_per_token + model.n_shared_experts) * (model.moe_intermediate or model.intermediate) \
-        if model.is_moe else model.intermediate
+    width = (
+        (model.experts_per_token + model.n_shared_experts) * (model.moe_intermediate or model.intermediate)
+        if model.is_moe
+        else model.intermediate
+    )
     kv_ratio = model.kv_heads / model.heads
     layer = s * b * h * (12 + 4 * kv_ratio) + 8 * s * b * width
     if not flash_attention:
@@ -225,8 +239,7 @@ def estimate_training(
 ) -> TrainingEstimate:
     """Memory per GPU to train ``model`` (full fine-tune, LoRA or QLoRA)."""
     _choice("method", method, METHODS)
-    for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("seq_len", seq_len),
-                        ("micro_batch", micro_batch)):
+    for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("seq_len", seq_len), ("micro_batch", micro_batch)):
         require_positive(name, value)
     if gpus % (tp * pp):
         raise AdvisorError(f"gpus ({gpus}) must be a multiple of tp x pp ({tp} x {pp})")
@@ -236,9 +249,16 @@ def estimate_training(
 
     if method == "full":
         trainable = model.params
-        states = model_state_bytes(model.params / shard, model.largest_layer_params / tp,
-                                   zero=zero, dp=dp, optimizer=optimizer, mode=mode,
-                                   offload=offload, accounting=accounting)
+        states = model_state_bytes(
+            model.params / shard,
+            model.largest_layer_params / tp,
+            zero=zero,
+            dp=dp,
+            optimizer=optimizer,
+            mode=mode,
+            offload=offload,
+            accounting=accounting,
+        )
         components = {k: v for k, v in states.items() if k != "host_offload"}
     else:
         trainable = lora_params(model, lora_rank, lora_targets)
@@ -251,28 +271,37 @@ def estimate_training(
         adapter_dtype = 2.0 if method == "qlora" else 4.0
         moments = 2.0 if optimizer == "adamw8bit" else (4.0 if optimizer == "sgd" else 8.0)
         adapters = trainable / shard * (2 * adapter_dtype + moments)
-        components = {"weights": base, "gradients": 0.0, "optimizer_states": adapters,
-                      "gathered_layer": 0.0}
-        notes.append(f"{method}: {trainable / 1e6:.1f} M trainable adapter parameters "
-                     f"(rank {lora_rank}, {lora_targets})")
+        components = {"weights": base, "gradients": 0.0, "optimizer_states": adapters, "gathered_layer": 0.0}
+        notes.append(f"{method}: {trainable / 1e6:.1f} M trainable adapter parameters (rank {lora_rank}, {lora_targets})")
     require_positive("logit_bytes", logit_bytes, allow_zero=True)
     acts = activation_bytes(model, seq_len, micro_batch, checkpointing, flash_attention, tp, logit_bytes)
     components.update(acts)
     components["runtime_overhead"] = runtime_overhead_gib * GIB
     per_gpu = sum(components.values())
     nodes = max(1, -(-gpus // gpus_per_node))
-    host = host_bytes_per_node(model.params / shard, zero, offload, gpus_per_node, nodes) \
-        if method == "full" else 0.0
+    host = host_bytes_per_node(model.params / shard, zero, offload, gpus_per_node, nodes) if method == "full" else 0.0
     if model.rough:
         notes.append("rough architecture from a parameter count: activations are indicative")
     if checkpointing == "none" and seq_len * micro_batch >= 4096:
-        notes.append("activation checkpointing (--checkpointing full) trades ~33 % more "
-                     "compute for most of the activation memory")
+        notes.append(
+            "activation checkpointing (--checkpointing full) trades ~33 % more compute for most of the activation memory"
+        )
     return TrainingEstimate(
-        model=model.name, method=method, gpus=gpus, zero=zero, offload=offload, tp=tp, pp=pp,
-        seq_len=seq_len, micro_batch=micro_batch, components=components,
-        per_gpu_bytes=per_gpu, total_bytes=per_gpu * gpus, host_bytes_per_node=host,
-        trainable_params=trainable, notes=notes,
+        model=model.name,
+        method=method,
+        gpus=gpus,
+        zero=zero,
+        offload=offload,
+        tp=tp,
+        pp=pp,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        components=components,
+        per_gpu_bytes=per_gpu,
+        total_bytes=per_gpu * gpus,
+        host_bytes_per_node=host,
+        trainable_params=trainable,
+        notes=notes,
     )
 
 

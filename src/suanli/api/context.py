@@ -35,8 +35,13 @@ class ServerContext:
     def port_url(self, request_base: str, instance_id: int, port: int) -> str:
         """The URL of a published port, in the scheme the caller reached this server with."""
         parts = urlsplit(request_base)
-        return port_url(parts.scheme or "http", self.proxy_domain, self.proxy_port if self.proxy_port is not None
-                        else parts.port, instance_id, port)
+        return port_url(
+            parts.scheme or "http",
+            self.proxy_domain,
+            self.proxy_port if self.proxy_port is not None else parts.port,
+            instance_id,
+            port,
+        )
 
     def waiting_reason(self, kind: str, workload_id: int) -> str | None:
         """Why the last scheduling pass could not place this waiting row, if it tried."""

@@ -28,8 +28,11 @@ def allocations_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int,
             owner = a.job_id if is_job else a.instance_id
             out.setdefault(owner, []).append(  # type: ignore[arg-type]
                 schemas.AllocationOut(
-                    node=names.get(a.node_id, "?"), node_rank=a.node_rank, gpu_model=a.gpu_model,
-                    gpu_indices=[int(i) for i in a.gpu_indices], milli_per_gpu=a.milli_per_gpu,
+                    node=names.get(a.node_id, "?"),
+                    node_rank=a.node_rank,
+                    gpu_model=a.gpu_model,
+                    gpu_indices=[int(i) for i in a.gpu_indices],
+                    milli_per_gpu=a.milli_per_gpu,
                 )
             )
     return out
@@ -70,40 +73,78 @@ def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[
     return out
 
 
-def instance_out(row: Instance, allocs: list[schemas.AllocationOut], waiting: str | None = None,
-                 access: Access | None = None) -> schemas.InstanceOut:
+def instance_out(
+    row: Instance, allocs: list[schemas.AllocationOut], waiting: str | None = None, access: Access | None = None
+) -> schemas.InstanceOut:
     access = access or Access(row.runtime or "")
     return schemas.InstanceOut(
-        id=row.id, name=row.name, state=row.state, desired=row.desired,
-        gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
-        cpu_milli=row.cpu_milli, memory_mib=row.memory_mib, image=row.image, disk_gib=row.disk_gib,
-        priority=row.priority, max_price=_bid(row.max_price_micros),
+        id=row.id,
+        name=row.name,
+        state=row.state,
+        desired=row.desired,
+        gpu_model=(row.gpu_models or [None])[0],
+        gpu_count=row.gpu_count,
+        gpu_milli=row.gpu_milli,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        image=row.image,
+        disk_gib=row.disk_gib,
+        priority=row.priority,
+        max_price=_bid(row.max_price_micros),
         reason=(waiting if row.state == "pending" and waiting else row.reason),
-        allocations=allocs, created_at=row.created_at, updated_at=row.updated_at,
-        runtime=access.runtime, ssh=access.ssh, ports=access.ports, gpu_access=access.gpu_access,
+        allocations=allocs,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        runtime=access.runtime,
+        ssh=access.ssh,
+        ports=access.ports,
+        gpu_access=access.gpu_access,
     )
 
 
 def job_out(row: Job, allocs: list[schemas.AllocationOut], waiting: str | None = None) -> schemas.JobOut:
     return schemas.JobOut(
-        id=row.id, name=row.name, state=row.state, exit_code=row.exit_code,
-        gpu_model=(row.gpu_models or [None])[0], gpu_count=row.gpu_count, gpu_milli=row.gpu_milli,
-        num_nodes=row.num_nodes, priority=row.priority, max_price=_bid(row.max_price_micros),
+        id=row.id,
+        name=row.name,
+        state=row.state,
+        exit_code=row.exit_code,
+        gpu_model=(row.gpu_models or [None])[0],
+        gpu_count=row.gpu_count,
+        gpu_milli=row.gpu_milli,
+        num_nodes=row.num_nodes,
+        priority=row.priority,
+        max_price=_bid(row.max_price_micros),
         cancel_requested=row.cancel_requested,
         reason=(waiting if row.state == "queued" and waiting else row.reason),
-        allocations=allocs, created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
-        spec=row.spec, runtime=row.runtime or "",
+        allocations=allocs,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        spec=row.spec,
+        runtime=row.runtime or "",
     )
 
 
 def node_out(node: Node, gpus: list[Gpu]) -> schemas.NodeOut:
     return schemas.NodeOut(
-        id=node.id, name=node.name, zone=node.zone, backend=node.backend, state=node.state,
-        gpu_model=node.gpu_model, gpu_count=node.gpu_count, gpus_free=sum(g.used_milli == 0 for g in gpus),
-        virtual=any(g.virtual for g in gpus), cpu_milli=node.cpu_milli, cpu_used=node.cpu_used,
-        memory_mib=node.memory_mib, mem_used=node.mem_used, heartbeat_at=node.heartbeat_at,
+        id=node.id,
+        name=node.name,
+        zone=node.zone,
+        backend=node.backend,
+        state=node.state,
+        gpu_model=node.gpu_model,
+        gpu_count=node.gpu_count,
+        gpus_free=sum(g.used_milli == 0 for g in gpus),
+        virtual=any(g.virtual for g in gpus),
+        cpu_milli=node.cpu_milli,
+        cpu_used=node.cpu_used,
+        memory_mib=node.memory_mib,
+        mem_used=node.mem_used,
+        heartbeat_at=node.heartbeat_at,
         gpus=[
-            schemas.GpuOut(index=g.index, model=g.model, uuid=g.uuid, memory_mib=g.memory_mib, virtual=g.virtual, used_milli=g.used_milli)
+            schemas.GpuOut(
+                index=g.index, model=g.model, uuid=g.uuid, memory_mib=g.memory_mib, virtual=g.virtual, used_milli=g.used_milli
+            )
             for g in gpus
         ],
     )
@@ -112,11 +153,21 @@ def node_out(node: Node, gpus: list[Gpu]) -> schemas.NodeOut:
 def gpu_model_out(s: GpuModelSummary) -> schemas.GpuModelOut:
     c = s.catalog
     return schemas.GpuModelOut(
-        model=s.model, total=s.total, free=s.free, free_milli=s.free_milli, virtual=s.virtual,
-        memory_gib=s.memory_gib, nodes=s.nodes, vendor=c.vendor if c else None, catalog_name=c.name if c else None,
-        bf16_tflops=c.bf16_tflops if c else None, mem_bandwidth_gbps=c.mem_bandwidth_gbps if c else None,
+        model=s.model,
+        total=s.total,
+        free=s.free,
+        free_milli=s.free_milli,
+        virtual=s.virtual,
+        memory_gib=s.memory_gib,
+        nodes=s.nodes,
+        vendor=c.vendor if c else None,
+        catalog_name=c.name if c else None,
+        bf16_tflops=c.bf16_tflops if c else None,
+        mem_bandwidth_gbps=c.mem_bandwidth_gbps if c else None,
     )
 
 
 def event_out(e: Event) -> schemas.EventOut:
-    return schemas.EventOut(id=e.id, ts=e.ts, kind=e.kind, object_id=e.object_id, from_state=e.from_state, to_state=e.to_state, message=e.message)
+    return schemas.EventOut(
+        id=e.id, ts=e.ts, kind=e.kind, object_id=e.object_id, from_state=e.from_state, to_state=e.to_state, message=e.message
+    )

@@ -61,8 +61,17 @@ from starlette.concurrency import run_in_threadpool
 
 from suanli.api import errors
 from suanli.control import instances
-from suanli.control.access import (PASS_TTL_S, check_pass, load_secret, make_pass, parse_port_host, pass_owner,
-                                   port_url, proxy_path, token_owner)
+from suanli.control.access import (
+    PASS_TTL_S,
+    check_pass,
+    load_secret,
+    make_pass,
+    parse_port_host,
+    pass_owner,
+    port_url,
+    proxy_path,
+    token_owner,
+)
 from suanli.control.auth import Principal, authenticate
 from suanli.control.errors import Conflict, ControlError, Forbidden, NotFound, Unauthorized
 from suanli.db.models import Instance
@@ -77,8 +86,20 @@ COOKIE = "suanli_proxy"  #: the pass of a port's host (host-only, so one name se
 LOOPBACK = "127.0.0.1"
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 #: RFC 9110 hop-by-hop headers, never forwarded either way
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-                        "trailers", "transfer-encoding", "upgrade", "proxy-connection"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-connection",
+    }
+)
 #: connect fast (loopback); no read timeout: streams and long polls stay open while the client wants them
 TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=10.0)
 _SSL = ssl.create_default_context()  # built once: httpx would build one per client (never used: upstream is http)
@@ -90,6 +111,7 @@ class BadGateway(ControlError):
 
 
 # -- which port a request is for ------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Target:
@@ -119,12 +141,16 @@ def target_of(host: str | None, raw_path: str, domain: str) -> Target | str | No
 
 
 def _nowhere(domain: str) -> NotFound:
-    return NotFound(f"this is Suanli's port proxy: open a published port at http://ID-PORT.{domain}:PROXY_PORT/ "
-                    "(the instance's ports list it), or, with an Authorization: Bearer header, at "
-                    "/proxy/instances/ID/PORT/", code="not_found")
+    return NotFound(
+        f"this is Suanli's port proxy: open a published port at http://ID-PORT.{domain}:PROXY_PORT/ "
+        "(the instance's ports list it), or, with an Authorization: Bearer header, at "
+        "/proxy/instances/ID/PORT/",
+        code="not_found",
+    )
 
 
 # -- instance -> host port ----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Upstream:
@@ -155,19 +181,25 @@ def resolve_upstream(db: Database, who: Principal, instance_id: int, port: int) 
     row = instances.get(db, who, instance_id)
     if port not in (row.ports or []):
         published = ", ".join(str(p) for p in row.ports or []) or "none"
-        raise NotFound(f"port {port} of instance {instance_id} is not published (published: {published}; "
-                       f"publish ports with --port when creating the instance)", code="not_published")
+        raise NotFound(
+            f"port {port} of instance {instance_id} is not published (published: {published}; "
+            f"publish ports with --port when creating the instance)",
+            code="not_published",
+        )
     if row.state != "running" or not row.handles:
         raise Conflict(f"instance {instance_id} is {row.state}; its ports are reachable while it runs", code="invalid_state")
     host_port = published_host_port(row, port)
     if host_port is None:
-        raise NotFound(f"port {port} of instance {instance_id} was not published by its runtime "
-                       f"({row.runtime or 'unknown'})", code="not_published")
+        raise NotFound(
+            f"port {port} of instance {instance_id} was not published by its runtime ({row.runtime or 'unknown'})",
+            code="not_published",
+        )
     host = str((row.handles[0].get("data") or {}).get("host") or LOOPBACK)
     return Upstream(instance_id, port, host, host_port)
 
 
 # -- credentials --------------------------------------------------------------------------
+
 
 def _ours(value: str | None) -> str | None:
     return value if value and value.startswith(TOKEN_PREFIX) else None
@@ -188,8 +220,11 @@ def _query_token(raw_query: str) -> str | None:
 
 def strip_token_query(raw_query: str) -> str:
     """The query string without our ``token=sl_...`` (others kept byte for byte)."""
-    kept = [p for p in raw_query.split("&") if p and not (unquote(p.partition("=")[0]) == "token"
-                                                         and _ours(unquote(p.partition("=")[2])))]
+    kept = [
+        p
+        for p in raw_query.split("&")
+        if p and not (unquote(p.partition("=")[0]) == "token" and _ours(unquote(p.partition("=")[2])))
+    ]
     return "&".join(kept)
 
 
@@ -225,8 +260,10 @@ def credential(headers: Any, raw_query: str, target: Target, secret: bytes, now:
         return Credential("header", token=token)
     if not target.by_host:
         if _query_token(raw_query) or _cookie_values(headers.get("cookie", "")):
-            raise Unauthorized("the path form /proxy/instances/ID/PORT/ takes only an Authorization: Bearer header; "
-                               "a browser opens the port's own address (the instance's ports list it)")
+            raise Unauthorized(
+                "the path form /proxy/instances/ID/PORT/ takes only an Authorization: Bearer header; "
+                "a browser opens the port's own address (the instance's ports list it)"
+            )
         return None
     for value in _cookie_values(headers.get("cookie", "")):
         if (token_id := check_pass(secret, value, target.instance_id, target.port, now)) is not None:
@@ -236,8 +273,11 @@ def credential(headers: Any, raw_query: str, target: Target, secret: bytes, now:
 
 def _principal(db: Database, cred: Credential | None, tokens: Any, target: Target) -> Principal:
     if cred is None:
-        how = ("an Authorization: Bearer header, or open the URL once with ?token=TOKEN (it then sets a cookie "
-               "for this port)") if target.by_host else "an Authorization: Bearer header"
+        how = (
+            ("an Authorization: Bearer header, or open the URL once with ?token=TOKEN (it then sets a cookie for this port)")
+            if target.by_host
+            else "an Authorization: Bearer header"
+        )
         raise Unauthorized(f"this proxy needs a Suanli token: {how}")
     if cred.token is not None:
         return authenticate(db, cred.token, tokens)
@@ -276,16 +316,23 @@ def check_origin(headers: Any, cred: Credential, method: str | None) -> None:
         netloc = urlsplit(origin).netloc.lower() if origin != "null" else None
         strip = lambda h: h.removesuffix(":80").removesuffix(":443")  # noqa: E731 - default ports
         if netloc is None or strip(netloc) != strip(host):
-            raise Forbidden(f"cross-origin request from {origin} refused: the proxy's cookie is only "
-                            f"good for pages of {host}; send an Authorization: Bearer header instead", code="cross_origin")
+            raise Forbidden(
+                f"cross-origin request from {origin} refused: the proxy's cookie is only "
+                f"good for pages of {host}; send an Authorization: Bearer header instead",
+                code="cross_origin",
+            )
     site, mode = headers.get("sec-fetch-site"), headers.get("sec-fetch-mode")
     if site in ("same-site", "cross-site") and mode != "navigate":
-        raise Forbidden(f"a {mode or 'subresource'} request from another site's page refused: the proxy's cookie is "
-                        f"only good for pages of {host} and for opening it", code="cross_origin")
+        raise Forbidden(
+            f"a {mode or 'subresource'} request from another site's page refused: the proxy's cookie is "
+            f"only good for pages of {host} and for opening it",
+            code="cross_origin",
+        )
 
 
-def _upstream_headers(headers: Any, cred: Credential | None, client_host: str | None, scheme: str,
-                      prefix: str | None) -> list[tuple[str, str]]:
+def _upstream_headers(
+    headers: Any, cred: Credential | None, client_host: str | None, scheme: str, prefix: str | None
+) -> list[tuple[str, str]]:
     """The client's headers for the service: hop-by-hop ones and our credentials removed,
     ``X-Forwarded-*`` added. ``Host`` is kept (Jupyter checks Origin against it)."""
     listed = {h.strip().lower() for h in headers.get("connection", "").split(",")}
@@ -321,7 +368,7 @@ def _upstream_target(scope: dict, target: Target) -> str:
     """The path and query the service sees (raw bytes kept: ``%2F`` stays encoded)."""
     raw = _raw_path(scope)
     if target.prefix:
-        raw = "/" + raw[len(target.prefix):]
+        raw = "/" + raw[len(target.prefix) :]
     query = strip_token_query(scope.get("query_string", b"").decode("latin-1"))
     return raw + ("?" + query if query else "")
 
@@ -376,6 +423,7 @@ def _domain(app: Any) -> str:
 
 # -- HTTP ---------------------------------------------------------------------------------
 
+
 @router.api_route("/{rest:path}", methods=METHODS, include_in_schema=False)
 async def forward(request: Request, rest: str) -> Response:
     """Every request: to the port its ``Host`` names, or the path form's."""
@@ -399,23 +447,31 @@ async def forward(request: Request, rest: str) -> Response:
     assert cred is not None
     check_origin(request.headers, cred, request.method)
     up = await run_in_threadpool(resolve_upstream, ctx.db, who, target.instance_id, target.port)
-    headers = _upstream_headers(request.headers, cred, request.client.host if request.client else None,
-                                request.url.scheme, target.prefix or None)
+    headers = _upstream_headers(
+        request.headers, cred, request.client.host if request.client else None, request.url.scheme, target.prefix or None
+    )
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False, verify=_SSL)
     port, instance_id = target.port, target.instance_id
     try:
-        upstream_req = client.build_request(request.method, f"http://{up.address}{_upstream_target(request.scope, target)}",
-                                            headers=headers, content=request.stream() if has_body else None)
+        upstream_req = client.build_request(
+            request.method,
+            f"http://{up.address}{_upstream_target(request.scope, target)}",
+            headers=headers,
+            content=request.stream() if has_body else None,
+        )
         upstream = await client.send(upstream_req, stream=True)
     except httpx.ConnectError:
         await client.aclose()
-        raise BadGateway(f"nothing listens on port {port} in instance {instance_id}: start the service there "
-                         f"(listening on 0.0.0.0:{port}) and retry") from None
+        raise BadGateway(
+            f"nothing listens on port {port} in instance {instance_id}: start the service there "
+            f"(listening on 0.0.0.0:{port}) and retry"
+        ) from None
     except httpx.TransportError as exc:
         await client.aclose()
-        raise BadGateway(f"port {port} of instance {instance_id} did not answer: {exc.__class__.__name__}",
-                         code="upstream_error") from None
+        raise BadGateway(
+            f"port {port} of instance {instance_id} did not answer: {exc.__class__.__name__}", code="upstream_error"
+        ) from None
 
     async def close() -> None:
         await upstream.aclose()

@@ -13,9 +13,21 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from suanli.api.errors import error_body
-from suanli.api.proxy import (Credential, Target, Upstream, _domain, _nowhere, _principal, _raw_path,
-                              _upstream_headers, _upstream_target, check_origin, credential, resolve_upstream,
-                              target_of)
+from suanli.api.proxy import (
+    Credential,
+    Target,
+    Upstream,
+    _domain,
+    _nowhere,
+    _principal,
+    _raw_path,
+    _upstream_headers,
+    _upstream_target,
+    check_origin,
+    credential,
+    resolve_upstream,
+    target_of,
+)
 from suanli.control.errors import ControlError
 
 router = APIRouter(tags=["proxy"])
@@ -37,7 +49,9 @@ async def _deny(websocket: WebSocket, status: int, code: str, message: str) -> N
         await websocket.close(code=1008, reason=f"{code}: {message}"[:120])
 
 
-def _ws_admit(ctx: Any, secret: bytes, domain: str, headers: Any, raw_path: str, raw_query: str) -> tuple[Target, Credential, Upstream]:
+def _ws_admit(
+    ctx: Any, secret: bytes, domain: str, headers: Any, raw_path: str, raw_query: str
+) -> tuple[Target, Credential, Upstream]:
     """Who may open this WebSocket, to where (a ControlError to deny it). A link's
     ``?token=`` counts on a port's host: a socket cannot be redirected to set a cookie."""
     target = target_of(headers.get("host"), raw_path, domain)
@@ -57,33 +71,63 @@ async def forward_ws(websocket: WebSocket, rest: str) -> None:
 
     app = websocket.app
     try:
-        target, cred, up = await run_in_threadpool(_ws_admit, app.state.ctx, app.state.secret, _domain(app),
-                                                   websocket.headers, _raw_path(websocket.scope), websocket.url.query)
+        target, cred, up = await run_in_threadpool(
+            _ws_admit,
+            app.state.ctx,
+            app.state.secret,
+            _domain(app),
+            websocket.headers,
+            _raw_path(websocket.scope),
+            websocket.url.query,
+        )
     except ControlError as exc:
         await _deny(websocket, exc.status, exc.code, exc.message)
         return
     port, instance_id = target.port, target.instance_id
     scheme = "wss" if websocket.url.scheme == "wss" else "ws"
-    headers = [(k, v) for k, v in _upstream_headers(
-        websocket.headers, cred, websocket.client.host if websocket.client else None,
-        "https" if scheme == "wss" else "http", target.prefix or None,
-    ) if k.lower() not in ("host", "origin", "user-agent", "sec-websocket-extensions")]
+    headers = [
+        (k, v)
+        for k, v in _upstream_headers(
+            websocket.headers,
+            cred,
+            websocket.client.host if websocket.client else None,
+            "https" if scheme == "wss" else "http",
+            target.prefix or None,
+        )
+        if k.lower() not in ("host", "origin", "user-agent", "sec-websocket-extensions")
+    ]
     host = websocket.headers.get("host") or up.address
     try:
         upstream = await connect(
-            f"ws://{host}{_upstream_target(websocket.scope, target)}", host=up.host, port=up.host_port,
-            subprotocols=websocket.scope.get("subprotocols") or None, additional_headers=headers,
-            origin=websocket.headers.get("origin"), user_agent_header=websocket.headers.get("user-agent"),
-            proxy=None, compression=None, max_size=None, ping_interval=None, open_timeout=10,
+            f"ws://{host}{_upstream_target(websocket.scope, target)}",
+            host=up.host,
+            port=up.host_port,
+            subprotocols=websocket.scope.get("subprotocols") or None,
+            additional_headers=headers,
+            origin=websocket.headers.get("origin"),
+            user_agent_header=websocket.headers.get("user-agent"),
+            proxy=None,
+            compression=None,
+            max_size=None,
+            ping_interval=None,
+            open_timeout=10,
         )
     except InvalidStatus as exc:
         status = exc.response.status_code
-        await _deny(websocket, status if 400 <= status < 600 else 502, "upstream_refused",
-                    f"port {port} of instance {instance_id} refused the WebSocket (HTTP {status})")
+        await _deny(
+            websocket,
+            status if 400 <= status < 600 else 502,
+            "upstream_refused",
+            f"port {port} of instance {instance_id} refused the WebSocket (HTTP {status})",
+        )
         return
-    except (OSError, asyncio.TimeoutError, InvalidHandshake):
-        await _deny(websocket, 502, "upstream_unreachable",
-                    f"nothing accepts WebSockets on port {port} in instance {instance_id}: start the service there and retry")
+    except (TimeoutError, OSError, InvalidHandshake):
+        await _deny(
+            websocket,
+            502,
+            "upstream_unreachable",
+            f"nothing accepts WebSockets on port {port} in instance {instance_id}: start the service there and retry",
+        )
         return
     async with upstream:
         await websocket.accept(subprotocol=upstream.subprotocol)

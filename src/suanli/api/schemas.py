@@ -24,14 +24,21 @@ class InstanceCreate(Strict):
     gpu_milli: int = Field(default=0, ge=0, le=999)
     cpus: float | None = Field(default=None, gt=0)
     memory_gib: float | None = Field(default=None, gt=0)
-    image: str | None = Field(default=None, max_length=200, description="an image name of `GET /v1/images`; "
-                              "null: the platform's default image")
+    image: str | None = Field(
+        default=None, max_length=200, description="an image name of `GET /v1/images`; null: the platform's default image"
+    )
     disk_gib: int = Field(default=50, ge=1, le=65536)
-    ports: list[int] = Field(default_factory=list, max_length=16, description="container ports to publish "
-                             "through the server's proxy (`/proxy/instances/ID/PORT/`); 22 is SSH's")
+    ports: list[int] = Field(
+        default_factory=list,
+        max_length=16,
+        description="container ports to publish through the server's proxy (`/proxy/instances/ID/PORT/`); 22 is SSH's",
+    )
     priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
-    max_price: str | None = Field(default=None, description="spot only: the most paid per GPU-hour, decimal text "
-                                  "(e.g. \"1.20\"); above it the instance waits, and a running one is reclaimed with notice")
+    max_price: str | None = Field(
+        default=None,
+        description="spot only: the most paid per GPU-hour, decimal text "
+        '(e.g. "1.20"); above it the instance waits, and a running one is reclaimed with notice',
+    )
 
     @field_validator("max_price", mode="before")
     @classmethod
@@ -147,11 +154,17 @@ class InstanceOut(BaseModel):
     priority: str
     max_price: str | None = Field(default=None, description="spot bid per GPU-hour, decimal text; null: none")
     runtime: str = Field(description="`container`, or `process (no isolation)`; what runs (or last ran) it")
-    ssh: str | None = Field(default=None, description="a complete OpenSSH command line into the instance, "
-                            "to which only `-i KEYFILE` needs adding; null while it is not running or has no sshd")
+    ssh: str | None = Field(
+        default=None,
+        description="a complete OpenSSH command line into the instance, "
+        "to which only `-i KEYFILE` needs adding; null while it is not running or has no sshd",
+    )
     ports: dict[str, str] = Field(default_factory=dict, description="container port -> URL of the server's proxy")
-    gpu_access: str | None = Field(default=None, description="how its GPUs are given: `cdi` (NVIDIA CDI devices "
-                                   "of exactly the allocated GPUs) or `virtual` (CUDA_VISIBLE_DEVICES only)")
+    gpu_access: str | None = Field(
+        default=None,
+        description="how its GPUs are given: `cdi` (NVIDIA CDI devices "
+        "of exactly the allocated GPUs) or `virtual` (CUDA_VISIBLE_DEVICES only)",
+    )
     reason: str
     allocations: list[AllocationOut]
     created_at: datetime
@@ -176,7 +189,7 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     spec: dict
-    runtime: str = Field(default="", description="`container` or `process` (no isolation); \"\" before its first launch")
+    runtime: str = Field(default="", description='`container` or `process` (no isolation); "" before its first launch')
 
 
 class ExecOut(BaseModel):

@@ -95,19 +95,30 @@ def build(
     local = LocalBackend(data_dir / "workloads", runtime, ssh_bind=ssh_bind)
     backends: dict[str, Backend] = {"local": local}
     if slurm_conf is not None:
-        slurm = SlurmBackend(SlurmClient(slurm_conf=Path(slurm_conf)), data_dir / "slurm", notice_s=int(notice_s), runtime=runtime,
-                             tag_prefix=slurm_tag_prefix(data_dir))
+        slurm = SlurmBackend(
+            SlurmClient(slurm_conf=Path(slurm_conf)),
+            data_dir / "slurm",
+            notice_s=int(notice_s),
+            runtime=runtime,
+            tag_prefix=slurm_tag_prefix(data_dir),
+        )
         backends["slurm"] = slurm
         if inventory is None and not nodes.list_nodes(db):
             inventory = slurm.discover_inventory()
     boot = bootstrap(db, data_dir, inventory)
     images.seed_defaults(db, local.containers.engine.image_exists if local.containers else lambda ref: False)
-    ctx = ServerContext(db=db, backends=backends, data_dir=data_dir, allow_process_runtime=allow_process_runtime,
-                        ssh_host=ssh_host or ("127.0.0.1" if ssh_bind in ("0.0.0.0", "::") else ssh_bind),
-                        max_upload_bytes=max_upload_mib << 20)
+    ctx = ServerContext(
+        db=db,
+        backends=backends,
+        data_dir=data_dir,
+        allow_process_runtime=allow_process_runtime,
+        ssh_host=ssh_host or ("127.0.0.1" if ssh_bind in ("0.0.0.0", "::") else ssh_bind),
+        max_upload_bytes=max_upload_mib << 20,
+    )
     ctx.loop = ControlLoop(db, backends, data_dir, policy=policy, interval_s=interval_s, stop_grace_s=stop_grace_s)
-    ctx.loop.steps.append(Reclaimer(db, backends, data_dir, notice_s=notice_s, grace_s=stop_grace_s,
-                                     heartbeat_timeout_s=heartbeat_timeout_s).step)
+    ctx.loop.steps.append(
+        Reclaimer(db, backends, data_dir, notice_s=notice_s, grace_s=stop_grace_s, heartbeat_timeout_s=heartbeat_timeout_s).step
+    )
     if start_loop:
         ctx.loop.start()
     return ctx, boot
@@ -127,11 +138,18 @@ def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo) -> None:
 
     echo(f"image {default.ref} is not here yet: pulling it, or building it from Debian's packages (a few minutes, once)")
     try:
-        done = imagebuild.pull_or_build(default.name, engine.facts.binary, progress=lambda line: echo(f"  {line}"),
-                                        ref=default.ref, cache_dir=ctx.data_dir / "cache" / "debootstrap")
+        done = imagebuild.pull_or_build(
+            default.name,
+            engine.facts.binary,
+            progress=lambda line: echo(f"  {line}"),
+            ref=default.ref,
+            cache_dir=ctx.data_dir / "cache" / "debootstrap",
+        )
     except imagebuild.BuildError as exc:
-        echo(f"WARNING: the default image {default.ref} is not available ({exc}); instances of it fail to start "
-             "until an operator builds it (suanli images build) or adds another (suanli images add)")
+        echo(
+            f"WARNING: the default image {default.ref} is not available ({exc}); instances of it fail to start "
+            "until an operator builds it (suanli images build) or adds another (suanli images add)"
+        )
         return
     echo(f"image {default.ref}: {done.how} in {done.seconds:.0f} s")
 
@@ -154,16 +172,31 @@ def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "l
         thread.join(0.05)
     if not server.started:
         raise SystemExit(f"the port proxy cannot listen on {host}:{port} (choose another with --proxy-port)")
-    echo(f"port proxy: http://ID-PORT.{domain}:{port}/ (instances' published ports, one origin each"
-         + ("; browsers on this machine only: renters elsewhere need --proxy-domain with wildcard DNS)"
-            if domain == "localhost" else f"; *.{domain} must resolve to this server)"))
+    echo(
+        f"port proxy: http://ID-PORT.{domain}:{port}/ (instances' published ports, one origin each"
+        + (
+            "; browsers on this machine only: renters elsewhere need --proxy-domain with wildcard DNS)"
+            if domain == "localhost"
+            else f"; *.{domain} must resolve to this server)"
+        )
+    )
     return server
 
 
-def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print,  # type: ignore[no-untyped-def]
-          *, slurm_conf: Path | None = None, notice_s: float = DEFAULT_NOTICE_S,
-          heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S, proxy_port: int | None = None,
-          proxy_domain: str = "localhost", **options) -> None:
+def serve(
+    host: str,
+    port: int,
+    data_dir: Path,
+    db_url: str | None,
+    echo=print,  # type: ignore[no-untyped-def]
+    *,
+    slurm_conf: Path | None = None,
+    notice_s: float = DEFAULT_NOTICE_S,
+    heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
+    proxy_port: int | None = None,
+    proxy_domain: str = "localhost",
+    **options,
+) -> None:
     """``proxy_port``: where instances' published ports are served [default: ``port`` + 1],
     each at ``ID-PORT.proxy_domain``;
     ``options``: the rest of ``build``'s (runtime, ssh, upload size)."""
@@ -171,22 +204,42 @@ def serve(host: str, port: int, data_dir: Path, db_url: str | None, echo=print, 
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    ctx, boot = build(data_dir, db_url, slurm_conf=slurm_conf, notice_s=notice_s, heartbeat_timeout_s=heartbeat_timeout_s,
-                      start_loop=False, **options)
+    ctx, boot = build(
+        data_dir,
+        db_url,
+        slurm_conf=slurm_conf,
+        notice_s=notice_s,
+        heartbeat_timeout_s=heartbeat_timeout_s,
+        start_loop=False,
+        **options,
+    )
     local = ctx.backends["local"]
     assert isinstance(local, LocalBackend)
     if local.containers is not None:
         ensure_default_image(ctx, local, echo)
     else:
-        echo(f"runtime: {local.runtime_label}: workloads run on this host's processes; "
-             + ("every tenant may use it (--allow-process-runtime)" if ctx.allow_process_runtime
-                else "only the operator's tenant may use it"))
+        echo(
+            f"runtime: {local.runtime_label}: workloads run on this host's processes; "
+            + (
+                "every tenant may use it (--allow-process-runtime)"
+                if ctx.allow_process_runtime
+                else "only the operator's tenant may use it"
+            )
+        )
     assert ctx.loop is not None
     ctx.loop.start()
     url = f"http://{host}:{port}"
-    echo(f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})")
+    echo(
+        f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})"
+    )
     if boot.nodes_added:
-        kind = "Slurm nodes from sinfo" if slurm_conf is not None else "virtual GPUs from the demo inventory" if boot.virtual else "GPUs found by NVML"
+        kind = (
+            "Slurm nodes from sinfo"
+            if slurm_conf is not None
+            else "virtual GPUs from the demo inventory"
+            if boot.virtual
+            else "GPUs found by NVML"
+        )
         echo(f"registered nodes: {', '.join(boot.nodes_added)} ({kind})")
     if boot.admin_token:
         echo(f"admin token: {boot.admin_token}")

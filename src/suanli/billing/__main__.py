@@ -33,9 +33,19 @@ def main(argv: list[str] | None = None) -> int:
         res = rater.run(db, cutoff_ms=args.cutoff_ms, batch=args.batch, after_batch=pause)
     finally:
         db.dispose()
-    print(json.dumps({"run_id": res.run_id, "cutoff_ms": res.cutoff_ms, "records": res.records,
-                      "inserted": res.posted.inserted, "skipped": res.posted.skipped, "batches": res.posted.batches,
-                      "budget_actions": res.budget_actions}))
+    print(
+        json.dumps(
+            {
+                "run_id": res.run_id,
+                "cutoff_ms": res.cutoff_ms,
+                "records": res.records,
+                "inserted": res.posted.inserted,
+                "skipped": res.posted.skipped,
+                "batches": res.posted.batches,
+                "budget_actions": res.budget_actions,
+            }
+        )
+    )
     return 0
 
 

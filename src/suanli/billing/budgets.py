@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from suanli.billing.money import fmt
 
@@ -19,10 +19,10 @@ from suanli.billing.money import fmt
 @dataclass(frozen=True)
 class Budget:
     tenant_id: int
-    limit: int | None                # micro-units per month; None: alerts off, balance-only cap
+    limit: int | None  # micro-units per month; None: alerts off, balance-only cap
     thresholds: tuple[int, ...] = (50, 80, 100)
     hard_cap: bool = False
-    notice_s: int = 300              # seed 004's spot notice, reused as the grace period
+    notice_s: int = 300  # seed 004's spot notice, reused as the grace period
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,12 @@ class CapAction:
 
 def period_of(ms: int) -> str:
     """The budget month of an instant: ``2026-11``."""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m")
 
 
 def month_start_ms(ms: int) -> int:
-    d = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    return int(datetime(d.year, d.month, 1, tzinfo=timezone.utc).timestamp() * 1000)
+    d = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return int(datetime(d.year, d.month, 1, tzinfo=UTC).timestamp() * 1000)
 
 
 def alerts_due(budget: Budget, spent: int, alerted: Sequence[int]) -> list[int]:
@@ -58,7 +58,9 @@ def exhausted(budget: Budget, spent: int, balance: int, currency: str = "CNY") -
     return None
 
 
-def cap_action(budget: Budget, spent: int, balance: int, notice_since_ms: int | None, now_ms: int, currency: str = "CNY") -> CapAction:
+def cap_action(
+    budget: Budget, spent: int, balance: int, notice_since_ms: int | None, now_ms: int, currency: str = "CNY"
+) -> CapAction:
     """What the hard cap does now: nothing, give notice, or stop the tenant's work."""
     why = exhausted(budget, spent, balance, currency)
     if not budget.hard_cap or why is None:

@@ -28,9 +28,14 @@ log = logging.getLogger(__name__)
 
 def spent_this_month(s: Session, tenant_id: int, at_ms: int) -> int:
     start = budgets.month_start_ms(at_ms)
-    usage = s.scalar(select(func.coalesce(func.sum(Usage.amount), 0)).where(Usage.tenant_id == tenant_id, Usage.period_ms >= start))
-    subs = s.scalar(select(func.coalesce(func.sum(Subscription.fee - Subscription.refund), 0))
-                    .where(Subscription.tenant_id == tenant_id, Subscription.start_ms >= start))
+    usage = s.scalar(
+        select(func.coalesce(func.sum(Usage.amount), 0)).where(Usage.tenant_id == tenant_id, Usage.period_ms >= start)
+    )
+    subs = s.scalar(
+        select(func.coalesce(func.sum(Subscription.fee - Subscription.refund), 0)).where(
+            Subscription.tenant_id == tenant_id, Subscription.start_ms >= start
+        )
+    )
     return int(usage or 0) + int(subs or 0)
 
 
@@ -49,7 +54,9 @@ def apply_budgets(db: Database, at_ms: int | None = None) -> list[str]:
     pending = {t: rater.accruing(db, t, at) for t in tenants}
     with db.transaction() as s:
         currency = current_book(s)[1].currency
-        for row in s.scalars(select(BudgetRow).order_by(BudgetRow.tenant_id).with_for_update()):  # one alert per threshold, even with concurrent runs
+        for row in s.scalars(
+            select(BudgetRow).order_by(BudgetRow.tenant_id).with_for_update()
+        ):  # one alert per threshold, even with concurrent runs
             period = budgets.period_of(at)
             if row.period != period:
                 row.period, row.alerted = period, []
@@ -57,7 +64,13 @@ def apply_budgets(db: Database, at_ms: int | None = None) -> list[str]:
             extra = pending.get(row.tenant_id, 0)
             spent, bal = spent_this_month(s, row.tenant_id, at) + extra, balance(s, row.tenant_id) - extra
             for t in budgets.alerts_due(b, spent, row.alerted or []):
-                s.add(Notice(tenant_id=row.tenant_id, kind="alert", message=f"{t} % of the monthly budget used ({spent * 100 // max(b.limit or 1, 1)} %)"))
+                s.add(
+                    Notice(
+                        tenant_id=row.tenant_id,
+                        kind="alert",
+                        message=f"{t} % of the monthly budget used ({spent * 100 // max(b.limit or 1, 1)} %)",
+                    )
+                )
                 row.alerted = sorted([*(row.alerted or []), t])
                 actions.append(f"tenant {row.tenant_id}: alert {t} %")
             act = budgets.cap_action(b, spent, bal, row.notice_since_ms, at, currency)
@@ -82,8 +95,13 @@ def stop_tenant(db: Database, tenant_id: int) -> None:
 
     who = Principal(0, tenant_id, "billing", "admin")
     with db.sessions() as s:
-        insts = list(s.scalars(select(Instance.id).where(Instance.tenant_id == tenant_id, Instance.state.in_(("pending", "running")),
-                                                         Instance.desired == "running")))
+        insts = list(
+            s.scalars(
+                select(Instance.id).where(
+                    Instance.tenant_id == tenant_id, Instance.state.in_(("pending", "running")), Instance.desired == "running"
+                )
+            )
+        )
         js = list(s.scalars(select(Job.id).where(Job.tenant_id == tenant_id, Job.state.in_(("queued", "running")))))
     for i in insts:
         try:
@@ -100,8 +118,18 @@ def stop_tenant(db: Database, tenant_id: int) -> None:
 # -- admission ------------------------------------------------------------------------------
 def _grants(s: Session, tenant_ids: set[int]) -> list[quotas.Grant]:
     rows = s.scalars(select(Grant).where(Grant.revoked.is_(False), Grant.tenant_id.in_(tenant_ids)))
-    return [quotas.Grant(g.id, g.tenant_id, g.gpu_model, g.max_gpu_milli, g.gpu_minutes, g.qos,
-                         dt_to_ms(g.expires_at) if g.expires_at else None) for g in rows]
+    return [
+        quotas.Grant(
+            g.id,
+            g.tenant_id,
+            g.gpu_model,
+            g.max_gpu_milli,
+            g.gpu_minutes,
+            g.qos,
+            dt_to_ms(g.expires_at) if g.expires_at else None,
+        )
+        for g in rows
+    ]
 
 
 def _grant_usage(s: Session, grants: list[quotas.Grant], at_ms: int) -> tuple[dict[int, int], dict[int, float]]:
@@ -113,9 +141,18 @@ def _grant_usage(s: Session, grants: list[quotas.Grant], at_ms: int) -> tuple[di
     tenants = {g.tenant_id for g in grants}
     created = {r.id: dt_to_ms(r.created_at) for r in s.scalars(select(Grant).where(Grant.id.in_([g.id for g in grants])))}
     since = ms_to_dt(min(created.values()))  # nothing that ended before the oldest grant counts
-    rows = list(s.execute(select(Allocation.tenant_id, Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu,
-                                 Allocation.started_at, Allocation.ended_at)
-                          .where(Allocation.tenant_id.in_(tenants), or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since))))
+    rows = list(
+        s.execute(
+            select(
+                Allocation.tenant_id,
+                Allocation.gpu_model,
+                Allocation.gpu_indices,
+                Allocation.milli_per_gpu,
+                Allocation.started_at,
+                Allocation.ended_at,
+            ).where(Allocation.tenant_id.in_(tenants), or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since))
+        )
+    )
     for g in grants:
         for r in rows:
             if r.tenant_id != g.tenant_id or not g.covers_model([r.gpu_model]):
@@ -130,8 +167,9 @@ def _grant_usage(s: Session, grants: list[quotas.Grant], at_ms: int) -> tuple[di
     return in_use, minutes
 
 
-def admission(s: Session, work: Sequence, spot_models: dict[tuple[str, int], frozenset[str]] | None = None
-              ) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], str]]:
+def admission(
+    s: Session, work: Sequence, spot_models: dict[tuple[str, int], frozenset[str]] | None = None
+) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], str]]:
     """For the scheduling pass: ``(held, rejected)``, each ``{(kind, id): reason}``.
     ``work`` items have ``kind``, ``id``, ``request`` (a scheduler Request) and ``num_nodes``.
 

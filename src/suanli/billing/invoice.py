@@ -35,31 +35,52 @@ def usage_lines(rows: list[tuple[str, str, str, int, int, int]]) -> list[Line]:
         elif kind == "storage":
             g[0] += qty * secs  # GiB-seconds
         else:
-            g[0] += qty         # milli-GiB
+            g[0] += qty  # milli-GiB
         g[1] += secs
         g[2] += amount
     out = []
     for (kind, model, plan), (q, secs, amount) in sorted(groups.items()):
-        qty = {"gpu": f"{q / 1000 / 3600:.4f} GPU-h", "storage": f"{q / 3600 / 720:.4f} GiB-month"}.get(kind, f"{q / 1000:.3f} GiB")
+        qty = {"gpu": f"{q / 1000 / 3600:.4f} GPU-h", "storage": f"{q / 3600 / 720:.4f} GiB-month"}.get(
+            kind, f"{q / 1000:.3f} GiB"
+        )
         out.append(Line(kind, None if model == "-" else model, plan if kind == "gpu" else "-", qty, secs, amount))
     return out
 
 
-def build(tenant: dict, month: str, currency: str, lines: list[Line], subscriptions: list[dict], payments: list[dict],
-          balance: int) -> dict:
+def build(
+    tenant: dict, month: str, currency: str, lines: list[Line], subscriptions: list[dict], payments: list[dict], balance: int
+) -> dict:
     usage_total = sum(ln.amount for ln in lines)
     subs_total = sum(s["fee"] - s["refund"] for s in subscriptions)
     total = usage_total + subs_total
     return {
-        "tenant": tenant, "month": month, "currency": currency,
-        "lines": [{"kind": ln.kind, "gpu_model": ln.gpu_model, "plan": ln.plan, "quantity": ln.quantity,
-                   "billed_seconds": ln.billed_seconds, "amount": float(as_text(ln.amount)), "amount_micros": ln.amount,
-                   "amount_text": fmt(ln.amount, currency)} for ln in lines],
-        "subscriptions": [{**s, "fee_text": fmt(s["fee"], currency), "refund_text": fmt(s["refund"], currency)} for s in subscriptions],
+        "tenant": tenant,
+        "month": month,
+        "currency": currency,
+        "lines": [
+            {
+                "kind": ln.kind,
+                "gpu_model": ln.gpu_model,
+                "plan": ln.plan,
+                "quantity": ln.quantity,
+                "billed_seconds": ln.billed_seconds,
+                "amount": float(as_text(ln.amount)),
+                "amount_micros": ln.amount,
+                "amount_text": fmt(ln.amount, currency),
+            }
+            for ln in lines
+        ],
+        "subscriptions": [
+            {**s, "fee_text": fmt(s["fee"], currency), "refund_text": fmt(s["refund"], currency)} for s in subscriptions
+        ],
         "payments": [{**p, "amount_text": fmt(p["amount"], currency)} for p in payments],
-        "usage_total_micros": usage_total, "subscriptions_total_micros": subs_total,
-        "total_micros": total, "total": float(as_text(total)), "total_text": fmt(total, currency),
-        "balance_micros": balance, "balance_text": fmt(balance, currency),
+        "usage_total_micros": usage_total,
+        "subscriptions_total_micros": subs_total,
+        "total_micros": total,
+        "total": float(as_text(total)),
+        "total_text": fmt(total, currency),
+        "balance_micros": balance,
+        "balance_text": fmt(balance, currency),
     }
 
 
@@ -69,11 +90,33 @@ def _rows(cells: list[list[str]]) -> str:
 
 def render_html(doc: dict) -> str:
     tpl = Template(resources.files("suanli.billing").joinpath("templates/invoice.html").read_text("utf-8"))
-    lines = _rows([[ln["kind"], ln["gpu_model"] or "", ln["plan"], ln["quantity"], ln["billed_seconds"], ln["amount_text"]]
-                   for ln in doc["lines"]]) or '<tr><td colspan="6">no usage</td></tr>'
-    subs = _rows([[s["id"], s["plan"], f"{s['gpu_count']} x {s['gpu_model']}", s["fee_text"], s["refund_text"]]
-                  for s in doc["subscriptions"]]) or '<tr><td colspan="5">none</td></tr>'
+    lines = (
+        _rows(
+            [
+                [ln["kind"], ln["gpu_model"] or "", ln["plan"], ln["quantity"], ln["billed_seconds"], ln["amount_text"]]
+                for ln in doc["lines"]
+            ]
+        )
+        or '<tr><td colspan="6">no usage</td></tr>'
+    )
+    subs = (
+        _rows(
+            [
+                [s["id"], s["plan"], f"{s['gpu_count']} x {s['gpu_model']}", s["fee_text"], s["refund_text"]]
+                for s in doc["subscriptions"]
+            ]
+        )
+        or '<tr><td colspan="5">none</td></tr>'
+    )
     pays = _rows([[p["date"], p["memo"], p["amount_text"]] for p in doc["payments"]]) or '<tr><td colspan="3">none</td></tr>'
-    return tpl.substitute(tenant=html.escape(doc["tenant"]["name"]), tenant_id=doc["tenant"]["id"], month=html.escape(doc["month"]),
-                          currency=html.escape(doc["currency"]), lines=lines, subscriptions=subs, payments=pays,
-                          total=html.escape(doc["total_text"]), balance=html.escape(doc["balance_text"]))
+    return tpl.substitute(
+        tenant=html.escape(doc["tenant"]["name"]),
+        tenant_id=doc["tenant"]["id"],
+        month=html.escape(doc["month"]),
+        currency=html.escape(doc["currency"]),
+        lines=lines,
+        subscriptions=subs,
+        payments=pays,
+        total=html.escape(doc["total_text"]),
+        balance=html.escape(doc["balance_text"]),
+    )

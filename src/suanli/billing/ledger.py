@@ -39,7 +39,7 @@ def revenue(what: str) -> str:
 @dataclass(frozen=True)
 class Entry:
     key: str
-    kind: str          # topup | charge | subscription | refund | adjustment
+    kind: str  # topup | charge | subscription | refund | adjustment
     tenant_id: int | None
     postings: tuple[tuple[str, int], ...]
     memo: str = ""

@@ -35,11 +35,11 @@ class MeteringError(ValueError):
 class Pieces:
     """Usage records as parallel arrays: ``index`` points back into the input."""
 
-    index: np.ndarray         # int64, which input interval
+    index: np.ndarray  # int64, which input interval
     period_start: np.ndarray  # int64 ms
-    start: np.ndarray         # int64 ms, the piece of the interval inside the period
-    end: np.ndarray           # int64 ms
-    units: np.ndarray         # int64, 6-second units starting in the period
+    start: np.ndarray  # int64 ms, the piece of the interval inside the period
+    end: np.ndarray  # int64 ms
+    units: np.ndarray  # int64, 6-second units starting in the period
 
     @property
     def billed_seconds(self) -> np.ndarray:

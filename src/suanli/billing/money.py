@@ -66,11 +66,11 @@ def parse_max_price(value: object) -> str:
     per GPU-hour in the book's currency — checked and returned as canonical decimal text.
     Raises ``MoneyError`` saying what is wrong (the caller names the field)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float, Decimal)):
-        raise MoneyError(f"expected decimal text per GPU-hour such as \"1.20\", got {value!r}")
+        raise MoneyError(f'expected decimal text per GPU-hour such as "1.20", got {value!r}')
     try:
         d = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
-        raise MoneyError(f"not a decimal amount: {value!r} (expected decimal text per GPU-hour such as \"1.20\")") from None
+        raise MoneyError(f'not a decimal amount: {value!r} (expected decimal text per GPU-hour such as "1.20")') from None
     if not d.is_finite():
         raise MoneyError(f"not a finite amount: {value!r}")
     if d < 0:

@@ -17,8 +17,12 @@ HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 TRAILER = struct.pack(">h", -1)
 
 
-def encode(columns: Sequence[str], ints: dict[str, np.ndarray], texts: dict[str, tuple[np.ndarray, list[str]]],
-           int4: frozenset[str] = frozenset()) -> bytes:
+def encode(
+    columns: Sequence[str],
+    ints: dict[str, np.ndarray],
+    texts: dict[str, tuple[np.ndarray, list[str]]],
+    int4: frozenset[str] = frozenset(),
+) -> bytes:
     """``columns`` in table order; ``ints`` integer arrays (int8 columns, or int4 for
     the names in ``int4``); ``texts`` (codes, names) pairs for text columns."""
     n = next(iter(ints.values())).size if ints else next(iter(texts.values()))[0].size
@@ -34,7 +38,7 @@ def encode(columns: Sequence[str], ints: dict[str, np.ndarray], texts: dict[str,
     bounds = np.searchsorted(inverse[order], np.arange(int(inverse.max()) + 2))
     parts = [HEADER]
     for g in range(bounds.size - 1):
-        sel = order[bounds[g]:bounds[g + 1]]
+        sel = order[bounds[g] : bounds[g + 1]]
         values = {c: texts[c][1][int(texts[c][0][sel[0]])].encode() for c in tcols}
         fields: list[tuple[str, str]] = [("nf", ">i2")]
         for c in columns:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import time
-
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,8 +29,23 @@ from suanli.billing import ledger, pgcopy
 from suanli.billing.store import post_entries
 from suanli.db.session import Database
 
-COLUMNS = ("tenant_id", "kind", "source_id", "period_ms", "workload_kind", "workload_id", "gpu_model", "plan",
-           "start_ms", "end_ms", "quantity", "billed_seconds", "unit_price", "amount", "price_version")
+COLUMNS = (
+    "tenant_id",
+    "kind",
+    "source_id",
+    "period_ms",
+    "workload_kind",
+    "workload_id",
+    "gpu_model",
+    "plan",
+    "start_ms",
+    "end_ms",
+    "quantity",
+    "billed_seconds",
+    "unit_price",
+    "amount",
+    "price_version",
+)
 CODED = {"kind": "kinds", "workload_kind": "workload_kinds", "gpu_model": "models", "plan": "plans"}
 INT4 = frozenset({"tenant_id", "workload_id", "price_version"})  # Integer columns of billing_usage
 REVENUE = {"gpu": "gpu", "storage": "storage", "transfer": "transfer"}
@@ -52,8 +66,9 @@ class Records:
         return int(self.cols["amount"].size)
 
     def take(self, sel: slice | np.ndarray) -> Records:
-        return Records({k: v[sel] for k, v in self.cols.items()}, self.kinds, self.workload_kinds, self.models,
-                       self.plans, self.currency)
+        return Records(
+            {k: v[sel] for k, v in self.cols.items()}, self.kinds, self.workload_kinds, self.models, self.plans, self.currency
+        )
 
 
 @dataclass
@@ -84,7 +99,11 @@ def _names(recs: Records) -> dict[str, tuple[np.ndarray, list[str]]]:
     """Text columns as (codes, names) for the direct path."""
     out = {c: (recs.cols[c], list(getattr(recs, attr))) for c, attr in CODED.items()}
     versions = sorted(recs.currency)
-    pos = np.searchsorted(np.array(versions, dtype=np.int64), recs.cols["price_version"]) if versions else np.zeros(len(recs), np.int64)
+    pos = (
+        np.searchsorted(np.array(versions, dtype=np.int64), recs.cols["price_version"])
+        if versions
+        else np.zeros(len(recs), np.int64)
+    )
     out["currency"] = (pos, [recs.currency[v] for v in versions] or ["CNY"])
     return out
 
@@ -104,20 +123,29 @@ def _direct(s: Session, db: Database, recs: Records, run_id: str) -> bool:
             if db.is_sqlite:
                 # a column with one value in the whole batch goes into the SQL once, as a
                 # quoted literal, instead of being bound on every row
-                consts = {c: texts[c][1][int(texts[c][0][0])] for c in cols
-                          if c in texts and len(recs) and bool((texts[c][0] == texts[c][0][0]).all())}
+                consts = {
+                    c: texts[c][1][int(texts[c][0][0])]
+                    for c in cols
+                    if c in texts and len(recs) and bool((texts[c][0] == texts[c][0][0]).all())
+                }
                 per_row = [c for c in cols if c not in consts]
-                values = [recs.cols[c].tolist() if c not in texts else
-                          np.array(texts[c][1], dtype=object)[texts[c][0]].tolist() for c in per_row]
+                values = [
+                    recs.cols[c].tolist() if c not in texts else np.array(texts[c][1], dtype=object)[texts[c][0]].tolist()
+                    for c in per_row
+                ]
                 marks = ", ".join("'" + consts[c].replace("'", "''") + "'" if c in consts else "?" for c in cols)
                 s.connection().exec_driver_sql(
-                    f"INSERT INTO billing_usage ({', '.join(cols)}) VALUES ({marks})", list(zip(*values)))
+                    f"INSERT INTO billing_usage ({', '.join(cols)}) VALUES ({marks})", list(zip(*values))
+                )
             else:
                 data = pgcopy.encode(cols, {c: recs.cols[c] for c in cols if c not in texts}, texts, INT4)
                 raw = s.connection().connection.driver_connection
-                with raw.cursor() as cur, cur.copy(f"COPY billing_usage ({', '.join(cols)}) FROM STDIN WITH (FORMAT binary)") as cp:
+                with (
+                    raw.cursor() as cur,
+                    cur.copy(f"COPY billing_usage ({', '.join(cols)}) FROM STDIN WITH (FORMAT binary)") as cp,
+                ):
                     for lo in range(0, len(data), 1 << 22):
-                        cp.write(data[lo:lo + (1 << 22)])
+                        cp.write(data[lo : lo + (1 << 22)])
         return True
     except (IntegrityError, UniqueViolation):
         return False
@@ -141,7 +169,8 @@ def _stage(s: Session, db: Database, recs: Records) -> None:
         s.execute(text("DELETE FROM billing_stage"))
         rows = list(zip(*(recs.cols[c].tolist() for c in COLUMNS)))
         s.connection().exec_driver_sql(
-            f"INSERT INTO billing_stage ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", rows)
+            f"INSERT INTO billing_stage ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", rows
+        )
         return
     raw = s.connection().connection.driver_connection
     with raw.cursor() as cur, cur.copy(f"COPY billing_stage ({', '.join(COLUMNS)}) FROM STDIN WITH (FORMAT binary)") as cp:
@@ -158,9 +187,11 @@ def _move(s: Session, recs: Records, run_id: str) -> list[tuple[int, str, int]]:
     cur_expr, p = _case("price_version", recs.currency, "cu_")
     params.update(p)
     select_cols = ", ".join(exprs.get(c, f"s.{c}") for c in COLUMNS)
-    sql = (f"INSERT INTO billing_usage ({', '.join(COLUMNS)}, currency, run_id) "
-           f"SELECT {select_cols}, {cur_expr}, :run_id FROM billing_stage s WHERE true "
-           f"ON CONFLICT (kind, source_id, period_ms) DO NOTHING RETURNING tenant_id, kind, amount")
+    sql = (
+        f"INSERT INTO billing_usage ({', '.join(COLUMNS)}, currency, run_id) "
+        f"SELECT {select_cols}, {cur_expr}, :run_id FROM billing_stage s WHERE true "
+        f"ON CONFLICT (kind, source_id, period_ms) DO NOTHING RETURNING tenant_id, kind, amount"
+    )
     return [tuple(r) for r in s.execute(text(sql), params)]
 
 
@@ -179,8 +210,11 @@ def _post_batch(db: Database, part: Records, run_id: str, b: int) -> tuple[int, 
         for tenant, kind, amount in inserted:
             line = sums.setdefault(int(tenant), {})
             line[REVENUE[kind]] = line.get(REVENUE[kind], 0) + int(amount)
-        entries = [e for t, lines in sorted(sums.items())
-                   if (e := ledger.charge(f"charge:{run_id}:{b}:{t}", t, lines, f"usage rated by run {run_id}")) is not None]
+        entries = [
+            e
+            for t, lines in sorted(sums.items())
+            if (e := ledger.charge(f"charge:{run_id}:{b}:{t}", t, lines, f"usage rated by run {run_id}")) is not None
+        ]
         posted = post_entries(s, entries)
         return n_inserted, sum(int(a) for _, _, a in inserted), posted
 

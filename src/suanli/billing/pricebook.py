@@ -35,11 +35,11 @@ class PriceBookError(ValueError):
 @dataclass(frozen=True)
 class GpuPrice:
     model: str
-    on_demand: int   # per GPU-hour
-    monthly: int     # per GPU-month
-    reserved: int    # per GPU for the reserved term, paid up front
+    on_demand: int  # per GPU-hour
+    monthly: int  # per GPU-month
+    reserved: int  # per GPU for the reserved term, paid up front
     spot_floor: int  # per GPU-hour at zero utilisation
-    spot_cap: int    # per GPU-hour at full utilisation
+    spot_cap: int  # per GPU-hour at full utilisation
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def spot(self, utilisation_permille: int, max_price: int | None = None) -> int:
@@ -57,9 +57,9 @@ class PriceBook:
     reserved_term_hours: int
     reserved_discount: Decimal
     spot_notice_minutes: int
-    storage: int            # per GiB-month, running instance
-    storage_stopped: int    # per GiB-month, stopped instance
-    transfer: int           # per GiB
+    storage: int  # per GiB-month, running instance
+    storage_stopped: int  # per GiB-month, stopped instance
+    transfer: int  # per GiB
     gpus: dict[str, GpuPrice]
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -86,15 +86,20 @@ class PriceBook:
         """The resolved book (every price explicit) as JSON-able text, for a version row."""
         t = lambda m: f"{to_decimal(m):f}"  # noqa: E731
         return {
-            "currency": self.currency, "hours_per_month": self.hours_per_month,
-            "plan_rules": {"reserved_term_hours": self.reserved_term_hours,
-                           "reserved_discount": str(self.reserved_discount),
-                           "spot_notice_minutes": self.spot_notice_minutes},
+            "currency": self.currency,
+            "hours_per_month": self.hours_per_month,
+            "plan_rules": {
+                "reserved_term_hours": self.reserved_term_hours,
+                "reserved_discount": str(self.reserved_discount),
+                "spot_notice_minutes": self.spot_notice_minutes,
+            },
             "storage": {"per_gib_month": t(self.storage), "stopped_per_gib_month": t(self.storage_stopped)},
             "transfer": {"per_gib": t(self.transfer)},
             "sources": dict(self.sources),
-            "gpus": [{"model": g.model, **{f: t(getattr(g, f)) for f in PRICE_FIELDS}, "sources": dict(g.sources)}
-                     for g in self.gpus.values()],
+            "gpus": [
+                {"model": g.model, **{f: t(getattr(g, f)) for f in PRICE_FIELDS}, "sources": dict(g.sources)}
+                for g in self.gpus.values()
+            ],
         }
 
     def with_price(self, model: str | None, plan: str, value: str | int | float | Decimal, note: str = "") -> PriceBook:
@@ -124,8 +129,14 @@ class PriceBook:
         return replace(self, gpus=gpus)
 
     def _rules(self) -> dict[str, Any]:
-        return {"hpm": self.hours_per_month, "term": self.reserved_term_hours, "disc": self.reserved_discount,
-                "prem": Decimal("0.30"), "floor": Decimal("0.20"), "cap": Decimal("0.60")}
+        return {
+            "hpm": self.hours_per_month,
+            "term": self.reserved_term_hours,
+            "disc": self.reserved_discount,
+            "prem": Decimal("0.30"),
+            "floor": Decimal("0.20"),
+            "cap": Decimal("0.60"),
+        }
 
 
 def _norm(name: str) -> str:
@@ -194,11 +205,14 @@ def parse(data: dict[str, Any]) -> PriceBook:
         raise PriceBookError("a price book is a mapping with a 'gpus' list")
     try:
         rules = dict(data.get("plan_rules") or {})
-        r = {"hpm": int(data.get("hours_per_month", 720)), "term": int(rules.get("reserved_term_hours", 8760)),
-             "disc": _ratio(rules.get("reserved_discount", "0.55"), "reserved_discount"),
-             "prem": Decimal(str(rules.get("on_demand_premium_over_monthly", "0.30"))),
-             "floor": _ratio(rules.get("spot_floor_ratio", "0.20"), "spot_floor_ratio"),
-             "cap": _ratio(rules.get("spot_cap_ratio", "0.60"), "spot_cap_ratio")}
+        r = {
+            "hpm": int(data.get("hours_per_month", 720)),
+            "term": int(rules.get("reserved_term_hours", 8760)),
+            "disc": _ratio(rules.get("reserved_discount", "0.55"), "reserved_discount"),
+            "prem": Decimal(str(rules.get("on_demand_premium_over_monthly", "0.30"))),
+            "floor": _ratio(rules.get("spot_floor_ratio", "0.20"), "spot_floor_ratio"),
+            "cap": _ratio(rules.get("spot_cap_ratio", "0.60"), "spot_cap_ratio"),
+        }
         if r["hpm"] <= 0 or r["term"] <= 0:
             raise PriceBookError("hours_per_month and reserved_term_hours must be positive")
         gpus: dict[str, GpuPrice] = {}
@@ -225,11 +239,16 @@ def parse(data: dict[str, Any]) -> PriceBook:
             if sec.get("source"):
                 sources.setdefault(k, str(sec["source"]))
         return PriceBook(
-            currency=str(data.get("currency", "CNY")), hours_per_month=r["hpm"], reserved_term_hours=r["term"],
-            reserved_discount=r["disc"], spot_notice_minutes=int(rules.get("spot_notice_minutes", 5)),
+            currency=str(data.get("currency", "CNY")),
+            hours_per_month=r["hpm"],
+            reserved_term_hours=r["term"],
+            reserved_discount=r["disc"],
+            spot_notice_minutes=int(rules.get("spot_notice_minutes", 5)),
             storage=to_micros(st.get("per_gib_month", "0.8")),
             storage_stopped=to_micros(st.get("stopped_per_gib_month", st.get("per_gib_month", "0.8"))),
-            transfer=to_micros(tr.get("per_gib", "0.12")), gpus=gpus, sources=sources,
+            transfer=to_micros(tr.get("per_gib", "0.12")),
+            gpus=gpus,
+            sources=sources,
         )
     except MoneyError as exc:
         raise PriceBookError(f"price book: {exc}") from None

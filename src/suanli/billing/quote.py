@@ -17,16 +17,26 @@ class QuoteLine:
     gpu_model: str
     plan: str
     gpus: float
-    per_hour: int        # micro-units per hour, GPUs + storage
-    total: int | None    # for max_hours
+    per_hour: int  # micro-units per hour, GPUs + storage
+    total: int | None  # for max_hours
     per_hour_text: str
     total_text: str | None
     note: str = ""
 
 
-def quote(book: PriceBook, models: list[str], gpu_count: int, gpu_milli: int, num_nodes: int, priority: str,
-          max_hours: float | None, disk_gib: int = 0, max_price: str | None = None, utilisation_permille: int = 0,
-          utilisation: Mapping[str, int] | None = None) -> list[QuoteLine]:
+def quote(
+    book: PriceBook,
+    models: list[str],
+    gpu_count: int,
+    gpu_milli: int,
+    num_nodes: int,
+    priority: str,
+    max_hours: float | None,
+    disk_gib: int = 0,
+    max_price: str | None = None,
+    utilisation_permille: int = 0,
+    utilisation: Mapping[str, int] | None = None,
+) -> list[QuoteLine]:
     """One line per candidate model (the request's, or every priced model offered).
     Spot is priced at ``utilisation[model]`` (permille, the request counted as running;
     ``utilisation_permille`` for models it does not name) and capped by the bid."""
@@ -48,21 +58,46 @@ def quote(book: PriceBook, models: list[str], gpu_count: int, gpu_milli: int, nu
             note = "reserved work is free under a reserved/monthly subscription for this model; else billed on demand"
         if plan == "spot":
             now = g.spot(u)
-            note = (f"spot: {fmt(g.spot_floor, book.currency)}..{fmt(g.spot_cap, book.currency)}/GPU-h with utilisation, "
-                    f"{fmt_price(now, book.currency, up_to_cents=True)} " + (f"now ({u / 10:g} % utilisation, counting this request)"
-                                                     if utilisation and m in utilisation else f"at {u / 10:g} %"))
+            note = (
+                f"spot: {fmt(g.spot_floor, book.currency)}..{fmt(g.spot_cap, book.currency)}/GPU-h with utilisation, "
+                f"{fmt_price(now, book.currency, up_to_cents=True)} "
+                + (
+                    f"now ({u / 10:g} % utilisation, counting this request)"
+                    if utilisation and m in utilisation
+                    else f"at {u / 10:g} %"
+                )
+            )
             if bid is not None:
-                note += (f"; above max_price {fmt_price(bid, book.currency)}: it would wait until the price drops" if now > bid
-                         else f", capped by max_price {fmt_price(bid, book.currency)}")
-        out.append(QuoteLine(g.model if m == g.model else f"{m} ({g.model})", "reserved" if priority == "reserved" else plan,
-                             milli / 1000, per_hour, total, fmt(per_hour, book.currency),
-                             None if total is None else fmt(total, book.currency), note))
+                note += (
+                    f"; above max_price {fmt_price(bid, book.currency)}: it would wait until the price drops"
+                    if now > bid
+                    else f", capped by max_price {fmt_price(bid, book.currency)}"
+                )
+        out.append(
+            QuoteLine(
+                g.model if m == g.model else f"{m} ({g.model})",
+                "reserved" if priority == "reserved" else plan,
+                milli / 1000,
+                per_hour,
+                total,
+                fmt(per_hour, book.currency),
+                None if total is None else fmt(total, book.currency),
+                note,
+            )
+        )
     return sorted(out, key=lambda q: q.per_hour)
 
 
 def as_json(lines: list[QuoteLine], currency: str) -> list[dict]:
-    return [{**asdict(q), "currency": currency, "per_hour_amount": float(as_text(q.per_hour)),
-             "total_amount": None if q.total is None else float(as_text(q.total))} for q in lines]
+    return [
+        {
+            **asdict(q),
+            "currency": currency,
+            "per_hour_amount": float(as_text(q.per_hour)),
+            "total_amount": None if q.total is None else float(as_text(q.total)),
+        }
+        for q in lines
+    ]
 
 
 __all__ = ["QuoteLine", "as_json", "quote"]

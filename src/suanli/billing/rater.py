@@ -18,9 +18,9 @@ A crash anywhere leaves committed batches posted once; the next run finishes the
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 from sqlalchemy import or_, select
@@ -48,10 +48,10 @@ class Intervals:
     workload_kind: np.ndarray  # 0 instance, 1 job
     workload_id: np.ndarray
     model_code: np.ndarray
-    milli: np.ndarray          # GPUs x milli per GPU
-    plan_code: np.ndarray      # index into PLANS
+    milli: np.ndarray  # GPUs x milli per GPU
+    plan_code: np.ndarray  # index into PLANS
     start_ms: np.ndarray
-    end_ms: np.ndarray         # metering.OPEN while held
+    end_ms: np.ndarray  # metering.OPEN while held
     models: list[str]
     max_price: np.ndarray | None = None  # spot bid per GPU-hour, micro-units; -1: none (None: no bids)
 
@@ -127,7 +127,9 @@ def intervals(allocs: list, open_end: int = metering.OPEN) -> Intervals:
         workload_id=np.array([a.instance_id or a.job_id for a in allocs], dtype=np.int64).reshape(n),
         model_code=np.array([code[a.gpu_model] for a in allocs], dtype=np.int64).reshape(n),
         milli=np.array([len(a.gpu_indices) * a.milli_per_gpu for a in allocs], dtype=np.int64).reshape(n),
-        plan_code=np.array([PLANS.index(PLAN_OF_PRIORITY.get(a.priority, "on_demand")) for a in allocs], dtype=np.int64).reshape(n),
+        plan_code=np.array([PLANS.index(PLAN_OF_PRIORITY.get(a.priority, "on_demand")) for a in allocs], dtype=np.int64).reshape(
+            n
+        ),
         start_ms=np.array([dt_to_ms(a.started_at) for a in allocs], dtype=np.int64).reshape(n),
         end_ms=np.array([dt_to_ms(a.ended_at) if a.ended_at else open_end for a in allocs], dtype=np.int64).reshape(n),
         models=models,
@@ -135,9 +137,15 @@ def intervals(allocs: list, open_end: int = metering.OPEN) -> Intervals:
     )
 
 
-def rate_gpu_intervals(iv: Intervals, books: list[tuple[int, int, PriceBook]], cutoff_ms: int, since_ms: int,
-                       period_ms: int, capacity: dict[int, int] | None = None,
-                       covered: Callable[[Intervals, np.ndarray, np.ndarray], np.ndarray] | None = None) -> Records:
+def rate_gpu_intervals(
+    iv: Intervals,
+    books: list[tuple[int, int, PriceBook]],
+    cutoff_ms: int,
+    since_ms: int,
+    period_ms: int,
+    capacity: dict[int, int] | None = None,
+    covered: Callable[[Intervals, np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> Records:
     """Pure: intervals -> rated records. ``covered(iv, index, period)`` gives, per
     reserved-priority record, the plan code of the subscription paying for it, or -1."""
     pc = metering.split(iv.start_ms, iv.end_ms, cutoff_ms, since_ms, period_ms)
@@ -160,49 +168,121 @@ def rate_gpu_intervals(iv: Intervals, books: list[tuple[int, int, PriceBook]], c
     bid = None if iv.max_price is None else iv.max_price[i]  # each interval's own bid caps its spot price
     for v in np.unique(vi):
         sel = vi == v
-        price[sel] = rating.gpu_prices(books[v][2], iv.models, model[sel], rate_plan[sel], None if util is None else util[sel],
-                                       None if bid is None else bid[sel])
+        price[sel] = rating.gpu_prices(
+            books[v][2],
+            iv.models,
+            model[sel],
+            rate_plan[sel],
+            None if util is None else util[sel],
+            None if bid is None else bid[sel],
+        )
     rated = rating.rate_gpu(pc.units, iv.milli[i], price)
     vids = np.array([b[0] for b in books], dtype=np.int64)[vi]
-    cols = {"tenant_id": iv.tenant_id[i], "kind": np.zeros(i.size, np.int64), "source_id": iv.source_id[i],
-            "period_ms": pc.period_start, "workload_kind": iv.workload_kind[i], "workload_id": iv.workload_id[i],
-            "gpu_model": model, "plan": plan_out, "start_ms": pc.start, "end_ms": pc.end, "quantity": iv.milli[i],
-            "billed_seconds": pc.billed_seconds, "unit_price": rated.unit_price, "amount": rated.amount, "price_version": vids}
-    return Records(cols, ["gpu", "storage", "transfer"], ["instance", "job"], iv.models, PLAN_NAMES,
-                   {int(v): b.currency for v, _, b in books})
+    cols = {
+        "tenant_id": iv.tenant_id[i],
+        "kind": np.zeros(i.size, np.int64),
+        "source_id": iv.source_id[i],
+        "period_ms": pc.period_start,
+        "workload_kind": iv.workload_kind[i],
+        "workload_id": iv.workload_id[i],
+        "gpu_model": model,
+        "plan": plan_out,
+        "start_ms": pc.start,
+        "end_ms": pc.end,
+        "quantity": iv.milli[i],
+        "billed_seconds": pc.billed_seconds,
+        "unit_price": rated.unit_price,
+        "amount": rated.amount,
+        "price_version": vids,
+    }
+    return Records(
+        cols,
+        ["gpu", "storage", "transfer"],
+        ["instance", "job"],
+        iv.models,
+        PLAN_NAMES,
+        {int(v): b.currency for v, _, b in books},
+    )
 
 
 def _concat(parts: list[Records]) -> Records:
     base = parts[0]
-    return Records({k: np.concatenate([p.cols[k] for p in parts]) for k in base.cols}, base.kinds, base.workload_kinds,
-                   base.models, base.plans, base.currency)
+    return Records(
+        {k: np.concatenate([p.cols[k] for p in parts]) for k in base.cols},
+        base.kinds,
+        base.workload_kinds,
+        base.models,
+        base.plans,
+        base.currency,
+    )
 
 
 #: what ``intervals`` reads of an allocation
-ALLOCATION_COLUMNS = (Allocation.id, Allocation.tenant_id, Allocation.job_id, Allocation.instance_id, Allocation.gpu_model,
-                      Allocation.gpu_indices, Allocation.milli_per_gpu, Allocation.priority, Allocation.max_price_micros,
-                      Allocation.started_at, Allocation.ended_at)
+ALLOCATION_COLUMNS = (
+    Allocation.id,
+    Allocation.tenant_id,
+    Allocation.job_id,
+    Allocation.instance_id,
+    Allocation.gpu_model,
+    Allocation.gpu_indices,
+    Allocation.milli_per_gpu,
+    Allocation.priority,
+    Allocation.max_price_micros,
+    Allocation.started_at,
+    Allocation.ended_at,
+)
 
 
 def _read(s: Session, since_dt: datetime, since_ms: int, cutoff_ms: int, mine: Callable) -> tuple:
     """The rows a run needs, in one session (the caller's transaction or a new one)."""
     books = versions(s)
-    allocs = list(s.execute(select(*ALLOCATION_COLUMNS)
-                            .where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt),
-                                   mine(Allocation.tenant_id))))
+    allocs = list(
+        s.execute(
+            select(*ALLOCATION_COLUMNS).where(
+                or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt), mine(Allocation.tenant_id)
+            )
+        )
+    )
     caps = capacity_milli(s)
-    insts = list(s.execute(select(Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state,
-                                  Instance.created_at, Instance.updated_at)
-                           .where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), mine(Instance.tenant_id))))
-    subs = list(s.execute(select(Subscription.tenant_id, Subscription.gpu_model, Subscription.plan, Subscription.gpu_count,
-                                 Subscription.start_ms, Subscription.end_ms, Subscription.cancelled_ms)))
-    transfers = list(s.execute(select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli)
-                               .where(Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms, mine(Transfer.tenant_id))))
+    insts = list(
+        s.execute(
+            select(
+                Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state, Instance.created_at, Instance.updated_at
+            ).where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), mine(Instance.tenant_id))
+        )
+    )
+    subs = list(
+        s.execute(
+            select(
+                Subscription.tenant_id,
+                Subscription.gpu_model,
+                Subscription.plan,
+                Subscription.gpu_count,
+                Subscription.start_ms,
+                Subscription.end_ms,
+                Subscription.cancelled_ms,
+            )
+        )
+    )
+    transfers = list(
+        s.execute(
+            select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli).where(
+                Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms, mine(Transfer.tenant_id)
+            )
+        )
+    )
     return books, allocs, caps, insts, subs, transfers
 
 
-def collect(db: Database | None, since_ms: int, cutoff_ms: int, period_ms: int, tenant_id: int | None = None,
-            open_until_ms: int | None = None, session: Session | None = None) -> Records:
+def collect(
+    db: Database | None,
+    since_ms: int,
+    cutoff_ms: int,
+    period_ms: int,
+    tenant_id: int | None = None,
+    open_until_ms: int | None = None,
+    session: Session | None = None,
+) -> Records:
     """Read what may hold unrated periods and rate it (GPU, storage, transfer).
     ``open_until_ms`` treats running work as ending then: an estimate of what is
     accruing (``reports.bill``), never posted."""
@@ -226,14 +306,26 @@ def collect(db: Database | None, since_ms: int, cutoff_ms: int, period_ms: int, 
         out = np.full(index.size, -1, dtype=np.int64)
         res = iv.plan_code == PLANS.index("reserved")
         for t, mcode, p in {(int(a), int(b), int(c)) for a, b, c in zip(iv.tenant_id[index], iv.model_code[index], period)}:
-            active = [(plan, cnt) for st, m, plan, cnt, a, b, cancel in subs
-                      if st == t and _same_model(models[mcode], m) and a < p + period_ms
-                      and p < (b if cancel is None or plan == "monthly" else min(b, cancel))]
+            active = [
+                (plan, cnt)
+                for st, m, plan, cnt, a, b, cancel in subs
+                if st == t
+                and _same_model(models[mcode], m)
+                and a < p + period_ms
+                and p < (b if cancel is None or plan == "monthly" else min(b, cancel))
+            ]
             if not active:
                 continue
-            cand = np.flatnonzero(res & (iv.tenant_id == t) & (iv.model_code == mcode) & (iv.start_ms < p + period_ms) & (iv.end_ms > p))
-            ok = plans.cover(np.maximum(iv.start_ms[cand], p), np.minimum(iv.end_ms[cand], p + period_ms), iv.milli[cand],
-                             iv.start_ms[cand] * 2**20 + iv.source_id[cand] % 2**20, sum(c for _, c in active) * 1000)
+            cand = np.flatnonzero(
+                res & (iv.tenant_id == t) & (iv.model_code == mcode) & (iv.start_ms < p + period_ms) & (iv.end_ms > p)
+            )
+            ok = plans.cover(
+                np.maximum(iv.start_ms[cand], p),
+                np.minimum(iv.end_ms[cand], p + period_ms),
+                iv.milli[cand],
+                iv.start_ms[cand] * 2**20 + iv.source_id[cand] % 2**20,
+                sum(c for _, c in active) * 1000,
+            )
             covered_ids = set(iv.source_id[cand[ok]].tolist())
             here = (iv.tenant_id[index] == t) & (iv.model_code[index] == mcode) & (period == p)
             hit = here & np.isin(iv.source_id[index], list(covered_ids))
@@ -262,17 +354,30 @@ def _running_units(t0: int, a: int, b: int, held: list[tuple[int, int]]) -> int:
     for s0, s1 in held:
         lo, hi = max(a, s0), min(b, s1)
         if hi > lo:
-            n += int(metering.units_before(np.array([hi]), np.array([t0]))[0] - metering.units_before(np.array([lo]), np.array([t0]))[0])
+            n += int(
+                metering.units_before(np.array([hi]), np.array([t0]))[0]
+                - metering.units_before(np.array([lo]), np.array([t0]))[0]
+            )
     return n
 
 
-def _storage(insts: list, books: list, cutoff_ms: int, since_ms: int, period_ms: int, like: Records,
-             open_end: int = metering.OPEN, held: dict[int, list[tuple[int, int]]] | None = None) -> Records:
+def _storage(
+    insts: list,
+    books: list,
+    cutoff_ms: int,
+    since_ms: int,
+    period_ms: int,
+    like: Records,
+    open_end: int = metering.OPEN,
+    held: dict[int, list[tuple[int, int]]] | None = None,
+) -> Records:
     """Disks bill from creation to deletion: at the running price while the instance
     holds GPUs (an allocation), at the stopped price otherwise."""
     insts = [r for r in insts if r.disk_gib > 0]
     t0 = np.array([dt_to_ms(r.created_at) for r in insts], dtype=np.int64).reshape(len(insts))
-    t1 = np.array([dt_to_ms(r.updated_at) if r.state == "deleted" else open_end for r in insts], dtype=np.int64).reshape(len(insts))
+    t1 = np.array([dt_to_ms(r.updated_at) if r.state == "deleted" else open_end for r in insts], dtype=np.int64).reshape(
+        len(insts)
+    )
     pc = metering.split(t0, t1, cutoff_ms, since_ms, period_ms)
     i = pc.index
     gib = np.array([r.disk_gib for r in insts], dtype=np.int64).reshape(len(insts))[i]
@@ -283,16 +388,32 @@ def _storage(insts: list, books: list, cutoff_ms: int, since_ms: int, period_ms:
     hpm = np.array([b.hours_per_month for _, _, b in books], dtype=np.int64)[vi]
     ids = np.array([r.id for r in insts], dtype=np.int64).reshape(len(insts))[i]
     held = held or {}
-    run = np.array([_running_units(int(t0[k]), int(a), int(b), held.get(int(iid), []))
-                    for k, a, b, iid in zip(i.tolist(), pc.start.tolist(), pc.end.tolist(), ids.tolist())], dtype=np.int64).reshape(i.size)
+    run = np.array(
+        [
+            _running_units(int(t0[k]), int(a), int(b), held.get(int(iid), []))
+            for k, a, b, iid in zip(i.tolist(), pc.start.tolist(), pc.end.tolist(), ids.tolist())
+        ],
+        dtype=np.int64,
+    ).reshape(i.size)
     amount = (run * gib * price + (pc.units - run) * gib * stopped + 300 * hpm) // (600 * hpm)
     price = np.where(run * 2 >= pc.units, price, stopped)  # the price of most of the record's units
-    cols = {"tenant_id": np.array([r.tenant_id for r in insts], dtype=np.int64).reshape(len(insts))[i],
-            "kind": np.ones(i.size, np.int64), "source_id": ids, "period_ms": pc.period_start,
-            "workload_kind": np.zeros(i.size, np.int64), "workload_id": ids,
-            "gpu_model": np.full(i.size, like.models.index("-"), np.int64), "plan": np.full(i.size, PLANS.index("on_demand"), np.int64),
-            "start_ms": pc.start, "end_ms": pc.end, "quantity": gib, "billed_seconds": pc.billed_seconds,
-            "unit_price": price, "amount": amount, "price_version": np.array([b[0] for b in books], dtype=np.int64)[vi]}
+    cols = {
+        "tenant_id": np.array([r.tenant_id for r in insts], dtype=np.int64).reshape(len(insts))[i],
+        "kind": np.ones(i.size, np.int64),
+        "source_id": ids,
+        "period_ms": pc.period_start,
+        "workload_kind": np.zeros(i.size, np.int64),
+        "workload_id": ids,
+        "gpu_model": np.full(i.size, like.models.index("-"), np.int64),
+        "plan": np.full(i.size, PLANS.index("on_demand"), np.int64),
+        "start_ms": pc.start,
+        "end_ms": pc.end,
+        "quantity": gib,
+        "billed_seconds": pc.billed_seconds,
+        "unit_price": price,
+        "amount": amount,
+        "price_version": np.array([b[0] for b in books], dtype=np.int64)[vi],
+    }
     return Records(cols, like.kinds, like.workload_kinds, like.models, like.plans, like.currency)
 
 
@@ -303,13 +424,23 @@ def _transfers(rows: list, books: list, period_ms: int, like: Records) -> Record
     vi = version_index(eff, ts)
     price = np.array([b.transfer for _, _, b in books], dtype=np.int64)[vi]
     gm = np.array([r.gib_milli for r in rows], dtype=np.int64).reshape(n)
-    cols = {"tenant_id": np.array([r.tenant_id for r in rows], dtype=np.int64).reshape(n), "kind": np.full(n, 2, np.int64),
-            "source_id": np.array([r.id for r in rows], dtype=np.int64).reshape(n), "period_ms": ts // period_ms * period_ms,
-            "workload_kind": np.zeros(n, np.int64), "workload_id": np.zeros(n, np.int64),
-            "gpu_model": np.full(n, like.models.index("-"), np.int64), "plan": np.full(n, PLANS.index("on_demand"), np.int64),
-            "start_ms": ts, "end_ms": ts, "quantity": gm, "billed_seconds": np.zeros(n, np.int64), "unit_price": price,
-            "amount": (gm * price + 500) // 1000,  # milli-GiB x per-GiB price, half-up
-            "price_version": np.array([b[0] for b in books], dtype=np.int64)[vi]}
+    cols = {
+        "tenant_id": np.array([r.tenant_id for r in rows], dtype=np.int64).reshape(n),
+        "kind": np.full(n, 2, np.int64),
+        "source_id": np.array([r.id for r in rows], dtype=np.int64).reshape(n),
+        "period_ms": ts // period_ms * period_ms,
+        "workload_kind": np.zeros(n, np.int64),
+        "workload_id": np.zeros(n, np.int64),
+        "gpu_model": np.full(n, like.models.index("-"), np.int64),
+        "plan": np.full(n, PLANS.index("on_demand"), np.int64),
+        "start_ms": ts,
+        "end_ms": ts,
+        "quantity": gm,
+        "billed_seconds": np.zeros(n, np.int64),
+        "unit_price": price,
+        "amount": (gm * price + 500) // 1000,  # milli-GiB x per-GiB price, half-up
+        "price_version": np.array([b[0] for b in books], dtype=np.int64)[vi],
+    }
     return Records(cols, like.kinds, like.workload_kinds, like.models, like.plans, like.currency)
 
 
@@ -333,11 +464,16 @@ def accruing(db: Database | None, tenant_id: int, at_ms: int, period_ms: int = 3
     """Not yet posted: running work as if it stopped now, plus ended work no run has
     rated yet. An estimate for cost visibility and the hard cap; never posted. Pass
     ``session`` when calling inside a transaction (SQLite allows one writer)."""
+
     def read(s: Session) -> tuple[int, set]:
         watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
         since = min(watermark, at_ms) // period_ms * period_ms
-        return since, {tuple(r) for r in s.execute(select(Usage.kind, Usage.source_id, Usage.period_ms)
-                                                   .where(Usage.tenant_id == tenant_id, Usage.period_ms >= since))}
+        return since, {
+            tuple(r)
+            for r in s.execute(
+                select(Usage.kind, Usage.source_id, Usage.period_ms).where(Usage.tenant_id == tenant_id, Usage.period_ms >= since)
+            )
+        }
 
     if session is not None:
         since, posted = read(session)
@@ -347,8 +483,11 @@ def accruing(db: Database | None, tenant_id: int, at_ms: int, period_ms: int = 3
             since, posted = read(s)
     recs = collect(db, since, at_ms, period_ms, tenant_id=tenant_id, open_until_ms=at_ms, session=session)
     c = recs.cols
-    return sum(int(a) for k, src, p, a in zip(c["kind"].tolist(), c["source_id"].tolist(), c["period_ms"].tolist(), c["amount"].tolist())
-               if (recs.kinds[k], src, p) not in posted)
+    return sum(
+        int(a)
+        for k, src, p, a in zip(c["kind"].tolist(), c["source_id"].tolist(), c["period_ms"].tolist(), c["amount"].tolist())
+        if (recs.kinds[k], src, p) not in posted
+    )
 
 
 #: Default lag of the cutoff behind now: an allocation's start or end is stamped just
@@ -356,8 +495,15 @@ def accruing(db: Database | None, tenant_id: int, at_ms: int, period_ms: int = 3
 SETTLE_MS = 60_000
 
 
-def run(db: Database, cutoff_ms: int | None = None, period_ms: int = metering.DEFAULT_PERIOD_MS, batch: int = 50_000,
-        run_id: str | None = None, after_batch: Callable[[int], None] | None = None, enforce: bool = True) -> RunResult:
+def run(
+    db: Database,
+    cutoff_ms: int | None = None,
+    period_ms: int = metering.DEFAULT_PERIOD_MS,
+    batch: int = 50_000,
+    run_id: str | None = None,
+    after_batch: Callable[[int], None] | None = None,
+    enforce: bool = True,
+) -> RunResult:
     """One idempotent rating run up to ``cutoff_ms`` (default: now)."""
     cutoff = now_ms() - SETTLE_MS if cutoff_ms is None else cutoff_ms
     rid = run_id or uuid.uuid4().hex[:16]

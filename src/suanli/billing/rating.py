@@ -23,14 +23,14 @@ from suanli.billing.pricebook import PLANS, PriceBook, PriceBookError
 log = logging.getLogger(__name__)
 
 UNITS_PER_HOUR = 3_600_000 // UNIT_MS  # 600
-GPU_DEN = UNITS_PER_HOUR * 1000        # units/h x milli per GPU
-COVERED = -1                           # plan code of usage a subscription already paid
+GPU_DEN = UNITS_PER_HOUR * 1000  # units/h x milli per GPU
+COVERED = -1  # plan code of usage a subscription already paid
 
 
 @dataclass(frozen=True)
 class Rated:
     unit_price: np.ndarray  # int64 micro-units per GPU-hour (GPU) or per GiB-month (storage)
-    amount: np.ndarray      # int64 micro-units
+    amount: np.ndarray  # int64 micro-units
 
 
 def _half_up(num: np.ndarray, den: int) -> np.ndarray:
@@ -69,7 +69,11 @@ def gpu_prices(
     price = table[mc, np.clip(pc, 0, 2)]
     spot = pc == PLANS.index("spot")
     if spot.any():
-        u = np.zeros(mc.size, dtype=np.int64) if util_permille is None else np.clip(np.asarray(util_permille, dtype=np.int64), 0, 1000)
+        u = (
+            np.zeros(mc.size, dtype=np.int64)
+            if util_permille is None
+            else np.clip(np.asarray(util_permille, dtype=np.int64), 0, 1000)
+        )
         floor, cap = table[mc, 3], table[mc, 4]
         sp = floor + _half_up((cap - floor) * u, 1000)
         if max_price is not None:

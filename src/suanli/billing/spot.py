@@ -32,8 +32,8 @@ class Market:
 
     book: PriceBook
     at_ms: int
-    capacity: dict[str, int]                              # milli registered per model
-    busy: dict[str, int] = field(default_factory=dict)    # milli allocated per model
+    capacity: dict[str, int]  # milli registered per model
+    busy: dict[str, int] = field(default_factory=dict)  # milli allocated per model
 
     def key(self, model: str) -> str:
         """The node model name for a spelling a renter used (``h100`` -> ``H100``)."""
@@ -74,8 +74,9 @@ def market(s: Session, at_ms: int | None = None) -> Market:
     """The market at ``at_ms`` (default now), in the caller's session."""
     at = now_ms() if at_ms is None else at_ms
     _, book = current_book(s, at)
-    allocs = list(s.execute(select(*rater.ALLOCATION_COLUMNS)
-                            .where(or_(Allocation.ended_at.is_(None), Allocation.ended_at > ms_to_dt(at)))))
+    allocs = list(
+        s.execute(select(*rater.ALLOCATION_COLUMNS).where(or_(Allocation.ended_at.is_(None), Allocation.ended_at > ms_to_dt(at))))
+    )
     iv = rater.intervals(allocs)
     busy = {}
     for code, m in enumerate(iv.models):
@@ -102,12 +103,16 @@ def check_bid(mk: Market, request, num_nodes: int, bid: int) -> tuple[frozenset[
         return ok, None
     if len(cands) == 1:
         (m,) = cands
-        return ok, (f"spot price {mk.price_text(prices[m])}/GPU-h for {m} is above your max_price {mk.text(bid)} "  # type: ignore[arg-type]
-                    f"(at {mk.utilisation(m, milli) / 10:g} % utilisation, counting this request); "
-                    "it starts when the price drops to your max_price")
+        return ok, (
+            f"spot price {mk.price_text(prices[m])}/GPU-h for {m} is above your max_price {mk.text(bid)} "  # type: ignore[arg-type]
+            f"(at {mk.utilisation(m, milli) / 10:g} % utilisation, counting this request); "
+            "it starts when the price drops to your max_price"
+        )
     each = ", ".join(f"{m} {mk.price_text(p)}" for m, p in sorted(prices.items(), key=lambda kv: kv[1] or 0))  # type: ignore[arg-type]
-    return ok, (f"spot price is above your max_price {mk.text(bid)} on every model it may run on ({each} per GPU-h, "
-                "counting this request); it starts when one drops to your max_price")
+    return ok, (
+        f"spot price is above your max_price {mk.text(bid)} on every model it may run on ({each} per GPU-h, "
+        "counting this request); it starts when one drops to your max_price"
+    )
 
 
 __all__ = ["Market", "check_bid", "demand_milli", "market"]

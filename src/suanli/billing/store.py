@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -33,16 +33,14 @@ def now_ms() -> int:
 
 
 def ms_to_dt(ms: int) -> datetime:
-    from datetime import timezone
 
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def dt_to_ms(dt: datetime) -> int:
-    from datetime import timezone
 
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 
@@ -50,8 +48,14 @@ def dt_to_ms(dt: datetime) -> int:
 def ensure_book(s: Session) -> None:
     """Version 1 is the bundled seed book, effective from the epoch."""
     if s.scalar(select(func.count()).select_from(PriceVersion)) == 0:
-        s.add(PriceVersion(effective_ms=0, author="default", note="seed prices (suanli/billing/data/pricebook.yaml)",
-                           book=default_book().to_dict()))
+        s.add(
+            PriceVersion(
+                effective_ms=0,
+                author="default",
+                note="seed prices (suanli/billing/data/pricebook.yaml)",
+                book=default_book().to_dict(),
+            )
+        )
         s.flush()
 
 
@@ -81,8 +85,9 @@ def current_book(s: Session, at_ms: int | None = None) -> tuple[int, PriceBook]:
     return live[-1] if live else versions(s)[0][::2]  # type: ignore[return-value]
 
 
-def set_price(db: Database, author: str, model: str | None, plan: str, value: str, note: str = "",
-              effective_ms: int | None = None) -> int:
+def set_price(
+    db: Database, author: str, model: str | None, plan: str, value: str, note: str = "", effective_ms: int | None = None
+) -> int:
     """A new version with one price changed, effective now (or later); returns its id."""
     with db.transaction() as s:
         _, book = current_book(s)
@@ -91,7 +96,9 @@ def set_price(db: Database, author: str, model: str | None, plan: str, value: st
         except (PriceBookError, MoneyError) as exc:
             raise BillingError(str(exc)) from None
         eff = now_ms() if effective_ms is None else effective_ms
-        row = PriceVersion(effective_ms=eff, author=author, note=note or f"{model or 'book'} {plan} = {value}", book=new.to_dict())
+        row = PriceVersion(
+            effective_ms=eff, author=author, note=note or f"{model or 'book'} {plan} = {value}", book=new.to_dict()
+        )
         s.add(row)
         s.flush()
         return row.id
@@ -183,9 +190,14 @@ def create_grant(db: Database, spec: GrantSpec) -> Grant:
     if spec.max_gpus <= 0 or (spec.gpu_minutes is not None and spec.gpu_minutes < 0):
         raise BillingError("max_gpus must be positive and gpu_minutes not negative")
     with db.transaction() as s:
-        row = Grant(tenant_id=tenant_id_of(s, spec.tenant), gpu_model=spec.gpu_model or None,
-                    max_gpu_milli=int(round(spec.max_gpus * 1000)), gpu_minutes=spec.gpu_minutes, qos=spec.qos,
-                    expires_at=spec.expires_at)
+        row = Grant(
+            tenant_id=tenant_id_of(s, spec.tenant),
+            gpu_model=spec.gpu_model or None,
+            max_gpu_milli=int(round(spec.max_gpus * 1000)),
+            gpu_minutes=spec.gpu_minutes,
+            qos=spec.qos,
+            expires_at=spec.expires_at,
+        )
         s.add(row)
         s.flush()
         return row
@@ -208,7 +220,9 @@ def revoke_grant(db: Database, grant_id: int) -> None:
 
 
 # -- budgets -------------------------------------------------------------------------------
-def set_budget(db: Database, tenant: str | int, limit: str | None, thresholds: list[int], hard_cap: bool, notice_s: int) -> BudgetRow:
+def set_budget(
+    db: Database, tenant: str | int, limit: str | None, thresholds: list[int], hard_cap: bool, notice_s: int
+) -> BudgetRow:
     if any(not 0 < t <= 1000 for t in thresholds):
         raise BillingError("thresholds are percentages between 1 and 1000")
     if notice_s < 0:
@@ -232,8 +246,9 @@ def get_budget(db: Database, tenant_id: int) -> BudgetRow | None:
 
 
 # -- subscriptions ---------------------------------------------------------------------------
-def subscribe(db: Database, tenant: str | int, plan: str, model: str, gpu_count: int, months: int = 1,
-              start_ms: int | None = None) -> Subscription:
+def subscribe(
+    db: Database, tenant: str | int, plan: str, model: str, gpu_count: int, months: int = 1, start_ms: int | None = None
+) -> Subscription:
     """Buy a monthly or reserved term: the fee is charged now from the prepaid balance."""
     with db.transaction() as s:
         tid = tenant_id_of(s, tenant)
@@ -243,10 +258,21 @@ def subscribe(db: Database, tenant: str | int, plan: str, model: str, gpu_count:
         except (plans.PlanError, PriceBookError) as exc:
             raise BillingError(str(exc)) from None
         if balance(s, tid) < q.fee:
-            raise Conflict(f"the {plan} fee is {fmt(q.fee, book.currency)}; the prepaid balance is "
-                           f"{fmt(balance(s, tid), book.currency)}: top up first", code="insufficient_balance")
-        row = Subscription(tenant_id=tid, plan=plan, gpu_model=q.gpu_model, gpu_count=gpu_count, start_ms=q.start_ms,
-                           end_ms=q.end_ms, fee=q.fee, price_version=vid)
+            raise Conflict(
+                f"the {plan} fee is {fmt(q.fee, book.currency)}; the prepaid balance is "
+                f"{fmt(balance(s, tid), book.currency)}: top up first",
+                code="insufficient_balance",
+            )
+        row = Subscription(
+            tenant_id=tid,
+            plan=plan,
+            gpu_model=q.gpu_model,
+            gpu_count=gpu_count,
+            start_ms=q.start_ms,
+            end_ms=q.end_ms,
+            fee=q.fee,
+            price_version=vid,
+        )
         s.add(row)
         s.flush()
         post_entry(s, ledger.subscription(f"sub:{row.id}", tid, q.fee, f"{plan} {gpu_count} x {q.gpu_model}"))
@@ -265,7 +291,9 @@ def cancel_subscription(db: Database, sub_id: int, tenant_id: int | None, at_ms:
         row.cancelled_ms = at
         row.refund = plans.refund(row.plan, row.fee, row.start_ms, row.end_ms, at)
         if row.refund:
-            post_entry(s, ledger.refund(f"refund:{row.id}", row.tenant_id, row.refund, f"pro-rata refund of subscription {row.id}"))
+            post_entry(
+                s, ledger.refund(f"refund:{row.id}", row.tenant_id, row.refund, f"pro-rata refund of subscription {row.id}")
+            )
         return row
 
 

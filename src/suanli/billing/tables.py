@@ -15,6 +15,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from suanli.db.clock import utcnow
 from suanli.db.models import Base, UTCDateTime
 
+
 class PriceVersion(Base):
     __tablename__ = "billing_price_versions"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -29,7 +30,7 @@ class Usage(Base):
     __tablename__ = "billing_usage"
     # The idempotency key is the primary key: one index fewer to maintain per row.
     __table_args__ = (Index("ix_billing_usage_tenant", "tenant_id", "period_ms"),)
-    kind: Mapped[str] = mapped_column(String(10), primary_key=True)       # gpu | storage | transfer
+    kind: Mapped[str] = mapped_column(String(10), primary_key=True)  # gpu | storage | transfer
     source_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # allocation / instance / transfer id
     period_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     tenant_id: Mapped[int] = mapped_column(Integer)
@@ -39,7 +40,7 @@ class Usage(Base):
     plan: Mapped[str] = mapped_column(String(20))
     start_ms: Mapped[int] = mapped_column(BigInteger)
     end_ms: Mapped[int] = mapped_column(BigInteger)
-    quantity: Mapped[int] = mapped_column(BigInteger)      # GPU milli | GiB | milli-GiB
+    quantity: Mapped[int] = mapped_column(BigInteger)  # GPU milli | GiB | milli-GiB
     billed_seconds: Mapped[int] = mapped_column(BigInteger)
     unit_price: Mapped[int] = mapped_column(BigInteger)
     amount: Mapped[int] = mapped_column(BigInteger)

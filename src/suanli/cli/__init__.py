@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from suanli.cli import sim
-from suanli.cli import advise, plan, tco
-from suanli.cli import controlplane
-from suanli.cli import billing
+from suanli.cli import advise, billing, controlplane, plan, sim, tco
 
 app = typer.Typer(no_args_is_help=True, help="Suanli (算力): rent, schedule and bill GPU compute.")
 app.add_typer(sim.app, name="sim")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -28,11 +29,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 console = Console()
 err_console = Console(stderr=True)
 
-app = typer.Typer(no_args_is_help=True,
-                  help="What to rent: memory, fitting GPUs, time and cost for a model.")
+app = typer.Typer(no_args_is_help=True, help="What to rent: memory, fitting GPUs, time and cost for a model.")
 
 
 # ---- shared helpers (also used by suanli.cli.tco and suanli.cli.plan) -----------------
+
 
 def friendly_errors(func: F) -> F:
     """Turn AdvisorError into a one-line message and exit status 2, never a traceback."""
@@ -95,21 +96,23 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON object for scripts"
 
 # ---- memory ------------------------------------------------------------------------------
 
+
 @app.command()
 @friendly_errors
 def memory(
-    model: Optional[str] = ModelOpt,
-    config: Optional[Path] = ConfigOpt,
-    params: Optional[str] = ParamsOpt,
+    model: str | None = ModelOpt,
+    config: Path | None = ConfigOpt,
+    params: str | None = ParamsOpt,
     task: str = typer.Option("inference", help="inference | full-finetune | lora | qlora"),
     precision: str = typer.Option("bf16", help="Weights: bf16, fp16, fp8, int8, int4, gptq-int4, awq, q4_k_m, ..."),
     context: int = typer.Option(4096, help="Tokens per sequence (training: sequence length)"),
     batch: int = typer.Option(1, help="Concurrent sequences (training: micro-batch per GPU)"),
     gpus: int = typer.Option(1, help="GPUs (inference: tensor parallel; training: total)"),
     kv_cache_dtype: str = typer.Option("bf16", help="KV cache dtype: bf16, fp16, fp8"),
-    prefill_tokens: Optional[int] = typer.Option(None, help="Largest prefill chunk (default min(context x batch, 8192))"),
-    gpu: Optional[str] = typer.Option(None, help="Inference: check the fit on this GPU model "
-                                                 "(--gpus of them) and show the room left"),
+    prefill_tokens: int | None = typer.Option(None, help="Largest prefill chunk (default min(context x batch, 8192))"),
+    gpu: str | None = typer.Option(
+        None, help="Inference: check the fit on this GPU model (--gpus of them) and show the room left"
+    ),
     zero: int = typer.Option(0, help="ZeRO stage 0-3 (training)"),
     offload: str = typer.Option("none", help="none | optimizer | all (training, ZeRO)"),
     optimizer: str = typer.Option("adamw", help="adamw | adamw8bit | sgd"),
@@ -120,40 +123,74 @@ def memory(
     no_flash: bool = typer.Option(False, "--no-flash", help="Attention without FlashAttention"),
     lora_rank: int = typer.Option(16, help="LoRA rank"),
     accounting: str = typer.Option("deepspeed", help="ZeRO accounting: deepspeed | paper"),
-    logit_bytes: float = typer.Option(28.0, help="Bytes per logit per token at the loss (28: measured "
-                                                 "on ms-swift; >= 12 for unfused FP32 cross-entropy; ~0 fused)"),
+    logit_bytes: float = typer.Option(
+        28.0,
+        help="Bytes per logit per token at the loss (28: measured on ms-swift; >= 12 for unfused FP32 cross-entropy; ~0 fused)",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Memory with a breakdown per component."""
     est = service.memory(
-        model=model, config=config, params=params, task=task, precision=precision,
-        context=context, batch=batch, gpus=gpus, kv_cache_dtype=kv_cache_dtype,
+        model=model,
+        config=config,
+        params=params,
+        task=task,
+        precision=precision,
+        context=context,
+        batch=batch,
+        gpus=gpus,
+        kv_cache_dtype=kv_cache_dtype,
         prefill_tokens=prefill_tokens,
-        **({} if service.task_method(task) == "inference" else dict(
-            zero=zero, offload=offload, optimizer=optimizer, mode=mode, tp=tp, pp=pp,
-            checkpointing=checkpointing, flash_attention=not no_flash, lora_rank=lora_rank,
-            accounting=accounting, logit_bytes=logit_bytes)))
+        **(
+            {}
+            if service.task_method(task) == "inference"
+            else dict(
+                zero=zero,
+                offload=offload,
+                optimizer=optimizer,
+                mode=mode,
+                tp=tp,
+                pp=pp,
+                checkpointing=checkpointing,
+                flash_attention=not no_flash,
+                lora_rank=lora_rank,
+                accounting=accounting,
+                logit_bytes=logit_bytes,
+            )
+        ),
+    )
     on_gpu = None
     if gpu and isinstance(est, InferenceEstimate):
         hw = find_gpu(gpu)
-        on_gpu = fit_on_gpu(service.model_of(model, config, params), precision, hw.name,
-                            hw.memory_bytes, gpus, context, batch, kv_cache_dtype)
+        on_gpu = fit_on_gpu(
+            service.model_of(model, config, params), precision, hw.name, hw.memory_bytes, gpus, context, batch, kv_cache_dtype
+        )
     if json_out:
         return emit_json(est if on_gpu is None else {**to_jsonable(est), "on_gpu": on_gpu})
     if isinstance(est, InferenceEstimate):
-        console.print(_components_table(
-            f"{est.model} inference, {est.precision}, {context} tokens x {batch}, {gpus} GPU(s)",
-            est.components, est.total_bytes))
+        console.print(
+            _components_table(
+                f"{est.model} inference, {est.precision}, {context} tokens x {batch}, {gpus} GPU(s)",
+                est.components,
+                est.total_bytes,
+            )
+        )
         console.print(f"per GPU: {gb(est.per_gpu_bytes)}; KV cache {est.kv_bytes_per_token:,.0f} B/token")
         if on_gpu is not None:
             verdict = "[green]fits[/green]" if on_gpu.fits else "[red]does not fit[/red]"
-            console.print(f"{gpus} x {on_gpu.gpu} ({on_gpu.gpu_memory_bytes / 1e9:g} GB each): {verdict}; "
-                          f"room for {on_gpu.max_batch:,} sequence(s) of {context:,} tokens, or one batch "
-                          f"of {batch} at up to {on_gpu.max_context:,} tokens")
+            console.print(
+                f"{gpus} x {on_gpu.gpu} ({on_gpu.gpu_memory_bytes / 1e9:g} GB each): {verdict}; "
+                f"room for {on_gpu.max_batch:,} sequence(s) of {context:,} tokens, or one batch "
+                f"of {batch} at up to {on_gpu.max_context:,} tokens"
+            )
     else:
-        console.print(_components_table(
-            f"{est.model} {est.method}, {gpus} GPU(s), ZeRO-{est.zero}, seq {context} x {batch}: per GPU",
-            est.components, est.per_gpu_bytes))
+        console.print(
+            _components_table(
+                f"{est.model} {est.method}, {gpus} GPU(s), ZeRO-{est.zero}, seq {context} x {batch}: per GPU",
+                est.components,
+                est.per_gpu_bytes,
+            )
+        )
         if est.host_bytes_per_node:
             console.print(f"host memory per node for offload: {gb(est.host_bytes_per_node)}")
     for note in est.notes:
@@ -163,12 +200,13 @@ def memory(
 
 # ---- fit ---------------------------------------------------------------------------------
 
+
 @app.command()
 @friendly_errors
 def fit(
-    model: Optional[str] = ModelOpt,
-    config: Optional[Path] = ConfigOpt,
-    params: Optional[str] = ParamsOpt,
+    model: str | None = ModelOpt,
+    config: Path | None = ConfigOpt,
+    params: str | None = ParamsOpt,
     task: str = typer.Option("inference", help="inference | full-finetune | lora | qlora"),
     precision: str = typer.Option("bf16", help="Weights precision (inference)"),
     context: int = typer.Option(4096, help="Tokens per sequence (training: sequence length)"),
@@ -176,20 +214,29 @@ def fit(
     zero: int = typer.Option(3, help="ZeRO stage for training"),
     offload: str = typer.Option("none", help="none | optimizer | all"),
     checkpointing: str = typer.Option("full", help="Activation checkpointing: none | full"),
-    tokens: Optional[str] = typer.Option(None, help="Training tokens (e.g. 2T) to rank by total cost"),
-    mfu: Optional[float] = typer.Option(None, help="Override the default MFU per GPU class"),
+    tokens: str | None = typer.Option(None, help="Training tokens (e.g. 2T) to rank by total cost"),
+    mfu: float | None = typer.Option(None, help="Override the default MFU per GPU class"),
     top: int = typer.Option(12, help="Rows to show"),
-    pricebook: Optional[Path] = typer.Option(None, help="Price book YAML (default: seed prices)"),
+    pricebook: Path | None = typer.Option(None, help="Price book YAML (default: seed prices)"),
     json_out: bool = JsonOpt,
 ) -> None:
     """Which GPU models x counts fit, with the parallelism implied, ranked by cost."""
     book = load_pricebook(pricebook)
-    training = {} if service.task_method(task) == "inference" else dict(
-        zero=zero, offload=offload, checkpointing=checkpointing, mfu=mfu)
-    options = service.fit(model=model, config=config, params=params, task=task,
-                          precision=precision, context=context, batch=batch,
-                          tokens=parse_count(tokens, "tokens") if tokens else None,
-                          book=book, **training)
+    training = (
+        {} if service.task_method(task) == "inference" else dict(zero=zero, offload=offload, checkpointing=checkpointing, mfu=mfu)
+    )
+    options = service.fit(
+        model=model,
+        config=config,
+        params=params,
+        task=task,
+        precision=precision,
+        context=context,
+        batch=batch,
+        tokens=parse_count(tokens, "tokens") if tokens else None,
+        book=book,
+        **training,
+    )
     name = service.model_of(model, config, params).name
     if json_out:
         return emit_json({"model": name, "task": task, "options": options})
@@ -200,12 +247,18 @@ def fit(
         table.add_column("hours", justify="right")
         table.add_column("total", justify="right")
     for o in options[:top]:
-        row = [str(o.rank), o.gpu, str(o.gpus), o.parallelism, f"{o.per_gpu_bytes / 1e9:,.1f} GB",
-               f"{o.memory_used_fraction:.0%}", money(o.price_per_gpu_hour, book.currency),
-               money(o.hourly_cost, book.currency)]
+        row = [
+            str(o.rank),
+            o.gpu,
+            str(o.gpus),
+            o.parallelism,
+            f"{o.per_gpu_bytes / 1e9:,.1f} GB",
+            f"{o.memory_used_fraction:.0%}",
+            money(o.price_per_gpu_hour, book.currency),
+            money(o.hourly_cost, book.currency),
+        ]
         if tokens:
-            row += [f"{o.training_hours:,.1f}" if o.training_hours else "—",
-                    money(o.total_cost, book.currency)]
+            row += [f"{o.training_hours:,.1f}" if o.training_hours else "—", money(o.total_cost, book.currency)]
         table.add_row(*row)
     console.print(table)
     if not options:
@@ -214,37 +267,53 @@ def fit(
 
 # ---- time --------------------------------------------------------------------------------
 
+
 @app.command()
 @friendly_errors
 def time(
-    model: Optional[str] = ModelOpt,
-    config: Optional[Path] = ConfigOpt,
-    params: Optional[str] = ParamsOpt,
+    model: str | None = ModelOpt,
+    config: Path | None = ConfigOpt,
+    params: str | None = ParamsOpt,
     gpu: str = typer.Option("H100", help="GPU model"),
     gpus: int = typer.Option(1, help="Number of GPUs"),
     task: str = typer.Option("full-finetune", help="inference | full-finetune | lora | qlora"),
-    tokens: Optional[str] = typer.Option(None, help="Training tokens, e.g. 2T (training tasks)"),
-    mfu: Optional[float] = typer.Option(None, help="Model FLOPs utilisation (default per GPU class)"),
+    tokens: str | None = typer.Option(None, help="Training tokens, e.g. 2T (training tasks)"),
+    mfu: float | None = typer.Option(None, help="Model FLOPs utilisation (default per GPU class)"),
     precision: str = typer.Option("bf16", help="Weights precision (inference)"),
     context: int = typer.Option(4096, help="Context tokens read per decode step (inference)"),
     batch: int = typer.Option(1, help="Concurrent sequences (inference)"),
-    mbu: Optional[float] = typer.Option(None, help="Memory-bandwidth utilisation (inference)"),
+    mbu: float | None = typer.Option(None, help="Memory-bandwidth utilisation (inference)"),
     json_out: bool = JsonOpt,
 ) -> None:
     """Training time from 6·N·D, or the decode throughput bound from memory bandwidth."""
-    res = service.time(model=model, config=config, params=params, gpu=gpu, gpus=gpus, task=task,
-                       tokens=parse_count(tokens, "tokens") if tokens else None, mfu=mfu,
-                       precision=precision, context=context, batch=batch, mbu=mbu)
+    res = service.time(
+        model=model,
+        config=config,
+        params=params,
+        gpu=gpu,
+        gpus=gpus,
+        task=task,
+        tokens=parse_count(tokens, "tokens") if tokens else None,
+        mfu=mfu,
+        precision=precision,
+        context=context,
+        batch=batch,
+        mbu=mbu,
+    )
     if json_out:
         return emit_json(res)
     if isinstance(res, DecodeThroughput):
-        console.print(f"{res.model} on {gpus} x {res.gpu}, {res.precision}, batch {batch}, "
-                      f"context {context}: ≤ {res.tokens_per_second_per_sequence:,.1f} tokens/s per "
-                      f"sequence, {res.tokens_per_second_total:,.1f} tokens/s total (MBU {res.mbu:.2f}); "
-                      f"prefill of {context} tokens ≈ {res.prefill_seconds:,.2f} s")
+        console.print(
+            f"{res.model} on {gpus} x {res.gpu}, {res.precision}, batch {batch}, "
+            f"context {context}: ≤ {res.tokens_per_second_per_sequence:,.1f} tokens/s per "
+            f"sequence, {res.tokens_per_second_total:,.1f} tokens/s total (MBU {res.mbu:.2f}); "
+            f"prefill of {context} tokens ≈ {res.prefill_seconds:,.2f} s"
+        )
         return None
-    console.print(f"{res.model} {task} on {gpus} x {res.gpu}: {res.flops:.3g} FLOPs at MFU "
-                  f"{res.mfu:.2f} → {res.days:,.2f} days, {res.gpu_hours:,.0f} GPU-hours")
+    console.print(
+        f"{res.model} {task} on {gpus} x {res.gpu}: {res.flops:.3g} FLOPs at MFU "
+        f"{res.mfu:.2f} → {res.days:,.2f} days, {res.gpu_hours:,.0f} GPU-hours"
+    )
     console.print(f"[dim]MFU: {res.mfu_source}[/dim]")
     for note in res.notes:
         console.print(f"[dim]note: {note}[/dim]")
@@ -253,23 +322,24 @@ def time(
 
 # ---- cost --------------------------------------------------------------------------------
 
+
 @app.command()
 @friendly_errors
 def cost(
-    gpu: Optional[str] = typer.Option(None, help="GPU model, e.g. H100 (or give --model)"),
+    gpu: str | None = typer.Option(None, help="GPU model, e.g. H100 (or give --model)"),
     gpus: int = typer.Option(1, help="Number of GPUs"),
-    hours: Optional[float] = typer.Option(None, help="Hours of work (serving hours for inference)"),
+    hours: float | None = typer.Option(None, help="Hours of work (serving hours for inference)"),
     plan: list[str] = typer.Option(list(PLANS), help="Plans to price (repeat the option)"),
-    model: Optional[str] = ModelOpt,
-    config: Optional[Path] = ConfigOpt,
-    params: Optional[str] = ParamsOpt,
+    model: str | None = ModelOpt,
+    config: Path | None = ConfigOpt,
+    params: str | None = ParamsOpt,
     task: str = typer.Option("inference", help="With --model: inference | full-finetune | lora | qlora"),
-    tokens: Optional[str] = typer.Option(None, help="With --model and a training task: tokens, e.g. 100B"),
+    tokens: str | None = typer.Option(None, help="With --model and a training task: tokens, e.g. 100B"),
     precision: str = typer.Option("bf16", help="With --model: weights precision (inference)"),
     context: int = typer.Option(4096, help="With --model: tokens per sequence"),
     zero: int = typer.Option(3, help="With --model: ZeRO stage for training"),
     top: int = typer.Option(8, help="With --model: configurations to price"),
-    pricebook: Optional[Path] = typer.Option(None, help="Price book YAML (default: seed prices)"),
+    pricebook: Path | None = typer.Option(None, help="Price book YAML (default: seed prices)"),
     json_out: bool = JsonOpt,
 ) -> None:
     """Cost across offers and plans (on-demand, monthly, reserved, spot), for GPUs x hours
@@ -278,9 +348,18 @@ def cost(
     if model or config or params:
         training = {} if service.task_method(task) == "inference" else {"zero": zero}
         rows = service.config_costs(
-            model=model, config=config, params=params, task=task, hours=hours,
-            tokens=parse_count(tokens, "tokens") if tokens else None, top=top, book=book,
-            precision=precision, context=context, **training)
+            model=model,
+            config=config,
+            params=params,
+            task=task,
+            hours=hours,
+            tokens=parse_count(tokens, "tokens") if tokens else None,
+            top=top,
+            book=book,
+            precision=precision,
+            context=context,
+            **training,
+        )
         if json_out:
             return emit_json({"currency": book.currency, "configurations": rows})
         table = Table(title=f"cost per fitting configuration ({book.currency})")
@@ -288,8 +367,12 @@ def cost(
             table.add_column(col, justify="left" if col == "configuration" else "right")
         for row in rows:
             o, best = row["option"], row["best_per_plan"]
-            table.add_row(str(o.rank), f"{o.gpus} x {o.gpu} ({o.parallelism})", f"{row['hours']:,.1f}",
-                          *[money(best[p].total, "") if p in best else "—" for p in PLANS])
+            table.add_row(
+                str(o.rank),
+                f"{o.gpus} x {o.gpu} ({o.parallelism})",
+                f"{row['hours']:,.1f}",
+                *[money(best[p].total, "") if p in best else "—" for p in PLANS],
+            )
         console.print(table)
         return None
     if gpu is None or hours is None:
@@ -302,11 +385,16 @@ def cost(
         table.add_column(col, justify="right" if col in ("price/GPU-h", "billed GPU-h", "total") else "left")
     for line in result["options"]:
         tag = " (derived)" if line.derived else ""
-        table.add_row(line.provider, line.plan + tag, money(line.rate_per_gpu_hour, line.currency),
-                      f"{line.billed_gpu_hours:,.0f}", money(line.total, line.currency), line.note)
+        table.add_row(
+            line.provider,
+            line.plan + tag,
+            money(line.rate_per_gpu_hour, line.currency),
+            f"{line.billed_gpu_hours:,.0f}",
+            money(line.total, line.currency),
+            line.note,
+        )
     console.print(table)
-    console.print("[dim]sources: --json lists where each price comes from; derived prices follow "
-                  "seed 004's plan rules[/dim]")
+    console.print("[dim]sources: --json lists where each price comes from; derived prices follow seed 004's plan rules[/dim]")
     if not result["options"]:
         console.print("no offers for this GPU in the price book")
     return None

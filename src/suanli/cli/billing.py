@@ -10,7 +10,9 @@ import typer
 from suanli.cli.remote import api_errors, client, err_console, print_json, table
 
 prices_app = typer.Typer(help="The price book (operators change it; every change is a new version).", no_args_is_help=True)
-grants_app = typer.Typer(help="Quotas: GPU grants per tenant (model, concurrent GPUs, GPU-minutes, QoS, expiry).", no_args_is_help=True)
+grants_app = typer.Typer(
+    help="Quotas: GPU grants per tenant (model, concurrent GPUs, GPU-minutes, QoS, expiry).", no_args_is_help=True
+)
 budget_app = typer.Typer(help="A tenant's monthly budget: alert thresholds and an optional hard cap.", no_args_is_help=True)
 subs_app = typer.Typer(help="Monthly (包月) and one-year reserved subscriptions.", no_args_is_help=True)
 
@@ -41,9 +43,23 @@ def usage(
         rows = _req("GET", "/v1/billing/usage", params=_params(tenant=tenant, since=since, limit=limit, all=all_))
     if as_json:
         return print_json(rows)
-    table("Usage", ["WORKLOAD", "KIND", "GPU", "PLAN", "STARTED", "ENDED", "BILLED S", "AMOUNT"],
-          [[f"{r['workload_kind'] or '-'} {r['workload_id'] or ''}", r["kind"], r["gpu_model"] or "-", r["plan"],
-            r["started_at"], r["ended_at"], r["billed_seconds"], f"{r['amount']:.6f} {r['currency']}"] for r in rows])
+    table(
+        "Usage",
+        ["WORKLOAD", "KIND", "GPU", "PLAN", "STARTED", "ENDED", "BILLED S", "AMOUNT"],
+        [
+            [
+                f"{r['workload_kind'] or '-'} {r['workload_id'] or ''}",
+                r["kind"],
+                r["gpu_model"] or "-",
+                r["plan"],
+                r["started_at"],
+                r["ended_at"],
+                r["billed_seconds"],
+                f"{r['amount']:.6f} {r['currency']}",
+            ]
+            for r in rows
+        ],
+    )
 
 
 def bill(
@@ -56,14 +72,19 @@ def bill(
     if as_json:
         return print_json(b)
     typer.echo(f"tenant {b['tenant']} ({b['tenant_id']})  period {b['period']}")
-    typer.echo(f"balance: {b['balance_text']}    charges this month: {b['current_period_total_text']}"
-               f"    accruing, not yet rated: {b['accruing_text']}")
+    typer.echo(
+        f"balance: {b['balance_text']}    charges this month: {b['current_period_total_text']}"
+        f"    accruing, not yet rated: {b['accruing_text']}"
+    )
     if b["budget"]:
         bd = b["budget"]
         limit = f"{bd['limit']:.2f} {b['currency']}/month" if bd["limit"] is not None else "no monthly limit"
         typer.echo(f"budget: {limit}, alerts at {bd['thresholds']} %, hard cap {'on' if bd['hard_cap'] else 'off'}")
-    table("Charges this month", ["KIND", "GPU", "PLAN", "BILLED S", "AMOUNT"],
-          [[c["kind"], c["gpu_model"] or "-", c["plan"], c["billed_seconds"], f"{c['amount']:.4f}"] for c in b["charges"]])
+    table(
+        "Charges this month",
+        ["KIND", "GPU", "PLAN", "BILLED S", "AMOUNT"],
+        [[c["kind"], c["gpu_model"] or "-", c["plan"], c["billed_seconds"], f"{c['amount']:.4f}"] for c in b["charges"]],
+    )
     for n in b["notices"][:5]:
         typer.echo(f"[{n['kind']}] {n['message']}")
 
@@ -78,8 +99,11 @@ def invoice(
     with api_errors():
         if html is not None:
             c = client()
-            r = c.http.get("/v1/billing/invoice", params=_params(month=month, tenant=tenant, format="html"),
-                           headers={"Authorization": f"Bearer {c.token}"} if c.token else {})
+            r = c.http.get(
+                "/v1/billing/invoice",
+                params=_params(month=month, tenant=tenant, format="html"),
+                headers={"Authorization": f"Bearer {c.token}"} if c.token else {},
+            )
             if r.status_code >= 400:
                 err_console.print(f"[red]error[/red]: {r.text}", highlight=False)
                 raise typer.Exit(1)
@@ -89,8 +113,11 @@ def invoice(
         doc = _req("GET", "/v1/billing/invoice", params=_params(month=month, tenant=tenant))
     if as_json:
         return print_json(doc)
-    table(f"Invoice {doc['month']} - {doc['tenant']['name']}", ["KIND", "GPU", "PLAN", "QUANTITY", "AMOUNT"],
-          [[ln["kind"], ln["gpu_model"] or "-", ln["plan"], ln["quantity"], ln["amount_text"]] for ln in doc["lines"]])
+    table(
+        f"Invoice {doc['month']} - {doc['tenant']['name']}",
+        ["KIND", "GPU", "PLAN", "QUANTITY", "AMOUNT"],
+        [[ln["kind"], ln["gpu_model"] or "-", ln["plan"], ln["quantity"], ln["amount_text"]] for ln in doc["lines"]],
+    )
     typer.echo(f"total {doc['total_text']}   balance {doc['balance_text']}")
 
 
@@ -102,11 +129,25 @@ def prices_list(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         return print_json(p)
     b = p["book"]
-    table(f"Price book v{p['version']} ({b['currency']})", ["GPU", "ON-DEMAND /h", "MONTHLY /GPU", "RESERVED /GPU-yr", "SPOT /h", "SOURCE"],
-          [[g["model"], _dec(g["on_demand"], 4), _dec(g["monthly"], 2), _dec(g["reserved"], 2),
-            f"{_dec(g['spot_floor'], 4)}..{_dec(g['spot_cap'], 4)}", g["sources"].get("on_demand", "")[:60]] for g in b["gpus"]])
-    typer.echo(f"storage {b['storage']['per_gib_month']}/GiB-month (stopped {b['storage']['stopped_per_gib_month']}), "
-               f"transfer {b['transfer']['per_gib']}/GiB")
+    table(
+        f"Price book v{p['version']} ({b['currency']})",
+        ["GPU", "ON-DEMAND /h", "MONTHLY /GPU", "RESERVED /GPU-yr", "SPOT /h", "SOURCE"],
+        [
+            [
+                g["model"],
+                _dec(g["on_demand"], 4),
+                _dec(g["monthly"], 2),
+                _dec(g["reserved"], 2),
+                f"{_dec(g['spot_floor'], 4)}..{_dec(g['spot_cap'], 4)}",
+                g["sources"].get("on_demand", "")[:60],
+            ]
+            for g in b["gpus"]
+        ],
+    )
+    typer.echo(
+        f"storage {b['storage']['per_gib_month']}/GiB-month (stopped {b['storage']['stopped_per_gib_month']}), "
+        f"transfer {b['transfer']['per_gib']}/GiB"
+    )
     for v in p["versions"][-5:]:
         typer.echo(f"  v{v['version']} from {v['effective_at']} by {v['author']}: {v['note']}")
 
@@ -114,13 +155,21 @@ def prices_list(as_json: bool = typer.Option(False, "--json")) -> None:
 @prices_app.command("set")
 def prices_set(
     model: str = typer.Argument(..., help="GPU model, or '-' for storage/storage_stopped/transfer."),
-    plan: str = typer.Argument(..., help="on_demand | monthly | reserved | spot | spot_floor | spot_cap | storage | storage_stopped | transfer"),
-    price: str = typer.Argument(..., help="Decimal in the book's currency (per GPU-hour, GPU-month, GPU-term, GiB-month or GiB)."),
+    plan: str = typer.Argument(
+        ..., help="on_demand | monthly | reserved | spot | spot_floor | spot_cap | storage | storage_stopped | transfer"
+    ),
+    price: str = typer.Argument(
+        ..., help="Decimal in the book's currency (per GPU-hour, GPU-month, GPU-term, GiB-month or GiB)."
+    ),
     note: str = typer.Option("", help="Why (kept with the version)."),
 ) -> None:
     """Change one price: a new version, effective now; rated usage keeps its price."""
     with api_errors():
-        p = _req("PUT", "/v1/billing/prices", json={"gpu_model": None if model == "-" else model, "plan": plan, "price": price, "note": note})
+        p = _req(
+            "PUT",
+            "/v1/billing/prices",
+            json={"gpu_model": None if model == "-" else model, "plan": plan, "price": price, "note": note},
+        )
     typer.echo(f"price book version {p['version']}")
 
 
@@ -144,8 +193,22 @@ def grants_list(tenant: str = typer.Option(None), as_json: bool = typer.Option(F
         rows = _req("GET", "/v1/billing/grants", params=_params(tenant=tenant))
     if as_json:
         return print_json(rows)
-    table("Grants", ["ID", "TENANT", "GPU", "MAX GPUS", "GPU-MINUTES", "QOS", "EXPIRES"],
-          [[g["id"], g["tenant_id"], g["gpu_model"] or "any", g["max_gpus"], g["gpu_minutes"] or "-", g["qos"], g["expires_at"] or "-"] for g in rows])
+    table(
+        "Grants",
+        ["ID", "TENANT", "GPU", "MAX GPUS", "GPU-MINUTES", "QOS", "EXPIRES"],
+        [
+            [
+                g["id"],
+                g["tenant_id"],
+                g["gpu_model"] or "any",
+                g["max_gpus"],
+                g["gpu_minutes"] or "-",
+                g["qos"],
+                g["expires_at"] or "-",
+            ]
+            for g in rows
+        ],
+    )
 
 
 @grants_app.command("add")
@@ -160,8 +223,18 @@ def grants_add(
 ) -> None:
     """Grant a tenant GPUs (operators). Without any grant a tenant is unlimited."""
     with api_errors():
-        g = _req("POST", "/v1/billing/grants", json={"tenant": tenant, "gpu_model": gpu, "max_gpus": max_gpus,
-                                                      "gpu_minutes": gpu_minutes, "qos": qos, "expires_at": expires})
+        g = _req(
+            "POST",
+            "/v1/billing/grants",
+            json={
+                "tenant": tenant,
+                "gpu_model": gpu,
+                "max_gpus": max_gpus,
+                "gpu_minutes": gpu_minutes,
+                "qos": qos,
+                "expires_at": expires,
+            },
+        )
     print_json(g) if as_json else typer.echo(f"grant {g['id']}")
 
 
@@ -190,8 +263,11 @@ def budget_set(
 ) -> None:
     """Set the monthly budget."""
     with api_errors():
-        b = _req("PUT", "/v1/billing/budget", json={"tenant": tenant, "limit": limit, "thresholds": alert,
-                                                     "hard_cap": hard_cap, "notice_s": notice})
+        b = _req(
+            "PUT",
+            "/v1/billing/budget",
+            json={"tenant": tenant, "limit": limit, "thresholds": alert, "hard_cap": hard_cap, "notice_s": notice},
+        )
     typer.echo(b)
 
 
@@ -201,20 +277,44 @@ def subs_list(tenant: str = typer.Option(None), as_json: bool = typer.Option(Fal
         rows = _req("GET", "/v1/billing/subscriptions", params=_params(tenant=tenant))
     if as_json:
         return print_json(rows)
-    table("Subscriptions", ["ID", "PLAN", "GPUS", "START", "END", "FEE", "CANCELLED", "REFUND"],
-          [[r["id"], r["plan"], f"{r['gpu_count']} x {r['gpu_model']}", r["start"], r["end"], f"{r['fee']:.2f}",
-            r["cancelled"] or "-", f"{r['refund_micros'] / 1e6:.2f}"] for r in rows])
+    table(
+        "Subscriptions",
+        ["ID", "PLAN", "GPUS", "START", "END", "FEE", "CANCELLED", "REFUND"],
+        [
+            [
+                r["id"],
+                r["plan"],
+                f"{r['gpu_count']} x {r['gpu_model']}",
+                r["start"],
+                r["end"],
+                f"{r['fee']:.2f}",
+                r["cancelled"] or "-",
+                f"{r['refund_micros'] / 1e6:.2f}",
+            ]
+            for r in rows
+        ],
+    )
 
 
 @subs_app.command("buy")
-def subs_buy(plan: str = typer.Argument(..., help="monthly | reserved"), gpu: str = typer.Argument(...),
-             count: int = typer.Argument(1), months: int = typer.Option(1), tenant: str = typer.Option(None),
-             as_json: bool = typer.Option(False, "--json")) -> None:
+def subs_buy(
+    plan: str = typer.Argument(..., help="monthly | reserved"),
+    gpu: str = typer.Argument(...),
+    count: int = typer.Argument(1),
+    months: int = typer.Option(1),
+    tenant: str = typer.Option(None),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Buy a term; the fee comes from the prepaid balance now."""
     with api_errors():
-        r = _req("POST", "/v1/billing/subscriptions", json={"tenant": tenant, "plan": plan, "gpu_model": gpu,
-                                                             "gpu_count": count, "months": months})
-    print_json(r) if as_json else typer.echo(f"subscription {r['id']}: {r['plan']} {r['gpu_count']} x {r['gpu_model']} until {r['end']}, fee {r['fee']:.2f}")
+        r = _req(
+            "POST",
+            "/v1/billing/subscriptions",
+            json={"tenant": tenant, "plan": plan, "gpu_model": gpu, "gpu_count": count, "months": months},
+        )
+    print_json(r) if as_json else typer.echo(
+        f"subscription {r['id']}: {r['plan']} {r['gpu_count']} x {r['gpu_model']} until {r['end']}, fee {r['fee']:.2f}"
+    )
 
 
 @subs_app.command("cancel")
@@ -238,8 +338,14 @@ def quote_task(task_file: Path, hours: float | None, disk: int, max_price: str |
         q = _req("POST", "/v1/billing/quote", json={"task": task, "max_hours": hours, "disk_gib": disk, "max_price": max_price})
     if as_json:
         return print_json(q)
-    table(f"Quote ({q['currency']}){'' if hours is None else f' for {hours:g} h'}", ["GPU", "PLAN", "GPUS", "PER HOUR", "MAX COST", "NOTE"],
-          [[x["gpu_model"], x["plan"], f"{x['gpus']:g}", x["per_hour_text"], x["total_text"] or "-", x["note"]] for x in q["quotes"]])
+    table(
+        f"Quote ({q['currency']}){'' if hours is None else f' for {hours:g} h'}",
+        ["GPU", "PLAN", "GPUS", "PER HOUR", "MAX COST", "NOTE"],
+        [
+            [x["gpu_model"], x["plan"], f"{x['gpus']:g}", x["per_hour_text"], x["total_text"] or "-", x["note"]]
+            for x in q["quotes"]
+        ],
+    )
 
 
 def quote(
@@ -253,8 +359,10 @@ def quote(
     quote_task(task_file, hours, disk, max_price, as_json)
 
 
-def rate(cutoff_ms: int = typer.Option(None, help="Rate up to this epoch-ms (default: now - 60 s)."),
-         as_json: bool = typer.Option(False, "--json")) -> None:
+def rate(
+    cutoff_ms: int = typer.Option(None, help="Rate up to this epoch-ms (default: now - 60 s)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Run a rating run now (operators; the server also runs one every minute)."""
     with api_errors():
         r = _req("POST", "/v1/billing/rate", json={"cutoff_ms": cutoff_ms})

@@ -18,9 +18,15 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
         ["MODEL", "VENDOR", "MEMORY", "BF16 TFLOPS", "TOTAL", "FREE", "FREE (milli)", "NODES", "KIND"],
         [
             [
-                g["model"], g.get("vendor") or "", f"{g['memory_gib']:g} GiB",
-                f"{g['bf16_tflops']:g}" if g.get("bf16_tflops") else "", g["total"], g["free"], g["free_milli"],
-                g["nodes"], "virtual" if g["virtual"] else "real",
+                g["model"],
+                g.get("vendor") or "",
+                f"{g['memory_gib']:g} GiB",
+                f"{g['bf16_tflops']:g}" if g.get("bf16_tflops") else "",
+                g["total"],
+                g["free"],
+                g["free_milli"],
+                g["nodes"],
+                "virtual" if g["virtual"] else "real",
             ]
             for g in rows
         ],

@@ -29,9 +29,20 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
     table(
         "Images",
         ["NAME", "DEFAULT", "PYTHON", "CUDA", "JUPYTERLAB", "SSHD", "PRESENT", "REF", "DESCRIPTION"],
-        [[r["name"], _yes(r["default"]), r["contents"].get("python") or "-", r["contents"].get("cuda") or "-",
-          _yes(r["contents"].get("jupyterlab")), _yes(r["contents"].get("sshd")),
-          "?" if r.get("present") is None else _yes(r["present"]), r["ref"], r["description"]] for r in rows],
+        [
+            [
+                r["name"],
+                _yes(r["default"]),
+                r["contents"].get("python") or "-",
+                r["contents"].get("cuda") or "-",
+                _yes(r["contents"].get("jupyterlab")),
+                _yes(r["contents"].get("sshd")),
+                "?" if r.get("present") is None else _yes(r["present"]),
+                r["ref"],
+                r["description"],
+            ]
+            for r in rows
+        ],
     )
 
 
@@ -81,10 +92,13 @@ def rm(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON
 def build(
     names: list[str] = typer.Argument(..., help="Built-in images to build: python, tiny, jupyter."),
     engine: str = typer.Option(None, "--engine", help="podman or docker [default: the one this host has]."),
-    data_dir: Path = typer.Option(None, "--data-dir", help="Keeps the downloaded .debs under cache/ [default: ./.suanli or $SUANLI_DATA_DIR]."),
+    data_dir: Path = typer.Option(
+        None, "--data-dir", help="Keeps the downloaded .debs under cache/ [default: ./.suanli or $SUANLI_DATA_DIR]."
+    ),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the engine has it."),
-    register: bool = typer.Option(True, "--register/--no-register",
-                                  help="Offer it in the catalog of the signed-in server, when one answers."),
+    register: bool = typer.Option(
+        True, "--register/--no-register", help="Offer it in the catalog of the signed-in server, when one answers."
+    ),
 ) -> None:
     """Build built-in images on this host from Debian's packages (no registry needed),
     showing the build's progress; already present ones are kept. Needs root."""

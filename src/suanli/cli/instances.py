@@ -23,8 +23,21 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
     table(
         title,
         ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "RUNTIME", "DISK", "PLACED ON", "REASON"],
-        [[i["id"], i["name"], i["state"], gpu_desc(i), priority_desc(i), i["image"], runtime_desc(i), f"{i['disk_gib']} GiB",
-          placed_on(i), i["reason"]] for i in rows],
+        [
+            [
+                i["id"],
+                i["name"],
+                i["state"],
+                gpu_desc(i),
+                priority_desc(i),
+                i["image"],
+                runtime_desc(i),
+                f"{i['disk_gib']} GiB",
+                placed_on(i),
+                i["reason"],
+            ]
+            for i in rows
+        ],
     )
 
 
@@ -52,14 +65,20 @@ def create(
     gpu: str = typer.Option(None, "--gpu", help="GPU model and count, MODEL[:COUNT], e.g. H100:2 (case-insensitive)."),
     gpu_milli: int = typer.Option(0, "--gpu-milli", help="A fraction of one GPU in milli (1..999), e.g. 500."),
     image: str = typer.Option(None, help="Image name, one of `suanli images list` [default: the platform's default image]."),
-    port: list[int] = typer.Option([], "--port", help="Container port to publish through the server's proxy (repeatable), e.g. 8888."),
+    port: list[int] = typer.Option(
+        [], "--port", help="Container port to publish through the server's proxy (repeatable), e.g. 8888."
+    ),
     disk: int = typer.Option(50, "--disk", help="Disk GiB; kept across stop/start."),
     name: str = typer.Option("", help="A name for the instance."),
     cpus: float = typer.Option(None, help="CPU cores [default: 2 per GPU]."),
     memory: float = typer.Option(None, help="Memory GiB [default: 8 per GPU]."),
     priority: str = typer.Option("on-demand", help="on-demand | spot | reserved."),
-    max_price: str = typer.Option(None, "--max-price", help="Spot only: the most you pay per GPU-hour, e.g. 1.20; "
-                                  "above it the instance waits, and a running one is reclaimed with notice."),
+    max_price: str = typer.Option(
+        None,
+        "--max-price",
+        help="Spot only: the most you pay per GPU-hour, e.g. 1.20; "
+        "above it the instance waits, and a running one is reclaimed with notice.",
+    ),
     wait: bool = typer.Option(False, "--wait", help="Wait until it runs (or fails)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -72,8 +91,16 @@ def create(
             raise typer.BadParameter(f"expected MODEL[:COUNT], got {gpu!r}", param_hint="--gpu")
     with api_errors():
         inst = client().create_instance(
-            name=name, gpu_model=model, gpu_count=0 if gpu_milli else count, gpu_milli=gpu_milli,
-            image=image, disk_gib=disk, cpus=cpus, memory_gib=memory, priority=priority, max_price=max_price,
+            name=name,
+            gpu_model=model,
+            gpu_count=0 if gpu_milli else count,
+            gpu_milli=gpu_milli,
+            image=image,
+            disk_gib=disk,
+            cpus=cpus,
+            memory_gib=memory,
+            priority=priority,
+            max_price=max_price,
             ports=list(port) or None,
         )
         if wait:
@@ -92,14 +119,18 @@ def show(instance_id: int, as_json: bool = typer.Option(False, "--json", help="P
 
 
 @app.command("list")
-def list_(all_: bool = typer.Option(False, "--all", help="Include deleted."), as_json: bool = typer.Option(False, "--json")) -> None:
+def list_(
+    all_: bool = typer.Option(False, "--all", help="Include deleted."), as_json: bool = typer.Option(False, "--json")
+) -> None:
     """List instances."""
     with api_errors():
         _show(client().instances(all_), as_json)
 
 
 @app.command("stop")
-def stop(instance_id: int, wait: bool = typer.Option(True, help="Wait until stopped."), as_json: bool = typer.Option(False, "--json")) -> None:
+def stop(
+    instance_id: int, wait: bool = typer.Option(True, help="Wait until stopped."), as_json: bool = typer.Option(False, "--json")
+) -> None:
     """Stop: end its processes and free its GPUs; the disk is kept."""
     with api_errors():
         inst = client().stop_instance(instance_id)

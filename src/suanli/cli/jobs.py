@@ -19,8 +19,20 @@ def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
     table(
         title,
         ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PRIORITY", "PLACED ON", "REASON"],
-        [[j["id"], j["name"], j["state"], j["exit_code"], gpu_desc(j), j["num_nodes"], priority_desc(j), placed_on(j), j["reason"]]
-         for j in rows],
+        [
+            [
+                j["id"],
+                j["name"],
+                j["state"],
+                j["exit_code"],
+                gpu_desc(j),
+                j["num_nodes"],
+                priority_desc(j),
+                placed_on(j),
+                j["reason"],
+            ]
+            for j in rows
+        ],
     )
 
 
@@ -34,7 +46,9 @@ def wait_for(job_id: int, timeout_s: float | None = None) -> dict:
 
 
 @app.command("list")
-def list_(state: str = typer.Option(None, help="Only jobs in this state."), as_json: bool = typer.Option(False, "--json")) -> None:
+def list_(
+    state: str = typer.Option(None, help="Only jobs in this state."), as_json: bool = typer.Option(False, "--json")
+) -> None:
     """List jobs."""
     with api_errors():
         show(client().jobs(state), as_json)
@@ -72,7 +86,11 @@ def logs(
 
 
 @app.command("cancel")
-def cancel(job_id: int, wait: bool = typer.Option(True, help="Wait until it is cancelled."), as_json: bool = typer.Option(False, "--json")) -> None:
+def cancel(
+    job_id: int,
+    wait: bool = typer.Option(True, help="Wait until it is cancelled."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Cancel a job: queued ones at once, running ones by stopping their processes."""
     with api_errors():
         job = client().cancel_job(job_id)

@@ -16,8 +16,11 @@ app = typer.Typer(help="Your SSH public keys: they open your instances, nobody e
 def _show(rows: list[dict], as_json: bool, title: str = "SSH keys") -> None:
     if as_json:
         return print_json(rows)
-    table(title, ["ID", "NAME", "TYPE", "FINGERPRINT", "ADDED"],
-          [[k["id"], k["name"], k["type"], k["fingerprint"], str(k["created_at"])[:19]] for k in rows])
+    table(
+        title,
+        ["ID", "NAME", "TYPE", "FINGERPRINT", "ADDED"],
+        [[k["id"], k["name"], k["type"], k["fingerprint"], str(k["created_at"])[:19]] for k in rows],
+    )
 
 
 def _fail(message: str) -> None:
@@ -38,8 +41,11 @@ def read_public_key(file: str) -> str:
         text = f.read(MAX_TEXT + 1)
     if looks_private(text):
         pub = Path(str(path) + ".pub")
-        hint = f"; its public key is {pub}: suanli keys add {pub}" if pub.is_file() else \
-            f"; write its public key with: ssh-keygen -y -f {file} > {file}.pub"
+        hint = (
+            f"; its public key is {pub}: suanli keys add {pub}"
+            if pub.is_file()
+            else f"; write its public key with: ssh-keygen -y -f {file} > {file}.pub"
+        )
         _fail(f"{file} looks like a PRIVATE key; nothing was sent or stored{hint}")
     return text
 
@@ -67,8 +73,10 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
 
 
 @app.command("rm")
-def rm(key: str = typer.Argument(..., help="The key's ID or its SHA256:... fingerprint."),
-       as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def rm(
+    key: str = typer.Argument(..., help="The key's ID or its SHA256:... fingerprint."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """Remove a key: it stops opening your instances, running ones included."""
     with api_errors():
         row = client().remove_key(key)

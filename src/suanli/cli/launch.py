@@ -156,16 +156,19 @@ def pack(root: Path, out: Path, max_bytes: int, max_unpacked: int | None = None)
         res.file_bytes += st.st_size
         res.largest = sorted([*res.largest, (st.st_size, rel)], reverse=True)[:5]
         if max_unpacked is not None and res.file_bytes > max_unpacked:
-            raise WorkdirError(f"the files of {root} add up to more than the server's cap of {size_text(max_unpacked)} unpacked"
-                               f"{_largest(res)}")
+            raise WorkdirError(
+                f"the files of {root} add up to more than the server's cap of {size_text(max_unpacked)} unpacked{_largest(res)}"
+            )
         with open(path, "rb") as f:
             tar.addfile(info, f)
 
     with open(out, "wb") as raw:
         capped = _Capped(raw, max_bytes)
         try:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=capped, mtime=0) as gz, \
-                    tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+            with (
+                gzip.GzipFile(filename="", mode="wb", fileobj=capped, mtime=0) as gz,
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+            ):  # type: ignore[call-overload]
                 for dirpath, dirnames, filenames in os.walk(root):
                     here = Path(dirpath)
                     base = here.relative_to(root).as_posix()
@@ -210,21 +213,38 @@ def ship(workdir: Path, quiet: bool) -> str:
         archive = Path(tmp) / "code.tar.gz"
         packed = pack(workdir, archive, int(limit["max_bytes"]), int(limit.get("max_unpacked_bytes") or 0) or None)
         if packed.skipped and not quiet:
-            err_console.print(f"[yellow]note[/yellow]: left out {len(packed.skipped)} symlink(s)/special file(s): "
-                              f"{', '.join(packed.skipped[:10])}", highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[yellow]note[/yellow]: left out {len(packed.skipped)} symlink(s)/special file(s): "
+                f"{', '.join(packed.skipped[:10])}",
+                highlight=False,
+                soft_wrap=True,
+            )
         if api.upload_info(packed.sha256):
             if not quiet:
-                err_console.print(f"code: {workdir} ({packed.files} files, {size_text(packed.size)}) already uploaded as {packed.sha256[:12]}",
-                                  highlight=False, soft_wrap=True)
+                err_console.print(
+                    f"code: {workdir} ({packed.files} files, {size_text(packed.size)}) already uploaded as {packed.sha256[:12]}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
             return packed.sha256
-        progress = Progress(TextColumn("uploading {task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                            console=err_console, transient=True, disable=quiet or not err_console.is_terminal)
+        progress = Progress(
+            TextColumn("uploading {task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=err_console,
+            transient=True,
+            disable=quiet or not err_console.is_terminal,
+        )
         with progress:
             bar = progress.add_task(workdir.name or str(workdir), total=packed.size)
             done = api.upload(archive, lambda sent, _total: progress.update(bar, completed=sent))
         if not quiet:
-            err_console.print(f"code: uploaded {workdir} ({packed.files} files, {size_text(packed.size)}) as {done['id'][:12]}",
-                              highlight=False, soft_wrap=True)
+            err_console.print(
+                f"code: uploaded {workdir} ({packed.files} files, {size_text(packed.size)}) as {done['id'][:12]}",
+                highlight=False,
+                soft_wrap=True,
+            )
         return str(done["id"])
 
 
@@ -234,7 +254,9 @@ def launch(
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE, added to envs (repeatable)."),
     wait: bool = typer.Option(False, "--wait", help="Wait for the job to finish, print its logs, exit with its code."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Quote the cost per hour (and for --hours); upload and submit nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Quote the cost per hour (and for --hours); upload and submit nothing."
+    ),
     hours: float = typer.Option(None, "--hours", help="With --dry-run: the job's maximum duration, for a total."),
 ) -> None:
     """Submit a job; its workdir is uploaded, the scheduler queues and places it."""

@@ -20,9 +20,15 @@ def _show(rows: list[dict], as_json: bool) -> None:
         ["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU (used/total)", "MEM GiB (used/total)", "ZONE", "KIND"],
         [
             [
-                n["name"], n["state"], n["backend"], f"{n['gpu_model']} x {n['gpu_count']}", n["gpus_free"],
-                f"{n['cpu_used'] / 1000:g}/{n['cpu_milli'] / 1000:g}", f"{n['mem_used'] / 1024:g}/{n['memory_mib'] / 1024:g}",
-                n["zone"], "virtual" if n["virtual"] else "real",
+                n["name"],
+                n["state"],
+                n["backend"],
+                f"{n['gpu_model']} x {n['gpu_count']}",
+                n["gpus_free"],
+                f"{n['cpu_used'] / 1000:g}/{n['cpu_milli'] / 1000:g}",
+                f"{n['mem_used'] / 1024:g}/{n['memory_mib'] / 1024:g}",
+                n["zone"],
+                "virtual" if n["virtual"] else "real",
             ]
             for n in rows
         ],

@@ -14,26 +14,56 @@ DEFAULT_PORT = 8470
 def server(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (only loopback unless you say otherwise)."),
     port: int = typer.Option(DEFAULT_PORT, help="TCP port."),
-    proxy_port: int = typer.Option(None, "--proxy-port", help="TCP port of the port proxy (instances' published "
-                                   "ports, on an origin apart from the console's) [default: PORT + 1]."),
-    proxy_domain: str = typer.Option("localhost", "--proxy-domain", help="Each published port is served at "
-                                     "http://ID-PORT.DOMAIN:PROXY_PORT/, an origin of its own; localhost works for "
-                                     "browsers on this machine, renters elsewhere need a wildcard DNS name "
-                                     "(*.DOMAIN -> this server)."),
-    data_dir: Path = typer.Option(None, "--data-dir", help="Database, admin token and workspaces [default: ./.suanli or $SUANLI_DATA_DIR]."),
-    db: str = typer.Option(None, "--db", help="Database URL, e.g. postgresql+psycopg://user@host/db [default: SQLite in the data dir]."),
+    proxy_port: int = typer.Option(
+        None,
+        "--proxy-port",
+        help="TCP port of the port proxy (instances' published "
+        "ports, on an origin apart from the console's) [default: PORT + 1].",
+    ),
+    proxy_domain: str = typer.Option(
+        "localhost",
+        "--proxy-domain",
+        help="Each published port is served at "
+        "http://ID-PORT.DOMAIN:PROXY_PORT/, an origin of its own; localhost works for "
+        "browsers on this machine, renters elsewhere need a wildcard DNS name "
+        "(*.DOMAIN -> this server).",
+    ),
+    data_dir: Path = typer.Option(
+        None, "--data-dir", help="Database, admin token and workspaces [default: ./.suanli or $SUANLI_DATA_DIR]."
+    ),
+    db: str = typer.Option(
+        None, "--db", help="Database URL, e.g. postgresql+psycopg://user@host/db [default: SQLite in the data dir]."
+    ),
     backend: list[str] = typer.Option(["local"], "--backend", help="Backends to drive: local (always on) and/or slurm."),
-    slurm_conf: Path = typer.Option(None, "--slurm-conf", dir_okay=False, help="slurm.conf of the Slurm cluster [default: $SLURM_CONF]."),
+    slurm_conf: Path = typer.Option(
+        None, "--slurm-conf", dir_okay=False, help="slurm.conf of the Slurm cluster [default: $SLURM_CONF]."
+    ),
     notice: float = typer.Option(300.0, "--notice", min=0, help="Spot reclaim notice in seconds (SIGUSR1, then SIGTERM)."),
     heartbeat_timeout: float = typer.Option(
-        15.0, "--heartbeat-timeout", min=0.1,
-        help="A node whose agent (`suanli nodes heartbeat`) is silent this long is down; its work fails over."),
-    runtime: str = typer.Option("auto", "--runtime", envvar="SUANLI_RUNTIME", help="How the local backend runs workloads: container (Podman or "
-                                "Docker Engine), process (host processes, NO isolation), or auto (containers where an engine answers)."),
-    allow_process_runtime: bool = typer.Option(False, "--allow-process-runtime", envvar="SUANLI_ALLOW_PROCESS_RUNTIME", help="Let tenants other than the "
-                                               "operator's run on the process runtime (no isolation between them or from this host)."),
-    ssh_bind: str = typer.Option("127.0.0.1", "--ssh-bind", help="Address instances' SSH ports listen on (0.0.0.0 for renters on other machines)."),
-    ssh_host: str = typer.Option(None, "--ssh-host", help="Host name renters' ssh command uses [default: the SSH address, or 127.0.0.1]."),
+        15.0,
+        "--heartbeat-timeout",
+        min=0.1,
+        help="A node whose agent (`suanli nodes heartbeat`) is silent this long is down; its work fails over.",
+    ),
+    runtime: str = typer.Option(
+        "auto",
+        "--runtime",
+        envvar="SUANLI_RUNTIME",
+        help="How the local backend runs workloads: container (Podman or "
+        "Docker Engine), process (host processes, NO isolation), or auto (containers where an engine answers).",
+    ),
+    allow_process_runtime: bool = typer.Option(
+        False,
+        "--allow-process-runtime",
+        envvar="SUANLI_ALLOW_PROCESS_RUNTIME",
+        help="Let tenants other than the operator's run on the process runtime (no isolation between them or from this host).",
+    ),
+    ssh_bind: str = typer.Option(
+        "127.0.0.1", "--ssh-bind", help="Address instances' SSH ports listen on (0.0.0.0 for renters on other machines)."
+    ),
+    ssh_host: str = typer.Option(
+        None, "--ssh-host", help="Host name renters' ssh command uses [default: the SSH address, or 127.0.0.1]."
+    ),
     max_upload_mib: int = typer.Option(100, "--max-upload-mib", min=1, help="Largest job workdir upload, MiB."),
 ) -> None:
     """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
@@ -43,8 +73,9 @@ def server(
         raise typer.BadParameter(f"unknown runtime {runtime!r}; choose auto, container or process", param_hint="--runtime")
     proxy_domain = proxy_domain.strip().lower().rstrip(".")
     if not re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*", proxy_domain):
-        raise typer.BadParameter(f"{proxy_domain!r} is not a DNS name (e.g. proxy.example.com; no scheme or port)",
-                                 param_hint="--proxy-domain")
+        raise typer.BadParameter(
+            f"{proxy_domain!r} is not a DNS name (e.g. proxy.example.com; no scheme or port)", param_hint="--proxy-domain"
+        )
     unknown = sorted(set(backend) - {"local", "slurm"})
     if unknown:
         raise typer.BadParameter(f"unknown backend(s) {', '.join(unknown)}; choose local or slurm", param_hint="--backend")
@@ -55,7 +86,20 @@ def server(
         conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else Path("/etc/slurm/slurm.conf"))
         if not conf.is_file():
             raise typer.BadParameter(f"{conf} is not a file; pass the cluster's slurm.conf", param_hint="--slurm-conf")
-    serve(host, port, data_dir or default_data_dir(), db, echo=typer.echo, slurm_conf=conf, notice_s=notice,
-          heartbeat_timeout_s=heartbeat_timeout, runtime=runtime, allow_process_runtime=allow_process_runtime,
-          ssh_bind=ssh_bind, ssh_host=ssh_host, max_upload_mib=max_upload_mib, proxy_port=proxy_port,
-          proxy_domain=proxy_domain)
+    serve(
+        host,
+        port,
+        data_dir or default_data_dir(),
+        db,
+        echo=typer.echo,
+        slurm_conf=conf,
+        notice_s=notice,
+        heartbeat_timeout_s=heartbeat_timeout,
+        runtime=runtime,
+        allow_process_runtime=allow_process_runtime,
+        ssh_bind=ssh_bind,
+        ssh_host=ssh_host,
+        max_upload_mib=max_upload_mib,
+        proxy_port=proxy_port,
+        proxy_domain=proxy_domain,
+    )

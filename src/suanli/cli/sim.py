@@ -12,12 +12,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from suanli.scheduler import POLICIES
+from suanli.scheduler.preemption import STRATEGIES
 from suanli.sim.fill import run_fill
 from suanli.sim.metrics import summary
 from suanli.sim.replay import Replay, ReplayConfig
 from suanli.sim.replay import summary as replay_summary
 from suanli.sim.traces import TraceError, load_nodes, load_pods
-from suanli.scheduler.preemption import STRATEGIES
 
 app = typer.Typer(no_args_is_help=True, help="Simulate scheduling policies on real cluster traces.")
 err = Console(stderr=True, soft_wrap=True)
@@ -78,8 +78,12 @@ def _seeds(spec: str) -> list[int]:
 
 def _progress() -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
     )
 
 
@@ -103,8 +107,15 @@ def fill(
     node_list, requests = _load(nodes, pods)
     with _progress() as progress:
         task = progress.add_task(f"{policy} seed {seed}", total=None)
-        run = run_fill(node_list, requests, policy, seed, tune, lambda d, t: progress.update(task, completed=d, total=t),
-                       defrag_max_moves=defrag_moves)
+        run = run_fill(
+            node_list,
+            requests,
+            policy,
+            seed,
+            tune,
+            lambda d, t: progress.update(task, completed=d, total=t),
+            defrag_max_moves=defrag_moves,
+        )
     result = summary(run)
     if plot:
         from suanli.sim.plot import plot_alloc  # matplotlib only when a plot is asked for
@@ -177,8 +188,12 @@ def compare(
     for name, row in rows.items():
         a, b = row["100"], row["130"]
         table.add_row(
-            name, f"{a['mean']:.2f} ± {a['stdev']:.2f}", f"{a['min']:.2f}..{a['max']:.2f}",
-            f"{b['mean']:.2f} ± {b['stdev']:.2f}", f"{row['failed_pods_mean']:.0f}", f"{row['wall_seconds_mean']:.2f}",
+            name,
+            f"{a['mean']:.2f} ± {a['stdev']:.2f}",
+            f"{a['min']:.2f}..{a['max']:.2f}",
+            f"{b['mean']:.2f} ± {b['stdev']:.2f}",
+            f"{row['failed_pods_mean']:.0f}",
+            f"{row['wall_seconds_mean']:.2f}",
         )
     Console().print(table)
     Console().print(f"plot: {plot}")
@@ -210,10 +225,16 @@ def replay(
     if load is not None and load <= 0:
         raise _fail("--load must be > 0")
     config = ReplayConfig(
-        policy=policy, load=load, spot_qos=spot_qos,
+        policy=policy,
+        load=load,
+        spot_qos=spot_qos,
         checkpoint_interval=parse_duration(checkpoint_interval, "--checkpoint-interval"),
-        node_mtbf=parse_duration(node_mtbf, "--node-mtbf"), node_mttr=parse_duration(node_mttr, "--node-mttr"),
-        notice=parse_duration(notice, "--notice"), preemption=preemption, queue=queue, seed=seed,
+        node_mtbf=parse_duration(node_mtbf, "--node-mtbf"),
+        node_mttr=parse_duration(node_mttr, "--node-mttr"),
+        notice=parse_duration(notice, "--notice"),
+        preemption=preemption,
+        queue=queue,
+        seed=seed,
     )
     node_list, pod_rows = _load(nodes, pods, requests_only=False)
     try:

@@ -44,7 +44,9 @@ def slurm() -> None:
 
 @app.command("inventory")
 def inventory(
-    slurm_conf: Path = typer.Option(None, "--slurm-conf", exists=True, dir_okay=False, help="slurm.conf of the cluster [default: $SLURM_CONF]."),
+    slurm_conf: Path = typer.Option(
+        None, "--slurm-conf", exists=True, dir_okay=False, help="slurm.conf of the cluster [default: $SLURM_CONF]."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of YAML."),
 ) -> None:
     """Print the cluster's nodes as an inventory for `suanli nodes add`."""

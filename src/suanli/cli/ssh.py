@@ -21,8 +21,9 @@ from suanli.cli.remote import api_errors, client, err_console
 from suanli.client import ApiError, config_path
 
 
-def ssh_argv(ssh_field: str, keyfile: str | None, known_hosts: Path | str, command: list[str] | None,
-             host_alias: str | None = None) -> list[str]:
+def ssh_argv(
+    ssh_field: str, keyfile: str | None, known_hosts: Path | str, command: list[str] | None, host_alias: str | None = None
+) -> list[str]:
     """The argv to run: the server's ``ssh`` line with the key and host-key options put
     right after the program name (before the destination), and ``-- CMD`` at the end."""
     parts = shlex.split(ssh_field)
@@ -53,22 +54,29 @@ def _fail(message: str) -> None:
 def ssh(
     instance_id: int = typer.Argument(..., help="The instance's ID."),
     command: list[str] = typer.Argument(None, help="After --: a command to run instead of a login shell."),
-    identity: str = typer.Option(None, "-i", "--identity", help="Private key file, e.g. ~/.ssh/id_ed25519; "
-                                 "without it ssh tries the agent and ~/.ssh/id_*."),
+    identity: str = typer.Option(
+        None, "-i", "--identity", help="Private key file, e.g. ~/.ssh/id_ed25519; without it ssh tries the agent and ~/.ssh/id_*."
+    ),
 ) -> None:
     """SSH into a running instance (plain OpenSSH), or run CMD there: suanli ssh 7 -- nvidia-smi."""
     api = client()
     with api_errors():
         inst = api.instance(instance_id)
     if inst.get("state") != "running":
-        _fail(f"instance {instance_id} is {inst.get('state')}; ssh needs a running instance"
-              + (f" (suanli instances start {instance_id})" if inst.get("state") in ("stopped", "failed", "preempted") else ""))
+        _fail(
+            f"instance {instance_id} is {inst.get('state')}; ssh needs a running instance"
+            + (f" (suanli instances start {instance_id})" if inst.get("state") in ("stopped", "failed", "preempted") else "")
+        )
     if not inst.get("ssh"):
         if str(inst.get("runtime", "")).startswith("process"):
-            _fail(f"instance {instance_id} runs as a bare process (runtime: process, no isolation), which has no SSH; "
-                  f"use: suanli instances exec {instance_id} CMD")
-        _fail(f"instance {instance_id} has no SSH: its image ({inst.get('image')}) has no sshd; "
-              "pick one that has (suanli images list)")
+            _fail(
+                f"instance {instance_id} runs as a bare process (runtime: process, no isolation), which has no SSH; "
+                f"use: suanli instances exec {instance_id} CMD"
+            )
+        _fail(
+            f"instance {instance_id} has no SSH: its image ({inst.get('image')}) has no sshd; "
+            "pick one that has (suanli images list)"
+        )
     keyfile = None
     if identity:
         path = Path(identity).expanduser()

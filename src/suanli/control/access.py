@@ -41,6 +41,7 @@ _PASS_VERSION = "p1"
 
 # -- addresses ------------------------------------------------------------------------------
 
+
 def port_host(instance_id: int, port: int, domain: str) -> str:
     """The host name of one published port: ``ID-PORT.DOMAIN``."""
     return f"{instance_id}-{port}.{domain}"
@@ -80,6 +81,7 @@ def jupyter_command() -> str:
 
 
 # -- the signed pass ------------------------------------------------------------------------
+
 
 def load_secret(data_dir: Path) -> bytes:
     """The server's pass-signing key, ``DATA_DIR/proxy-secret`` (0600), made on first use.
@@ -135,8 +137,11 @@ class Issued:
 def token_owner(db: Database, token: str) -> Issued | None:
     """The unrevoked API token ``token`` (its id, for a pass) and its user, or None."""
     with db.sessions() as s:
-        row = s.execute(select(ApiToken.id, User).join(User, User.id == ApiToken.user_id).where(
-            ApiToken.token_hash == hash_token(token), ApiToken.revoked.is_(False))).first()
+        row = s.execute(
+            select(ApiToken.id, User)
+            .join(User, User.id == ApiToken.user_id)
+            .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked.is_(False))
+        ).first()
         if row is None:
             return None
         token_id, user = row
@@ -146,6 +151,7 @@ def token_owner(db: Database, token: str) -> Issued | None:
 def pass_owner(db: Database, token_id: int) -> Principal | None:
     """Who a pass speaks for: the user of its token while that token is not revoked."""
     with db.sessions() as s:
-        user = s.scalar(select(User).join(ApiToken, ApiToken.user_id == User.id).where(
-            ApiToken.id == token_id, ApiToken.revoked.is_(False)))
+        user = s.scalar(
+            select(User).join(ApiToken, ApiToken.user_id == User.id).where(ApiToken.id == token_id, ApiToken.revoked.is_(False))
+        )
         return None if user is None else Principal(user.id, user.tenant_id, user.name, user.role)

@@ -86,9 +86,9 @@ def authenticate(db: Database, token: str | None, cache: TokenCache | None = Non
 def _lookup(db: Database, token_hash: str) -> Principal:
     with db.sessions() as s:
         row = s.execute(
-            select(User).join(ApiToken, ApiToken.user_id == User.id).where(
-                ApiToken.token_hash == token_hash, ApiToken.revoked.is_(False)
-            )
+            select(User)
+            .join(ApiToken, ApiToken.user_id == User.id)
+            .where(ApiToken.token_hash == token_hash, ApiToken.revoked.is_(False))
         ).scalar_one_or_none()
         if row is None:
             raise Unauthorized("invalid or revoked token")

@@ -108,8 +108,15 @@ def give_back(session: Session, owner: Instance | Job) -> list[Allocation]:
         now = utcnow()
         for r in rows:
             r.ended_at = now
-            session.add(Event(kind="allocation", object_id=r.id, from_state="bound", to_state="released",
-                              message=f"{'job' if r.job_id else 'instance'} {r.job_id or r.instance_id} rank {r.node_rank}"))
+            session.add(
+                Event(
+                    kind="allocation",
+                    object_id=r.id,
+                    from_state="bound",
+                    to_state="released",
+                    message=f"{'job' if r.job_id else 'instance'} {r.job_id or r.instance_id} rank {r.node_rank}",
+                )
+            )
         session.flush()
     return rows
 
@@ -130,7 +137,7 @@ def _apply(session: Session, rows: Sequence[Allocation], sign: int) -> None:
             .values(cpu_used=Node.cpu_used + sign * cpu, mem_used=Node.mem_used + sign * mem)
             .execution_options(synchronize_session=False)
         )
-    for (node_id, index) in sorted(per_gpu):
+    for node_id, index in sorted(per_gpu):
         result = session.execute(
             update(Gpu)
             .where(Gpu.node_id == node_id, Gpu.index == index)

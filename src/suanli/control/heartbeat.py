@@ -49,7 +49,9 @@ def expire(db: Database, timeout_s: float, now: datetime | None = None) -> list[
     cutoff = now - timedelta(seconds=timeout_s)
     lost = []
     with db.transaction() as s:
-        for node in list(s.scalars(select(Node).where(Node.heartbeat_at.is_not(None), Node.heartbeat_at < cutoff, Node.state != "down"))):
+        for node in list(
+            s.scalars(select(Node).where(Node.heartbeat_at.is_not(None), Node.heartbeat_at < cutoff, Node.state != "down"))
+        ):
             silent = (now - node.heartbeat_at).total_seconds()
             last = node.heartbeat_at.isoformat(timespec="seconds")
             if mark(s, node.id, node.state, "down", f"{SOURCE} none from {node.name} for {silent:.1f}s (last at {last})"):

@@ -57,12 +57,15 @@ def _list(s: Session) -> list[Image]:
 
 def _check_name(name: str) -> None:
     if not NAME_RE.match(name or "") or len(name) > 100:
-        raise Invalid(f"image name {name!r}: use lower-case letters, digits, '.', '_' and '-', "
-                      "starting with a letter or digit (at most 100)")
+        raise Invalid(
+            f"image name {name!r}: use lower-case letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (at most 100)"
+        )
 
 
-def add(db: Database, who: Principal, name: str, ref: str, description: str = "", contents: dict | None = None,
-        default: bool = False) -> Image:
+def add(
+    db: Database, who: Principal, name: str, ref: str, description: str = "", contents: dict | None = None, default: bool = False
+) -> Image:
     """Offer an image (operators). ``default`` makes it the one used when a request
     names none, and unsets the previous default in the same transaction."""
     who.require(*OPERATORS)
@@ -83,8 +86,15 @@ def add(db: Database, who: Principal, name: str, ref: str, description: str = ""
             row = Image(name=name, ref=ref, description=description or "", contents=contents, is_default=default)
             s.add(row)
             s.flush()
-            s.add(Event(kind="image", object_id=row.id, from_state=None, to_state="added",
-                        message=f"by {who.name}: {name} = {ref}{' (default)' if default else ''}"))
+            s.add(
+                Event(
+                    kind="image",
+                    object_id=row.id,
+                    from_state=None,
+                    to_state="added",
+                    message=f"by {who.name}: {name} = {ref}{' (default)' if default else ''}",
+                )
+            )
             return row
     except IntegrityError:  # a concurrent add of the same name
         raise Conflict(f"image {name!r} exists", code="exists") from None
@@ -113,12 +123,18 @@ def remove(db: Database, who: Principal, name: str) -> Image:
         if row is None:
             raise NotFound(f"no image {name!r}")
         names = [row.name, row.ref]
-        users = list(s.scalars(
-            select(Instance.id).where(Instance.image.in_(names), Instance.state != "deleted").order_by(Instance.id).limit(5)
-        ))
+        users = list(
+            s.scalars(
+                select(Instance.id).where(Instance.image.in_(names), Instance.state != "deleted").order_by(Instance.id).limit(5)
+            )
+        )
         if users:
-            raise Conflict(f"image {name!r} is used by instance(s) {', '.join(map(str, users))}; delete them first", code="in_use")
-        active_jobs = [j.id for j in s.scalars(select(Job).where(Job.state.in_(JOB_ACTIVE))) if (j.spec or {}).get("image") in names]
+            raise Conflict(
+                f"image {name!r} is used by instance(s) {', '.join(map(str, users))}; delete them first", code="in_use"
+            )
+        active_jobs = [
+            j.id for j in s.scalars(select(Job).where(Job.state.in_(JOB_ACTIVE))) if (j.spec or {}).get("image") in names
+        ]
         if active_jobs:
             raise Conflict(f"image {name!r} is used by job(s) {', '.join(map(str, active_jobs[:5]))}", code="in_use")
         s.add(Event(kind="image", object_id=row.id, from_state=None, to_state="removed", message=f"by {who.name}: {name}"))
@@ -136,8 +152,10 @@ def resolve(session: Session, name: str | None) -> Image:
     caller refuses before it creates anything."""
     rows = _list(session)
     if not rows:
-        raise Invalid("no images are offered here yet: an operator must add one (suanli images add, "
-                      "or suanli images build python)", code="no_images")
+        raise Invalid(
+            "no images are offered here yet: an operator must add one (suanli images add, or suanli images build python)",
+            code="no_images",
+        )
     if not name:
         for r in rows:
             if r.is_default:
@@ -162,7 +180,14 @@ def seed_defaults(db: Database, engine_has: Callable[[str], bool]) -> list[str]:
         for r in RECIPES.values():
             if not r.seeded and not engine_has(r.ref):
                 continue
-            s.add(Image(name=r.name, ref=r.ref, description=r.description, contents=normalize_contents(r.contents),
-                        is_default=r.default))
+            s.add(
+                Image(
+                    name=r.name,
+                    ref=r.ref,
+                    description=r.description,
+                    contents=normalize_contents(r.contents),
+                    is_default=r.default,
+                )
+            )
             added.append(r.name)
         return added

@@ -63,10 +63,21 @@ def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
         count = req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0)
         sized = size(s, req.gpu_model, count, req.gpu_milli, req.cpus, req.memory_gib, "gpu_model")
         row = Instance(
-            tenant_id=who.tenant_id, user_id=who.user_id, name=req.name, state="pending", desired="running",
-            gpu_models=sized.gpu_models, gpu_count=sized.gpu_count, gpu_milli=sized.gpu_milli,
-            cpu_milli=sized.cpu_milli, memory_mib=sized.memory_mib, image=image.name, disk_gib=req.disk_gib,
-            priority=req.priority, max_price_micros=None if bid is None else to_micros(bid), ports=sorted(req.ports),
+            tenant_id=who.tenant_id,
+            user_id=who.user_id,
+            name=req.name,
+            state="pending",
+            desired="running",
+            gpu_models=sized.gpu_models,
+            gpu_count=sized.gpu_count,
+            gpu_milli=sized.gpu_milli,
+            cpu_milli=sized.cpu_milli,
+            memory_mib=sized.memory_mib,
+            image=image.name,
+            disk_gib=req.disk_gib,
+            priority=req.priority,
+            max_price_micros=None if bid is None else to_micros(bid),
+            ports=sorted(req.ports),
         )
         s.add(row)
         s.flush()
@@ -140,7 +151,9 @@ def handle(db: Database, who: Principal, instance_id: int) -> Handle | None:
         return Handle.from_json(row.handles[0]) if row.handles else None
 
 
-def exec_(db: Database, backends: dict[str, Backend], who: Principal, instance_id: int, command: str, timeout_s: float) -> ExecResult:
+def exec_(
+    db: Database, backends: dict[str, Backend], who: Principal, instance_id: int, command: str, timeout_s: float
+) -> ExecResult:
     """Run ``command`` in the running instance's environment (outside any transaction)."""
     with db.sessions() as s:
         row = _get(s, who, instance_id)

@@ -32,4 +32,6 @@ def require_isolation(db: Database, backends: dict[str, Backend], who: Principal
     raise Forbidden(
         f"this server runs workloads as host processes with no isolation ({', '.join(bare)}: no container engine); only the "
         "operator's own tenant may use it. The operator can install Podman, or start the server with "
-        "--allow-process-runtime to accept the risk", code="no_isolation")
+        "--allow-process-runtime to accept the risk",
+        code="no_isolation",
+    )

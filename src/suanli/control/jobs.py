@@ -47,14 +47,27 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
     accel = r.accel
     with db.transaction() as s:
         sized = size(
-            s, accel.model if accel else None, accel.count if accel and not r.gpu_milli else 0,
-            r.gpu_milli or 0, r.cpus, r.memory, "resources.accelerators",
+            s,
+            accel.model if accel else None,
+            accel.count if accel and not r.gpu_milli else 0,
+            r.gpu_milli or 0,
+            r.cpus,
+            r.memory,
+            "resources.accelerators",
         )
         row = Job(
-            tenant_id=who.tenant_id, user_id=who.user_id, name=task.name, state="queued",
-            spec=task.model_dump(mode="json"), gpu_models=sized.gpu_models, gpu_count=sized.gpu_count,
-            gpu_milli=sized.gpu_milli, cpu_milli=sized.cpu_milli, memory_mib=sized.memory_mib,
-            num_nodes=task.num_nodes, priority=r.priority,
+            tenant_id=who.tenant_id,
+            user_id=who.user_id,
+            name=task.name,
+            state="queued",
+            spec=task.model_dump(mode="json"),
+            gpu_models=sized.gpu_models,
+            gpu_count=sized.gpu_count,
+            gpu_milli=sized.gpu_milli,
+            cpu_milli=sized.cpu_milli,
+            memory_mib=sized.memory_mib,
+            num_nodes=task.num_nodes,
+            priority=r.priority,
         )
         s.add(row)
         s.flush()

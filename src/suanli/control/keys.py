@@ -71,9 +71,11 @@ def parse(text: str) -> ParsedKey:
     if len(text) > MAX_TEXT:
         raise Invalid(f"public_key: {len(text)} characters is not an SSH public key (at most {MAX_TEXT})")
     if looks_private(text):
-        raise Invalid("public_key: this looks like a PRIVATE key; nothing was stored. Send the public key "
-                      "(the .pub file, e.g. ~/.ssh/id_ed25519.pub) and keep the private key to yourself",
-                      code="private_key")
+        raise Invalid(
+            "public_key: this looks like a PRIVATE key; nothing was stored. Send the public key "
+            "(the .pub file, e.g. ~/.ssh/id_ed25519.pub) and keep the private key to yourself",
+            code="private_key",
+        )
     lines = [ln.strip() for ln in text.lstrip("\ufeff").splitlines() if ln.strip() and not ln.strip().startswith("#")]
     if not lines:
         raise Invalid("public_key: empty; paste one line such as 'ssh-ed25519 AAAA... you@host'")
@@ -83,8 +85,11 @@ def parse(text: str) -> ParsedKey:
     if fields[0].startswith("---- BEGIN SSH2"):
         raise Invalid("public_key: this is an RFC 4716 (SSH2) key; convert it with 'ssh-keygen -i -f FILE'")
     if fields[0] not in ACCEPTED:
-        what = f"key type {fields[0]!r} is not accepted" if _looks_like_type(fields[0]) else \
-            "not an OpenSSH public key line (expected 'TYPE BASE64 [COMMENT]', without options)"
+        what = (
+            f"key type {fields[0]!r} is not accepted"
+            if _looks_like_type(fields[0])
+            else "not an OpenSSH public key line (expected 'TYPE BASE64 [COMMENT]', without options)"
+        )
         raise Invalid(f"public_key: {what}; accepted types: {', '.join(ACCEPTED)} (RSA of at least {MIN_RSA_BITS} bits)")
     if len(fields) < 2:
         raise Invalid("public_key: the key's base64 part is missing")
@@ -95,8 +100,10 @@ def parse(text: str) -> ParsedKey:
     except (ValueError, UnsupportedAlgorithm) as exc:
         raise Invalid(f"public_key: not a valid {fields[0]} key ({exc})") from None
     if isinstance(key, rsa.RSAPublicKey) and key.key_size < MIN_RSA_BITS:
-        raise Invalid(f"public_key: this RSA key has {key.key_size} bits; at least {MIN_RSA_BITS} are needed "
-                      "(or use 'ssh-keygen -t ed25519')")
+        raise Invalid(
+            f"public_key: this RSA key has {key.key_size} bits; at least {MIN_RSA_BITS} are needed "
+            "(or use 'ssh-keygen -t ed25519')"
+        )
     if not isinstance(key, (rsa.RSAPublicKey, ec.EllipticCurvePublicKey, ed25519.Ed25519PublicKey)):
         raise Invalid(f"public_key: key type {fields[0]!r} is not accepted")
     kind, b64 = key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode().split(" ")[:2]
@@ -167,8 +174,9 @@ def push_keys(db: Database, backends: dict[str, Backend], user_id: int) -> int:
     their next start. Failures are logged, not raised: the key change itself is done."""
     with db.sessions() as s:
         text = authorized_keys(s, user_id)
-        rows = s.execute(select(Instance.id, Instance.handles).where(
-            Instance.user_id == user_id, Instance.state == "running")).all()
+        rows = s.execute(
+            select(Instance.id, Instance.handles).where(Instance.user_id == user_id, Instance.state == "running")
+        ).all()
     pushed = 0
     for instance_id, handles in rows:
         if not handles:

@@ -97,11 +97,23 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
                     volume_env["SUANLI_CHECKPOINT_DIR"] = inside
             specs.append(
                 TaskSpec(
-                    key=task_key("job", row.id, a.node_rank), kind="job", workload_id=row.id, node=node.name,
-                    node_rank=a.node_rank, run=spec.get("run") or "", setup=spec.get("setup") or "", env=env,
-                    workdir=str(job_volume(data_dir, row.id)), cwd="code" if spec.get("code") else "",
-                    volume_env=volume_env, gpu_indices=tuple(a.gpu_indices), milli_per_gpu=a.milli_per_gpu,
-                    cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=img.ref, tenant_id=row.tenant_id,
+                    key=task_key("job", row.id, a.node_rank),
+                    kind="job",
+                    workload_id=row.id,
+                    node=node.name,
+                    node_rank=a.node_rank,
+                    run=spec.get("run") or "",
+                    setup=spec.get("setup") or "",
+                    env=env,
+                    workdir=str(job_volume(data_dir, row.id)),
+                    cwd="code" if spec.get("code") else "",
+                    volume_env=volume_env,
+                    gpu_indices=tuple(a.gpu_indices),
+                    milli_per_gpu=a.milli_per_gpu,
+                    cpu_milli=a.cpu_milli,
+                    memory_mib=a.memory_mib,
+                    image=img.ref,
+                    tenant_id=row.tenant_id,
                 )
             )
         else:
@@ -113,12 +125,23 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
                 keeper = jupyter_command() + "\n" + keeper
             specs.append(
                 TaskSpec(
-                    key=task_key("instance", row.id), kind="instance", workload_id=row.id, node=node.name,
-                    node_rank=0, run=keeper, env=env,
-                    workdir=str(disk_dir(data_dir, row.id)), gpu_indices=tuple(a.gpu_indices),
-                    milli_per_gpu=a.milli_per_gpu, cpu_milli=a.cpu_milli, memory_mib=a.memory_mib, image=img.ref,
-                    tenant_id=row.tenant_id, ports=tuple(int(p) for p in row.ports or ()),
-                    authorized_keys=keys.authorized_keys(session, row.user_id), disk_gib=row.disk_gib,
+                    key=task_key("instance", row.id),
+                    kind="instance",
+                    workload_id=row.id,
+                    node=node.name,
+                    node_rank=0,
+                    run=keeper,
+                    env=env,
+                    workdir=str(disk_dir(data_dir, row.id)),
+                    gpu_indices=tuple(a.gpu_indices),
+                    milli_per_gpu=a.milli_per_gpu,
+                    cpu_milli=a.cpu_milli,
+                    memory_mib=a.memory_mib,
+                    image=img.ref,
+                    tenant_id=row.tenant_id,
+                    ports=tuple(int(p) for p in row.ports or ()),
+                    authorized_keys=keys.authorized_keys(session, row.user_id),
+                    disk_gib=row.disk_gib,
                 )
             )
     return specs

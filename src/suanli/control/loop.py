@@ -103,9 +103,13 @@ class ControlLoop:
                     step()
                 except Exception:
                     log.exception("control loop step %r failed", step)
-            result = schedule_pass(self.db, self.policy, list(self.backends), self.owner, memo=self._memo, fallback=self.fallback)  # 2
+            result = schedule_pass(
+                self.db, self.policy, list(self.backends), self.owner, memo=self._memo, fallback=self.fallback
+            )  # 2
             if result.claimed:  # 3
-                with ThreadPoolExecutor(max_workers=min(LAUNCH_WORKERS, len(result.claimed)), thread_name_prefix="suanli-launch") as pool:
+                with ThreadPoolExecutor(
+                    max_workers=min(LAUNCH_WORKERS, len(result.claimed)), thread_name_prefix="suanli-launch"
+                ) as pool:
                     list(pool.map(lambda claim: self._launch(*claim), result.claimed))
             self.stats.ticks += 1
             self.stats.launched += len(result.claimed)

@@ -63,16 +63,27 @@ def _node_row(decl: NodeDecl, gpus: list[DiscoveredGpu]) -> Node:
     count = len(gpus) if decl.discover else decl.gpu_count
     mem_mib = gpus[0].memory_mib if (decl.discover and gpus) else int(decl.gpu_memory_gib * 1024)
     node = Node(
-        name=decl.name, zone=decl.zone, backend=decl.backend, state="ready",
+        name=decl.name,
+        zone=decl.zone,
+        backend=decl.backend,
+        state="ready",
         gpu_model=short_model_name(gpus[0].name) if (decl.discover and gpus) else decl.gpu_model,
-        gpu_count=count, gpu_memory_mib=mem_mib, cpu_milli=int(decl.cpu_cores * 1000),
-        memory_mib=int(decl.memory_gib * 1024), cpu_used=0, mem_used=0,
-        nvlink_islands=decl.nvlink_islands, ib_leaf=decl.ib_leaf, labels=decl.labels,
+        gpu_count=count,
+        gpu_memory_mib=mem_mib,
+        cpu_milli=int(decl.cpu_cores * 1000),
+        memory_mib=int(decl.memory_gib * 1024),
+        cpu_used=0,
+        mem_used=0,
+        nvlink_islands=decl.nvlink_islands,
+        ib_leaf=decl.ib_leaf,
+        labels=decl.labels,
     )
     return node
 
 
-def register(db: Database, who: Principal | None, inventory: Inventory, discover: Callable[[], list[DiscoveredGpu]]) -> list[Node]:
+def register(
+    db: Database, who: Principal | None, inventory: Inventory, discover: Callable[[], list[DiscoveredGpu]]
+) -> list[Node]:
     """Add every node of ``inventory``; ``who`` None is the server bootstrapping itself."""
     if who is not None:
         who.require("admin", "operator")
@@ -93,11 +104,28 @@ def register(db: Database, who: Principal | None, inventory: Inventory, discover
                 s.add(node)
                 s.flush()
                 if d.discover:
-                    s.add_all(Gpu(node_id=node.id, index=g.index, model=node.gpu_model, uuid=g.uuid, memory_mib=g.memory_mib, virtual=False) for g in found)
+                    s.add_all(
+                        Gpu(
+                            node_id=node.id,
+                            index=g.index,
+                            model=node.gpu_model,
+                            uuid=g.uuid,
+                            memory_mib=g.memory_mib,
+                            virtual=False,
+                        )
+                        for g in found
+                    )
                 else:
                     # Declared GPUs: real on cluster backends, virtual on the local one.
                     s.add_all(
-                        Gpu(node_id=node.id, index=k, model=node.gpu_model, uuid="", memory_mib=node.gpu_memory_mib, virtual=d.backend == "local")
+                        Gpu(
+                            node_id=node.id,
+                            index=k,
+                            model=node.gpu_model,
+                            uuid="",
+                            memory_mib=node.gpu_memory_mib,
+                            virtual=d.backend == "local",
+                        )
                         for k in range(node.gpu_count)
                     )
                 rows.append(node)
@@ -147,8 +175,12 @@ def host_inventory(gpus: list[DiscoveredGpu]) -> Inventory:
     return Inventory(
         nodes=[
             NodeDecl(
-                name=socket.gethostname().split(".")[0] or "localhost", gpu_model=short_model_name(gpus[0].name),
-                gpu_count=len(gpus), cpu_cores=os.cpu_count() or 1, memory_gib=max(1.0, round(mem_gib, 1)), zone="local",
+                name=socket.gethostname().split(".")[0] or "localhost",
+                gpu_model=short_model_name(gpus[0].name),
+                gpu_count=len(gpus),
+                cpu_cores=os.cpu_count() or 1,
+                memory_gib=max(1.0, round(mem_gib, 1)),
+                zone="local",
                 discover=True,
             )
         ]
@@ -178,7 +210,9 @@ def gpu_summary(db: Database) -> list[GpuModelSummary]:
                 e["free"] += g.used_milli == 0
                 e["free_milli"] += 1000 - g.used_milli
     return [
-        GpuModelSummary(m, v, e["total"], e["free"], e["free_milli"], round(e["mem"] / 1024, 1), len(e["nodes"]), catalog_facts(m))
+        GpuModelSummary(
+            m, v, e["total"], e["free"], e["free_milli"], round(e["mem"] / 1024, 1), len(e["nodes"]), catalog_facts(m)
+        )
         for (m, v), e in sorted(acc.items())
     ]
 

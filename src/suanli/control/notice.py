@@ -30,8 +30,12 @@ def with_notice(handles: list, notice: dict) -> list:
 
 def cut_short(handles: list, now: float) -> list:
     """The handles with their notice due at ``now`` at the latest, marked as ended early."""
-    return [with_notice([h], {**n, "deadline": min(n["deadline"], now), "ended_early": True})[0]
-            if (n := (h.get("data") or {}).get("notice")) else h for h in handles]
+    return [
+        with_notice([h], {**n, "deadline": min(n["deadline"], now), "ended_early": True})[0]
+        if (n := (h.get("data") or {}).get("notice"))
+        else h
+        for h in handles
+    ]
 
 
 def deliver_notice(backend: Backend, handle: Handle, deadline: float, send_signal: bool = True) -> None:

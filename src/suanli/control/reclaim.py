@@ -41,7 +41,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -49,12 +49,12 @@ from sqlalchemy import select
 
 from suanli.backends.base import Backend, BackendError, Handle
 from suanli.billing import spot
+from suanli.billing.enforce import admission
 from suanli.control import heartbeat, slurm_sync
 from suanli.control.capacity import give_back, snapshot, to_sched_allocation
 from suanli.control.launcher import checkpoint_dir
 from suanli.control.lifecycle import record_event, transition
 from suanli.control.notice import deliver_notice, notice_of, with_notice
-from suanli.billing.enforce import admission
 from suanli.control.scheduling import waiting_work
 from suanli.db.clock import utcnow
 from suanli.db.models import Allocation, Instance, Job, Node
@@ -141,7 +141,9 @@ class Reclaimer:
                 return True
             if s.scalar(select(Job.id).where(Job.state == "running", Job.priority == spot).limit(1)) is not None:
                 return True
-            return s.scalar(select(Instance.id).where(Instance.state == "running", Instance.priority == spot).limit(1)) is not None
+            return (
+                s.scalar(select(Instance.id).where(Instance.state == "running", Instance.priority == spot).limit(1)) is not None
+            )
 
     def sync_health(self, force: bool = False) -> None:
         """Node health (Slurm's and heartbeats, every ``health_interval_s``) and the GPU
@@ -195,8 +197,11 @@ class Reclaimer:
                     if notice is not None:
                         noticed.append((kind, row.id, notice))
         expiring = {n.get("for") for _, _, n in noticed if n["deadline"] <= now}
-        due = [(kind, wid, n) for kind, wid, n in noticed
-               if n["deadline"] <= now or (n.get("for") in expiring and n["deadline"] <= now + SIBLING_SLACK_S)]
+        due = [
+            (kind, wid, n)
+            for kind, wid, n in noticed
+            if n["deadline"] <= now or (n.get("for") in expiring and n["deadline"] <= now + SIBLING_SLACK_S)
+        ]
         done = []
         for kind, wid, notice in due:
             ended = "it ended during its notice" if notice.get("ended_early") else "expired"
@@ -224,9 +229,11 @@ class Reclaimer:
                         spot_rows.append((kind, row))
             if not spot_rows:
                 return []
-            waiting = [w for w in waiting_work(s)
-                       if w.request.priority is not PriorityClass.SPOT
-                       and f"{w.kind}-{w.id}" not in noticed_for]  # already waiting for its victims
+            waiting = [
+                w
+                for w in waiting_work(s)
+                if w.request.priority is not PriorityClass.SPOT and f"{w.kind}-{w.id}" not in noticed_for
+            ]  # already waiting for its victims
             held, rejected = admission(s, waiting) if waiting else ({}, {})
             waiting = [w for w in waiting if (w.kind, w.id) not in held and (w.kind, w.id) not in rejected]
             if not waiting:
@@ -242,8 +249,15 @@ class Reclaimer:
                     started = a.started_at.timestamp()
                     unsaved = now - max(started, self._last_checkpoint(row) or started)
                     gpus = len(a.gpu_indices) * a.milli_per_gpu / 1000
-                    cands.append(Candidate((kind, row.id, a.node_rank), to_sched_allocation(a, names[a.node_id]),
-                                           PriorityClass.SPOT, unsaved * gpus, started))
+                    cands.append(
+                        Candidate(
+                            (kind, row.id, a.node_rank),
+                            to_sched_allocation(a, names[a.node_id]),
+                            PriorityClass.SPOT,
+                            unsaved * gpus,
+                            started,
+                        )
+                    )
         state = snap.state
         ranks = node_ranks([n.name for n in state.nodes], 0)
         told: list[tuple[str, int]] = []
@@ -259,8 +273,9 @@ class Reclaimer:
                     told.append((vkind, vid))
         return told
 
-    def _gang_plan(self, state: ClusterState, request: Request, num_nodes: int, cands: list[Candidate],
-                   ranks: np.ndarray) -> list[PreemptionPlan]:
+    def _gang_plan(
+        self, state: ClusterState, request: Request, num_nodes: int, cands: list[Candidate], ranks: np.ndarray
+    ) -> list[PreemptionPlan]:
         """Preemption plans for the nodes a request of ``num_nodes`` distinct nodes still
         lacks (one plan per missing node, each on a node no other plan or free node
         gives); [] when it fits without eviction or cannot be made to fit. Nodes are
@@ -270,8 +285,9 @@ class Reclaimer:
             return []
         plans = []
         for _ in range(num_nodes - len(taken)):
-            plan = plan_preemption(state, request, [c for c in cands if state.index[c.allocation.node] not in taken],
-                                   ranks, self.strategy)
+            plan = plan_preemption(
+                state, request, [c for c in cands if state.index[c.allocation.node] not in taken], ranks, self.strategy
+            )
             if plan is None:
                 return []  # all or nothing: no notice unless the whole gang can be made to fit
             taken.add(state.index[plan.node])
@@ -301,16 +317,26 @@ class Reclaimer:
                     for m, milli, _ in allocs:
                         mk.busy[m] = mk.busy.get(m, 0) - milli
                 elif row.max_price_micros is not None:
-                    cands.append((row.max_price_micros, -max(t for _, _, t in allocs), kind, wid, allocs,
-                                  [Handle.from_json(h) for h in row.handles]))
+                    cands.append(
+                        (
+                            row.max_price_micros,
+                            -max(t for _, _, t in allocs),
+                            kind,
+                            wid,
+                            allocs,
+                            [Handle.from_json(h) for h in row.handles],
+                        )
+                    )
         told: list[tuple[str, int]] = []
         for bid, _, kind, wid, allocs, handles in sorted(cands, key=lambda c: c[:4]):
             over = [(m, p) for m in sorted({m for m, _, _ in allocs}) if (p := mk.price(m)) is not None and p > bid]
             if not over:
                 continue
             m, p = over[0]
-            why = (f"spot price {mk.price_text(p)}/GPU-h for {m} is above max_price {mk.text(bid)} "
-                   f"(at {mk.utilisation(m) / 10:g} % utilisation)")
+            why = (
+                f"spot price {mk.price_text(p)}/GPU-h for {m} is above max_price {mk.text(bid)} "
+                f"(at {mk.utilisation(m) / 10:g} % utilisation)"
+            )
             if self._notify(kind, wid, handles, "price", m, why=why):
                 told.append((kind, wid))
                 for am, milli, _ in allocs:
@@ -329,10 +355,16 @@ class Reclaimer:
             if row is None or row.state != "running" or not row.handles or notice_of(row.handles) is not None:
                 return False
             row.handles = with_notice(row.handles, notice)
-            when = datetime.fromtimestamp(deadline, tz=timezone.utc).isoformat(timespec="seconds")
-            record_event(s, kind, wid, "running", "noticed",
-                         f"{why or f'spot reclaim for {beneficiary} on {node}'}: SIGUSR1 now, SIGTERM at {when} "
-                         f"({self.notice_s:.0f}s notice)")
+            when = datetime.fromtimestamp(deadline, tz=UTC).isoformat(timespec="seconds")
+            record_event(
+                s,
+                kind,
+                wid,
+                "running",
+                "noticed",
+                f"{why or f'spot reclaim for {beneficiary} on {node}'}: SIGUSR1 now, SIGTERM at {when} "
+                f"({self.notice_s:.0f}s notice)",
+            )
         for h in handles:
             try:
                 # an instance's keeper process would die of USR1: it gets the deadline file only

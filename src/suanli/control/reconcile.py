@@ -56,15 +56,26 @@ def _observe(db: Database, only_stops: bool) -> list[Observed]:
         jq = jq.where(Job.cancel_requested.is_(True))
         iq = iq.where((Instance.state == "stopping") | (Instance.desired != "running"))
     with db.transaction() as s:
-        out = [Observed("job", j.id, j.state, [Handle.from_json(h) for h in j.handles or []], j.cancel_requested) for j in s.scalars(jq)]
+        out = [
+            Observed("job", j.id, j.state, [Handle.from_json(h) for h in j.handles or []], j.cancel_requested)
+            for j in s.scalars(jq)
+        ]
         out += [
-            Observed("instance", i.id, i.state, [Handle.from_json(h) for h in i.handles or []], i.state == "stopping" or i.desired != "running")
+            Observed(
+                "instance",
+                i.id,
+                i.state,
+                [Handle.from_json(h) for h in i.handles or []],
+                i.state == "stopping" or i.desired != "running",
+            )
             for i in s.scalars(iq)
         ]
     return out
 
 
-def reconcile_running(db: Database, backends: dict[str, Backend], data_dir: Path, grace_s: float = 10.0, only_stops: bool = False) -> int:
+def reconcile_running(
+    db: Database, backends: dict[str, Backend], data_dir: Path, grace_s: float = 10.0, only_stops: bool = False
+) -> int:
     """Settle finished, failed and to-be-stopped work; returns how many rows
     changed. ``only_stops``: just act on stop/cancel requests (cheap; the status
     of every task is polled on a slower cadence)."""
@@ -113,7 +124,15 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
             backends[h.backend].stop(h, grace_s=grace_s)
     dead = [h.key for h, st in zip(ob.handles, statuses) if st.state != TaskState.RUNNING]
     what = "exited" if ob.kind == "instance" else "failed"
-    return _finish(db, ob, stopped=False, exit_code=failed_code, message=f"task {', '.join(dead)} {what} or was lost", data_dir=data_dir, failed=True)
+    return _finish(
+        db,
+        ob,
+        stopped=False,
+        exit_code=failed_code,
+        message=f"task {', '.join(dead)} {what} or was lost",
+        data_dir=data_dir,
+        failed=True,
+    )
 
 
 def _cut_notice_short(db: Database, ob: Observed) -> int:
@@ -130,7 +149,9 @@ def _cut_notice_short(db: Database, ob: Observed) -> int:
     return 1
 
 
-def _finish(db: Database, ob: Observed, *, stopped: bool, exit_code: int | None, message: str, data_dir: Path, failed: bool = False) -> int:
+def _finish(
+    db: Database, ob: Observed, *, stopped: bool, exit_code: int | None, message: str, data_dir: Path, failed: bool = False
+) -> int:
     delete_disk = False
     with db.transaction() as s:
         if ob.kind == "job":
@@ -171,8 +192,14 @@ def _finish(db: Database, ob: Observed, *, stopped: bool, exit_code: int | None,
 def adopt_or_fail_launches(db: Database, backends: dict[str, Backend], owner: str) -> int:
     """Rows whose launch was started by another (dead) server process."""
     with db.transaction() as s:
-        stale = [("job", j.id, j.num_nodes) for j in s.scalars(select(Job).where(Job.launch_owner.is_not(None), Job.launch_owner != owner))]
-        stale += [("instance", i.id, 1) for i in s.scalars(select(Instance).where(Instance.launch_owner.is_not(None), Instance.launch_owner != owner))]
+        stale = [
+            ("job", j.id, j.num_nodes)
+            for j in s.scalars(select(Job).where(Job.launch_owner.is_not(None), Job.launch_owner != owner))
+        ]
+        stale += [
+            ("instance", i.id, 1)
+            for i in s.scalars(select(Instance).where(Instance.launch_owner.is_not(None), Instance.launch_owner != owner))
+        ]
     if not stale:
         return 0
     running = {h.key: h for b in backends.values() for h in b.list_running()}
@@ -227,8 +254,20 @@ def repair_counters(db: Database) -> int:
     """Recompute node and GPU usage from active allocations; returns fixes made."""
     fixes = 0
     with db.transaction() as s:
-        cpu = dict(s.execute(select(Allocation.node_id, func.sum(Allocation.cpu_milli)).where(Allocation.ended_at.is_(None)).group_by(Allocation.node_id)).all())
-        mem = dict(s.execute(select(Allocation.node_id, func.sum(Allocation.memory_mib)).where(Allocation.ended_at.is_(None)).group_by(Allocation.node_id)).all())
+        cpu = dict(
+            s.execute(
+                select(Allocation.node_id, func.sum(Allocation.cpu_milli))
+                .where(Allocation.ended_at.is_(None))
+                .group_by(Allocation.node_id)
+            ).all()
+        )
+        mem = dict(
+            s.execute(
+                select(Allocation.node_id, func.sum(Allocation.memory_mib))
+                .where(Allocation.ended_at.is_(None))
+                .group_by(Allocation.node_id)
+            ).all()
+        )
         gpu: dict[tuple[int, int], int] = {}
         for a in s.scalars(select(Allocation).where(Allocation.ended_at.is_(None))):
             for g in a.gpu_indices:

@@ -94,9 +94,7 @@ def waiting_work(session) -> list[Waiting]:  # type: ignore[no-untyped-def]
     insts = session.scalars(
         select(Instance).where(Instance.state == "pending", Instance.desired == "running", Instance.launch_owner.is_(None))
     )
-    jobs = session.scalars(
-        select(Job).where(Job.state == "queued", Job.cancel_requested.is_(False), Job.launch_owner.is_(None))
-    )
+    jobs = session.scalars(select(Job).where(Job.state == "queued", Job.cancel_requested.is_(False), Job.launch_owner.is_(None)))
     work = [Waiting("instance", r.id, to_request(r), 1, r.created_at) for r in insts]
     work += [Waiting("job", r.id, to_request(r), r.num_nodes, r.created_at) for r in jobs]
     work.sort(key=lambda w: (-w.request.priority.rank, w.created_at, w.kind, w.id))
@@ -141,7 +139,9 @@ def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, ow
         assert row is not None
         rows = take(s, row, allocs, snap)
         for a in rows:
-            record_event(s, "allocation", a.id, None, "bound", f"{w.kind} {w.id} rank {a.node_rank} on {a.gpu_model} gpus {a.gpu_indices}")
+            record_event(
+                s, "allocation", a.id, None, "bound", f"{w.kind} {w.id} rank {a.node_rank} on {a.gpu_model} gpus {a.gpu_indices}"
+            )
     return True
 
 
@@ -166,8 +166,10 @@ def schedule_pass(
     work = [w for w in work if (w.kind, w.id) not in held and (w.kind, w.id) not in rejected]
     # a spot bid that only some allowed models meet: place it on those (the price checked
     # is the price of the model it lands on)
-    work = [replace(w, request=replace(w.request, gpu_models=narrowed[(w.kind, w.id)])) if (w.kind, w.id) in narrowed else w
-            for w in work]
+    work = [
+        replace(w, request=replace(w.request, gpu_models=narrowed[(w.kind, w.id)])) if (w.kind, w.id) in narrowed else w
+        for w in work
+    ]
     result = PassResult([], unplaced=dict(held))
     if not work:
         return result

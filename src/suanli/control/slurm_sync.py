@@ -91,7 +91,9 @@ def sync_placements(db: Database, backend: SlurmBackend) -> int:
             fixes: list[tuple[Allocation, list[int]]] = []
             for (kind, wid, rank), (key, (_node, indices)) in seen.items():
                 col = Allocation.job_id if kind == "job" else Allocation.instance_id
-                alloc = s.scalar(select(Allocation).where(col == wid, Allocation.node_rank == rank, Allocation.ended_at.is_(None)))
+                alloc = s.scalar(
+                    select(Allocation).where(col == wid, Allocation.node_rank == rank, Allocation.ended_at.is_(None))
+                )
                 if alloc is None:
                     continue
                 if indices and sorted(int(i) for i in alloc.gpu_indices) != list(indices):
@@ -100,8 +102,15 @@ def sync_placements(db: Database, backend: SlurmBackend) -> int:
                 _move(s, alloc, alloc.gpu_indices, -1)
             for alloc, new in fixes:
                 _move(s, alloc, new, +1)
-                s.add(Event(kind="allocation", object_id=alloc.id, from_state="bound", to_state="bound",
-                            message=f"Slurm placed it on GPUs {new} (planned {list(alloc.gpu_indices)})"))
+                s.add(
+                    Event(
+                        kind="allocation",
+                        object_id=alloc.id,
+                        from_state="bound",
+                        to_state="bound",
+                        message=f"Slurm placed it on GPUs {new} (planned {list(alloc.gpu_indices)})",
+                    )
+                )
                 alloc.gpu_indices = new
                 moved += 1
             for (kind, wid, _rank), (key, _where) in seen.items():
@@ -117,7 +126,8 @@ def sync_placements(db: Database, backend: SlurmBackend) -> int:
 def _move(s, alloc: Allocation, indices: list[int], sign: int) -> None:  # type: ignore[no-untyped-def]
     for g in sorted(int(i) for i in indices):
         s.execute(
-            update(Gpu).where(Gpu.node_id == alloc.node_id, Gpu.index == g)
+            update(Gpu)
+            .where(Gpu.node_id == alloc.node_id, Gpu.index == g)
             .values(used_milli=Gpu.used_milli + sign * alloc.milli_per_gpu)
             .execution_options(synchronize_session=False)
         )

@@ -87,7 +87,7 @@ class Resources(BaseModel):
     @classmethod
     def _accel(cls, v: object) -> object:
         if isinstance(v, dict) and len(v) == 1:  # {H100: 8}
-            (k, n), = v.items()
+            ((k, n),) = v.items()
             v = f"{k}:{n}"
         if v is not None:
             parse_accelerators(str(v))

@@ -185,7 +185,9 @@ class Writer:
         self.tmp.unlink(missing_ok=True)
 
 
-def save(data_dir: Path, tenant_id: int, source: bytes | BinaryIO | Iterable[bytes], max_bytes: int = DEFAULT_MAX_BYTES) -> UploadInfo:
+def save(
+    data_dir: Path, tenant_id: int, source: bytes | BinaryIO | Iterable[bytes], max_bytes: int = DEFAULT_MAX_BYTES
+) -> UploadInfo:
     """Check and keep an archive given as bytes, a binary file or an iterable of chunks."""
     writer = Writer(data_dir, tenant_id, max_bytes)
     try:

@@ -14,7 +14,7 @@ SQLite and on PostgreSQL alike.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import (
     JSON,
@@ -43,12 +43,12 @@ class UTCDateTime(TypeDecorator):
 
     def process_bind_param(self, value, dialect):  # type: ignore[no-untyped-def]
         if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value
 
     def process_result_value(self, value, dialect):  # type: ignore[no-untyped-def]
         if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value
 
 

@@ -130,9 +130,7 @@ class MovableSet(Mapping[Hashable, Allocation]):
         return list(self._on.get((node, gpu), ()))
 
 
-def _candidates(
-    state: ClusterState, req: Request, movable: MovableSet, max_moves: int
-) -> list[tuple[int, int, int, np.ndarray]]:
+def _candidates(state: ClusterState, req: Request, movable: MovableSet, max_moves: int) -> list[tuple[int, int, int, np.ndarray]]:
     """(moves, milli moved, node, GPUs to clear) for every node worth simulating,
     cheapest first. Vectorised over nodes: the per-node cost is the sum of the
     ``need`` smallest share counts among its clearable GPUs."""
@@ -279,9 +277,7 @@ class _Destinations:
         return True
 
 
-def _tightest(
-    state: ClusterState, alloc: Allocation, allowed: np.ndarray, avoid: tuple[int, np.ndarray]
-) -> Allocation | None:
+def _tightest(state: ClusterState, alloc: Allocation, allowed: np.ndarray, avoid: tuple[int, np.ndarray]) -> Allocation | None:
     """The share ``alloc`` re-placed on the GPU it fits most tightly (least milli
     left; ties: lowest node, then GPU index) on an ``allowed`` node, never on
     ``avoid``'s GPUs."""
@@ -317,9 +313,7 @@ def _simulate(
             return None
         trial.bind(new)
         moves.append(Migration(key, old, new))
-    request = Allocation(
-        trial.nodes[node].name, tuple(int(g) for g in target), MILLI_PER_GPU, req.cpu_milli, req.memory_mib
-    )
+    request = Allocation(trial.nodes[node].name, tuple(int(g) for g in target), MILLI_PER_GPU, req.cpu_milli, req.memory_mib)
     try:
         trial.bind(request)
     except OverAllocation:
@@ -327,9 +321,7 @@ def _simulate(
     return DefragPlan(tuple(moves), request)
 
 
-def plan_defrag(
-    state: ClusterState, req: Request, movable: Mapping[Hashable, Allocation], max_moves: int
-) -> DefragPlan | None:
+def plan_defrag(state: ClusterState, req: Request, movable: Mapping[Hashable, Allocation], max_moves: int) -> DefragPlan | None:
     """The cheapest plan (at most ``max_moves`` migrations) after which the
     whole-GPU request ``req`` fits on one node, or None. Changes nothing.
 

@@ -18,7 +18,6 @@ import numpy as np
 
 from suanli.scheduler.model import MILLI_PER_GPU, Allocation, Node
 
-
 #: One counter for every version bump of every state and copy: a version is never
 #: reused, so a score cached for (node, version) can't be mistaken for another
 #: state's, even after a what-if on a copy that diverged.

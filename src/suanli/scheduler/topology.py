@@ -103,9 +103,7 @@ class Topology:
         for i, node in enumerate(nodes):
             for k, gpus in enumerate(islands_of(node)):
                 if any(not 0 <= g < node.gpu_count or island[i, g] >= 0 for g in gpus):
-                    raise ValueError(
-                        f"node {node.name}: NVLink islands {node.nvlink_islands} must be disjoint GPU indices"
-                    )
+                    raise ValueError(f"node {node.name}: NVLink islands {node.nvlink_islands} must be disjoint GPU indices")
                 island[i, list(gpus)] = k
         most = max((len(islands_of(n)) for n in nodes), default=0)
         topo = cls(tuple(names), np.array([ids[n.ib_leaf] for n in nodes], dtype=np.int64), island, most)

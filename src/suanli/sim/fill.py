@@ -91,8 +91,14 @@ def run_fill(
     frag_total = float(node_frag.sum())
     n = len(order)
     run = FillRun(
-        policy, seed, tune, state.total_gpu_milli,
-        used=np.zeros(n, np.int64), arrived=np.zeros(n, np.int64), frag=np.zeros(n), idle=np.zeros(n, np.int64),
+        policy,
+        seed,
+        tune,
+        state.total_gpu_milli,
+        used=np.zeros(n, np.int64),
+        arrived=np.zeros(n, np.int64),
+        frag=np.zeros(n),
+        idle=np.zeros(n, np.int64),
     )
     used = arrived = 0
     movable = MovableSet(state) if defrag_max_moves > 0 else None
@@ -123,8 +129,15 @@ def run_fill(
 
 
 def _track_or_defrag(
-    scheduler: Scheduler, req: Request, key: int, alloc: Allocation | None, movable: MovableSet,
-    max_moves: int, run: FillRun, node_frag: np.ndarray, t: TargetArrays,
+    scheduler: Scheduler,
+    req: Request,
+    key: int,
+    alloc: Allocation | None,
+    movable: MovableSet,
+    max_moves: int,
+    run: FillRun,
+    node_frag: np.ndarray,
+    t: TargetArrays,
 ) -> Allocation | None:
     """Defrag path of ``run_fill``: record placed shares as migratable; for a failed
     whole-GPU pod, apply a migration plan and place the pod. Refreshes ``node_frag``

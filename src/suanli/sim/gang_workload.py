@@ -37,7 +37,14 @@ from suanli.scheduler.topology import IslandAware, Topology, in_one_island
 
 #: (nodes, GPUs per node, weight by job count).
 JOB_MIX: tuple[tuple[int, int, int], ...] = (
-    (1, 1, 30), (1, 2, 12), (1, 4, 12), (1, 8, 16), (2, 8, 12), (4, 8, 9), (8, 8, 6), (16, 8, 3),
+    (1, 1, 30),
+    (1, 2, 12),
+    (1, 4, 12),
+    (1, 8, 16),
+    (2, 8, 12),
+    (4, 8, 9),
+    (8, 8, 6),
+    (16, 8, 3),
 )
 CPU_PER_GPU = 12_000
 MIB_PER_GPU = 64 * 1024
@@ -63,7 +70,11 @@ def job_models(nodes: Sequence[Node]) -> tuple[list[str], np.ndarray]:
 
 
 def generate_jobs(
-    nodes: Sequence[Node], count: int, load: float = 0.85, seed: int = 0, mean_duration: float = 3600.0,
+    nodes: Sequence[Node],
+    count: int,
+    load: float = 0.85,
+    seed: int = 0,
+    mean_duration: float = 3600.0,
     mix: Sequence[tuple[int, int, int]] = JOB_MIX,
 ) -> list[GangJob]:
     """``count`` jobs, deterministic for a seed."""
@@ -84,8 +95,12 @@ def generate_jobs(
     for k in range(count):
         n, g, _ = mix[int(shapes[k])]
         req = Request(
-            cpu_milli=g * CPU_PER_GPU, memory_mib=g * MIB_PER_GPU, gpu_count=g,
-            gpu_models=frozenset({models[int(picks[k])]}), nodes=n, name=f"job-{k}",
+            cpu_milli=g * CPU_PER_GPU,
+            memory_mib=g * MIB_PER_GPU,
+            gpu_count=g,
+            gpu_models=frozenset({models[int(picks[k])]}),
+            nodes=n,
+            name=f"job-{k}",
         )
         jobs.append(GangJob(k, req, float(arrivals[k]), float(durations[k])))
     return jobs
@@ -129,7 +144,10 @@ class GangRun:
 
 
 def replay(
-    nodes: Sequence[Node], jobs: Sequence[GangJob], policy: str = "best_fit", topology_aware: bool = True,
+    nodes: Sequence[Node],
+    jobs: Sequence[GangJob],
+    policy: str = "best_fit",
+    topology_aware: bool = True,
     seed: int = 0,
 ) -> GangRun:
     """Replay ``jobs`` (sorted by arrival) on a fresh cluster of ``nodes``."""

@@ -168,7 +168,9 @@ class Replay:
                 continue
             ran = at - job.started
             unsaved = ran % interval if interval > 0 else ran
-            out.append(Candidate(job.key, job.alloc, job.request.priority, unsaved * job.request.total_gpu_milli / 1000, job.started))
+            out.append(
+                Candidate(job.key, job.alloc, job.request.priority, unsaved * job.request.total_gpu_milli / 1000, job.started)
+            )
         return out
 
     # -- the scheduling pass -------------------------------------------------------------
@@ -176,7 +178,10 @@ class Replay:
         if self.capacity_freed:
             candidates = self.queue.ordered()
         else:  # nothing was freed: only the newcomers can possibly fit
-            candidates = ((k, self.jobs[k].request) for k in sorted(self.new_arrivals, key=lambda k: (-self.jobs[k].request.priority.rank, k)))
+            candidates = (
+                (k, self.jobs[k].request)
+                for k in sorted(self.new_arrivals, key=lambda k: (-self.jobs[k].request.priority.rank, k))
+            )
             if self.cfg.queue == "fifo" and len(self.queue) > len(self.new_arrivals):
                 candidates = iter(())
         self.capacity_freed, self.new_arrivals = False, []
@@ -240,8 +245,15 @@ class Replay:
         span = self.busy[1] - self.busy[0]
         avg = 100.0 * area / (span * total) if span > 0 else series[0][1] if series else 0.0
         return ReplayResult(
-            self.cfg, self.jobs, _thin([p for p in series if p[0] <= 2 * self.busy[1] - self.start_time]), avg,
-            self.preemptions, dict(self.lost), self.node_failures, time.perf_counter() - start, self.busy,
+            self.cfg,
+            self.jobs,
+            _thin([p for p in series if p[0] <= 2 * self.busy[1] - self.start_time]),
+            avg,
+            self.preemptions,
+            dict(self.lost),
+            self.node_failures,
+            time.perf_counter() - start,
+            self.busy,
             self.fault_losses,
         )
 

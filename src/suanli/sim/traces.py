@@ -72,9 +72,7 @@ def load_nodes(path: Path) -> list[Node]:
         gpus = _int(path, line, row, "gpu")
         if gpus and not model:
             raise TraceError(Path(path), line, "model", "a node with GPUs needs a GPU model")
-        nodes.append(
-            Node(name, model, gpus, _int(path, line, row, "cpu_milli"), _int(path, line, row, "memory_mib"))
-        )
+        nodes.append(Node(name, model, gpus, _int(path, line, row, "cpu_milli"), _int(path, line, row, "memory_mib")))
     if not nodes:
         raise TraceError(Path(path), 1, "-", "no nodes")
     return nodes

@@ -89,5 +89,3 @@ def fit(q: FitQuery, ctx: ServerContext = Depends(context), who: Principal = Dep
 def tco(q: TcoQuery, who: Principal = Depends(principal)) -> Any:
     """Rent versus build (assumptions default to the seed-003 figures)."""
     return _answer(lambda: service.tco(**q.model_dump(exclude_none=True)))
-
-

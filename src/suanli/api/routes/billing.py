@@ -35,7 +35,7 @@ class Strict(BaseModel):
 class PriceSet(Strict):
     gpu_model: str | None = Field(default=None, max_length=50)
     plan: str = Field(min_length=1, max_length=20)
-    price: str = Field(min_length=1, max_length=30, description="decimal text in the book's currency, e.g. \"1.96\"")
+    price: str = Field(min_length=1, max_length=30, description='decimal text in the book\'s currency, e.g. "1.96"')
     note: str = Field(default="", max_length=500)
     effective_ms: int | None = None
 
@@ -123,9 +123,15 @@ def install(app: FastAPI) -> None:
 
 
 @router.get("/usage")
-def usage(tenant: str | None = None, since: datetime | None = None, until: datetime | None = None,
-          limit: int = Query(1000, ge=1, le=100_000), all_tenants: bool = Query(False, alias="all"),
-          ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[dict]:
+def usage(
+    tenant: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = Query(1000, ge=1, le=100_000),
+    all_tenants: bool = Query(False, alias="all"),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[dict]:
     if all_tenants:
         who.require(*OPERATOR)
     _fresh(ctx)
@@ -140,8 +146,13 @@ def bill(tenant: str | None = None, ctx: ServerContext = Depends(context), who: 
 
 
 @router.get("/invoice", response_model=None)
-def invoice(month: str, tenant: str | None = None, format: Literal["json", "html"] = "json",
-            ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict | HTMLResponse:
+def invoice(
+    month: str,
+    tenant: str | None = None,
+    format: Literal["json", "html"] = "json",
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> dict | HTMLResponse:
     from suanli.billing.invoice import render_html
 
     doc = reports.invoice_doc(ctx.db, _tenant(ctx, who, tenant), month)
@@ -154,8 +165,15 @@ def rate(body: RateIn, ctx: ServerContext = Depends(context), who: Principal = D
     if body.cutoff_ms is not None and body.cutoff_ms > store.now_ms():
         raise BillingError("cutoff_ms: a rating run cannot look into the future (records it writes are final)")
     r = rater.run(ctx.db, cutoff_ms=body.cutoff_ms)
-    return {"run_id": r.run_id, "cutoff_ms": r.cutoff_ms, "records": r.records, "inserted": r.posted.inserted,
-            "skipped": r.posted.skipped, "batches": r.posted.batches, "budget_actions": r.budget_actions}
+    return {
+        "run_id": r.run_id,
+        "cutoff_ms": r.cutoff_ms,
+        "records": r.records,
+        "inserted": r.posted.inserted,
+        "skipped": r.posted.skipped,
+        "batches": r.posted.batches,
+        "budget_actions": r.budget_actions,
+    }
 
 
 @router.get("/prices")
@@ -179,8 +197,15 @@ def topup(body: TopUp, ctx: ServerContext = Depends(context), who: Principal = D
 
 
 def _grant_out(g) -> dict:  # type: ignore[no-untyped-def]
-    return {"id": g.id, "tenant_id": g.tenant_id, "gpu_model": g.gpu_model, "max_gpus": g.max_gpu_milli / 1000,
-            "gpu_minutes": g.gpu_minutes, "qos": g.qos, "expires_at": g.expires_at.isoformat() if g.expires_at else None}
+    return {
+        "id": g.id,
+        "tenant_id": g.tenant_id,
+        "gpu_model": g.gpu_model,
+        "max_gpus": g.max_gpu_milli / 1000,
+        "gpu_minutes": g.gpu_minutes,
+        "qos": g.qos,
+        "expires_at": g.expires_at.isoformat() if g.expires_at else None,
+    }
 
 
 @router.get("/grants")
@@ -192,7 +217,9 @@ def grants(tenant: str | None = None, ctx: ServerContext = Depends(context), who
 @router.post("/grants", status_code=201)
 def create_grant(body: GrantIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
     who.require(*OPERATOR)
-    g = store.create_grant(ctx.db, store.GrantSpec(body.tenant, body.gpu_model, body.max_gpus, body.gpu_minutes, body.qos, body.expires_at))
+    g = store.create_grant(
+        ctx.db, store.GrantSpec(body.tenant, body.gpu_model, body.max_gpus, body.gpu_minutes, body.qos, body.expires_at)
+    )
     return _grant_out(g)
 
 
@@ -212,13 +239,25 @@ def set_budget(body: BudgetIn, ctx: ServerContext = Depends(context), who: Princ
 
 
 def _sub_out(r) -> dict:  # type: ignore[no-untyped-def]
-    return {"id": r.id, "tenant_id": r.tenant_id, "plan": r.plan, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
-            "start": reports.iso(r.start_ms), "end": reports.iso(r.end_ms), "fee": r.fee / 1_000_000, "fee_micros": r.fee,
-            "cancelled": reports.iso(r.cancelled_ms) if r.cancelled_ms else None, "refund_micros": r.refund}
+    return {
+        "id": r.id,
+        "tenant_id": r.tenant_id,
+        "plan": r.plan,
+        "gpu_model": r.gpu_model,
+        "gpu_count": r.gpu_count,
+        "start": reports.iso(r.start_ms),
+        "end": reports.iso(r.end_ms),
+        "fee": r.fee / 1_000_000,
+        "fee_micros": r.fee,
+        "cancelled": reports.iso(r.cancelled_ms) if r.cancelled_ms else None,
+        "refund_micros": r.refund,
+    }
 
 
 @router.get("/subscriptions")
-def subscriptions(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[dict]:
+def subscriptions(
+    tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> list[dict]:
     return [_sub_out(r) for r in store.list_subscriptions(ctx.db, _tenant(ctx, who, tenant))]
 
 
@@ -262,8 +301,18 @@ def quote(body: QuoteIn, ctx: ServerContext = Depends(context), who: Principal =
         milli = (r.gpu_milli or count * 1000) * body.task.num_nodes
         util = {m: mk.utilisation(m, milli) for m in models}
     try:
-        lines = quoting.quote(book, models, count, r.gpu_milli or 0, body.task.num_nodes, r.priority, body.max_hours,
-                              body.disk_gib, bid, utilisation=util)
+        lines = quoting.quote(
+            book,
+            models,
+            count,
+            r.gpu_milli or 0,
+            body.task.num_nodes,
+            r.priority,
+            body.max_hours,
+            body.disk_gib,
+            bid,
+            utilisation=util,
+        )
     except MoneyError as exc:
         raise BillingError(f"max_price: {exc}") from None
     if not lines:

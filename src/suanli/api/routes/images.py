@@ -32,8 +32,9 @@ class ImageContents(BaseModel):
 
 class ImageCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9._-]*$",
-                      description="what renters write in `--image` / `image:`")
+    name: str = Field(
+        min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9._-]*$", description="what renters write in `--image` / `image:`"
+    )
     ref: str = Field(min_length=1, max_length=300, description="the engine's reference, e.g. localhost/suanli/python:3.11")
     description: str = Field(default="", max_length=2000)
     contents: ImageContents = Field(default_factory=ImageContents)
@@ -76,9 +77,13 @@ def _present_refs() -> set[str] | None:
 
 def _out(row: Image, refs: set[str] | None) -> ImageOut:
     return ImageOut(
-        name=row.name, ref=row.ref, description=row.description, default=row.is_default,
+        name=row.name,
+        ref=row.ref,
+        description=row.description,
+        default=row.is_default,
         contents=ImageContents(**images.normalize_contents(row.contents)),
-        present=None if refs is None else row.ref in refs, created_at=row.created_at,
+        present=None if refs is None else row.ref in refs,
+        created_at=row.created_at,
     )
 
 

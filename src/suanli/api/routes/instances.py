@@ -28,14 +28,24 @@ def _out(ctx: ServerContext, request: Request, row: Instance) -> InstanceOut:
 
 def to_request(body: InstanceCreate) -> instances.InstanceRequest:
     return instances.InstanceRequest(
-        name=body.name, gpu_model=body.gpu_model, gpu_count=body.gpu_count, gpu_milli=body.gpu_milli,
-        cpus=body.cpus, memory_gib=body.memory_gib, image=body.image, disk_gib=body.disk_gib, priority=body.priority,
-        max_price=body.max_price, ports=tuple(body.ports),
+        name=body.name,
+        gpu_model=body.gpu_model,
+        gpu_count=body.gpu_count,
+        gpu_milli=body.gpu_milli,
+        cpus=body.cpus,
+        memory_gib=body.memory_gib,
+        image=body.image,
+        disk_gib=body.disk_gib,
+        priority=body.priority,
+        max_price=body.max_price,
+        ports=tuple(body.ports),
     )
 
 
 @router.post("", response_model=InstanceOut, status_code=201)
-def create(body: InstanceCreate, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> InstanceOut:
+def create(
+    body: InstanceCreate, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> InstanceOut:
     require_isolation(ctx.db, ctx.backends, who, ctx.allow_process_runtime)
     row = instances.create(ctx.db, who, to_request(body))
     ctx.wake()
@@ -53,37 +63,52 @@ def list_(
 
 
 @router.get("/{instance_id}", response_model=InstanceOut)
-def get(instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> InstanceOut:
+def get(
+    instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> InstanceOut:
     return _out(ctx, request, instances.get(ctx.db, who, instance_id))
 
 
 @router.post("/{instance_id}/stop", response_model=InstanceOut)
-def stop(instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> InstanceOut:
+def stop(
+    instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> InstanceOut:
     row = instances.stop(ctx.db, who, instance_id)
     ctx.wake()
     return _out(ctx, request, row)
 
 
 @router.post("/{instance_id}/start", response_model=InstanceOut)
-def start(instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> InstanceOut:
+def start(
+    instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> InstanceOut:
     row = instances.start(ctx.db, who, instance_id)
     ctx.wake()
     return _out(ctx, request, row)
 
 
 @router.delete("/{instance_id}", response_model=InstanceOut)
-def delete(instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> InstanceOut:
+def delete(
+    instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> InstanceOut:
     row = instances.delete(ctx.db, who, instance_id, ctx.data_dir)
     ctx.wake()
     return _out(ctx, request, row)
 
 
 @router.post("/{instance_id}/exec", response_model=ExecOut)
-def exec_(instance_id: int, body: ExecRequest, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> ExecOut:
+def exec_(
+    instance_id: int, body: ExecRequest, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> ExecOut:
     result = instances.exec_(ctx.db, ctx.backends, who, instance_id, body.command, body.timeout_s)
     return ExecOut(exit_code=result.exit_code, output=result.output)
 
 
 @router.get("/{instance_id}/logs", response_model=LogsOut)
-def logs(instance_id: int, tail_bytes: int | None = Query(None, ge=1), ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> LogsOut:
+def logs(
+    instance_id: int,
+    tail_bytes: int | None = Query(None, ge=1),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> LogsOut:
     return LogsOut(text=instances.logs(ctx.db, ctx.backends, who, instance_id, tail_bytes))

@@ -49,14 +49,22 @@ def cancel(job_id: int, ctx: ServerContext = Depends(context), who: Principal = 
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogsOut)
-def logs(job_id: int, tail_bytes: int | None = Query(None, ge=1), ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> LogsOut:
+def logs(
+    job_id: int,
+    tail_bytes: int | None = Query(None, ge=1),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> LogsOut:
     return LogsOut(text=jobs.logs(ctx.db, ctx.backends, who, job_id, tail_bytes))
 
 
 @router.get("/events", response_model=list[EventOut])
 def events(
-    kind: str | None = None, object_id: int | None = None, limit: int = Query(200, ge=1, le=5000),
-    ctx: ServerContext = Depends(context), who: Principal = Depends(principal),
+    kind: str | None = None,
+    object_id: int | None = None,
+    limit: int = Query(200, ge=1, le=5000),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
 ) -> list[EventOut]:
     who.require("admin", "operator")
     with ctx.db.sessions() as s:

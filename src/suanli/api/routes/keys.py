@@ -22,8 +22,11 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    public_key: str = Field(min_length=1, max_length=keys.MAX_TEXT + 1,
-                            description="one OpenSSH public key line, e.g. the content of ~/.ssh/id_ed25519.pub")
+    public_key: str = Field(
+        min_length=1,
+        max_length=keys.MAX_TEXT + 1,
+        description="one OpenSSH public key line, e.g. the content of ~/.ssh/id_ed25519.pub",
+    )
     name: str = Field(default="", max_length=keys.NAME_MAX, description="a label; default: the key's comment")
 
 
@@ -37,8 +40,14 @@ class KeyOut(BaseModel):
 
 
 def key_out(row: SshKey) -> KeyOut:
-    return KeyOut(id=row.id, name=row.name, type=keys.key_type(row.public_key), fingerprint=row.fingerprint,
-                  public_key=row.public_key, created_at=row.created_at)
+    return KeyOut(
+        id=row.id,
+        name=row.name,
+        type=keys.key_type(row.public_key),
+        fingerprint=row.fingerprint,
+        public_key=row.public_key,
+        created_at=row.created_at,
+    )
 
 
 @router.post("", response_model=KeyOut, status_code=201)

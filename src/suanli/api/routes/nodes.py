@@ -43,7 +43,9 @@ def heartbeat(name: str, ctx: ServerContext = Depends(context), who: Principal =
 
 
 @router.patch("/nodes/{name}", response_model=NodeOut)
-def update_node(name: str, body: NodeUpdate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> NodeOut:
+def update_node(
+    name: str, body: NodeUpdate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> NodeOut:
     """Cordon a node (it keeps its work, gets no new work), mark it down, or make it ready."""
     nodes.set_state(ctx.db, who, name, body.state)
     ctx.wake()

@@ -28,7 +28,9 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, root: Path, runtime: str = "process", engine: Engine | None = None, *, ssh_bind: str = "127.0.0.1") -> None:
+    def __init__(
+        self, root: Path, runtime: str = "process", engine: Engine | None = None, *, ssh_bind: str = "127.0.0.1"
+    ) -> None:
         """``runtime``: ``container`` (needs ``engine``, or one that ``detect`` finds),
         ``process``, or ``auto`` (containers where an engine answers)."""
         self.root = Path(root).resolve()  # tasks run with other working directories

@@ -180,10 +180,12 @@ class ContainerRuntime:
 
     def _ensure_network(self, name: str) -> str:
         if name not in self._guarded:
+
             def ready(iface: str) -> None:
                 if not firewall.guard(iface):
-                    raise BackendError(f"cannot keep network {name} ({iface}) off this host's services (iptables): "
-                                       "no container is started on it")
+                    raise BackendError(
+                        f"cannot keep network {name} ({iface}) off this host's services (iptables): no container is started on it"
+                    )
 
             self.engine.ensure_network(name, {"suanli.root": root_label(self.root)}, ready)
             self._guarded.add(name)
@@ -228,21 +230,52 @@ class ContainerRuntime:
             else:
                 (tdir / "sshd_config").unlink(missing_ok=True)
             args = [
-                "--name", name, "--hostname", spec.key, "--init",
-                "--label", self.label, "--label", f"suanli.key={spec.key}", "--label", f"suanli.tenant={spec.tenant_id}",
-                "--network", network, *publish, *self._log_args(tdir),
-                *limit_args(spec.cpu_milli, spec.memory_mib, self.pids_limit), *gpu_args,
-                "--security-opt", "no-new-privileges", "--cap-drop", "NET_RAW", "--cap-drop", "MKNOD",
-                "--cap-drop", "AUDIT_WRITE",
-                "-v", f"{volume}:{WORKSPACE}", "-v", f"{tdir}:{MOUNT}:ro",
+                "--name",
+                name,
+                "--hostname",
+                spec.key,
+                "--init",
+                "--label",
+                self.label,
+                "--label",
+                f"suanli.key={spec.key}",
+                "--label",
+                f"suanli.tenant={spec.tenant_id}",
+                "--network",
+                network,
+                *publish,
+                *self._log_args(tdir),
+                *limit_args(spec.cpu_milli, spec.memory_mib, self.pids_limit),
+                *gpu_args,
+                "--security-opt",
+                "no-new-privileges",
+                "--cap-drop",
+                "NET_RAW",
+                "--cap-drop",
+                "MKNOD",
+                "--cap-drop",
+                "AUDIT_WRITE",
+                "-v",
+                f"{volume}:{WORKSPACE}",
+                "-v",
+                f"{tdir}:{MOUNT}:ro",
                 *self._master_host(spec, network),
-                spec.image, "sh", f"{MOUNT}/task.sh",
+                spec.image,
+                "sh",
+                f"{MOUNT}/task.sh",
             ]
             self.engine.run(args)
             data = {
-                "key": spec.key, "runtime": self.runtime, "name": name, "dir": str(tdir), "network": network,
-                "ports": {str(k): v for k, v in self.engine.host_ports(name).items()}, "gpu_access": gpu_access,
-                "volume": str(volume), "disk_enforced": enforced, "image": spec.image,
+                "key": spec.key,
+                "runtime": self.runtime,
+                "name": name,
+                "dir": str(tdir),
+                "network": network,
+                "ports": {str(k): v for k, v in self.engine.host_ports(name).items()},
+                "gpu_access": gpu_access,
+                "volume": str(volume),
+                "disk_enforced": enforced,
+                "image": spec.image,
             }
             write_atomic(tdir / "handle.json", json.dumps(data))
             return Handle("local", spec.key, data)
@@ -251,10 +284,16 @@ class ContainerRuntime:
         env = dict(spec.env)
         cwd = f"{WORKSPACE}/{spec.cwd}".rstrip("/") if spec.cwd else WORKSPACE
         env.update({k: f"{WORKSPACE}/{v}".rstrip("/") for k, v in spec.volume_env.items()})
-        env.update({
-            "SUANLI_RUNTIME": self.runtime, "SUANLI_WORKDIR": WORKSPACE, "SUANLI_CWD": cwd, "SUANLI_TASK_DIR": MOUNT,
-            "SUANLI_PREEMPT_DEADLINE_FILE": f"{MOUNT}/preempt_deadline", "HOME": env.get("HOME", "/root"),
-        })
+        env.update(
+            {
+                "SUANLI_RUNTIME": self.runtime,
+                "SUANLI_WORKDIR": WORKSPACE,
+                "SUANLI_CWD": cwd,
+                "SUANLI_TASK_DIR": MOUNT,
+                "SUANLI_PREEMPT_DEADLINE_FILE": f"{MOUNT}/preempt_deadline",
+                "HOME": env.get("HOME", "/root"),
+            }
+        )
         if spec.env.get("MASTER_ADDR") in ("127.0.0.1", "localhost") and spec.kind == "job":
             env["MASTER_ADDR"] = f"{spec.key.rsplit('-', 1)[0]}-0"  # rank 0's hostname (see _master_host)
         gpu_args: list[str] = []
@@ -337,8 +376,9 @@ class ContainerRuntime:
             text = parse_k8s_log(raw)
         else:
             done = self.engine.cli("logs", handle.data["name"], check=False)
-            text = (path.read_bytes() if path.exists() else b"").decode(errors="replace") + \
-                (done.stdout + done.stderr).decode(errors="replace")
+            text = (path.read_bytes() if path.exists() else b"").decode(errors="replace") + (done.stdout + done.stderr).decode(
+                errors="replace"
+            )
         return text[-tail_bytes:] if tail_bytes else text
 
     def list_running(self) -> list[Handle]:
@@ -360,10 +400,10 @@ class ContainerRuntime:
         if c is None or not c.running:
             raise BackendError(f"{handle.key} is not running")
         script = (
-            f". {MOUNT}/env.sh; cd \"$SUANLI_CWD\" 2>/dev/null; "
+            f'. {MOUNT}/env.sh; cd "$SUANLI_CWD" 2>/dev/null; '
             f"if [ -s {MOUNT}/preempt_deadline ]; then export SUANLI_PREEMPT_DEADLINE=$(cat {MOUNT}/preempt_deadline); fi; "
-            f"if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL {max(1, int(timeout_s))} sh -c \"$1\"; "
-            "else exec sh -c \"$1\"; fi"
+            f'if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL {max(1, int(timeout_s))} sh -c "$1"; '
+            'else exec sh -c "$1"; fi'
         )
         try:
             done = self.engine.exec(name, ["sh", "-c", script, "suanli-exec", command], timeout_s + 5)
@@ -405,4 +445,3 @@ def _read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         return None
-

@@ -65,10 +65,17 @@ class Engine:
         self._generation = 0  #: bumped by every change, so a listing taken before one is not kept
 
     # -- plumbing ------------------------------------------------------------------------
-    def cli(self, *args: str, timeout_s: float = 60.0, check: bool = True, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    def cli(
+        self, *args: str, timeout_s: float = 60.0, check: bool = True, input: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
         try:
-            done = subprocess.run([self.facts.binary, *args], capture_output=True, timeout=timeout_s, input=input,
-                                  stdin=None if input is not None else subprocess.DEVNULL)
+            done = subprocess.run(
+                [self.facts.binary, *args],
+                capture_output=True,
+                timeout=timeout_s,
+                input=input,
+                stdin=None if input is not None else subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired as exc:
             raise BackendError(f"{self.facts.binary} {args[0]} timed out after {timeout_s}s") from exc
         except OSError as exc:
@@ -106,7 +113,9 @@ class Engine:
                 return self._ps[2]
             generation = self._generation
         raw = self.cli("ps", "-a", "--filter", f"label={label}", "--format", "json").stdout.decode() or "[]"
-        rows: list[dict[str, Any]] = json.loads(raw) if raw.strip().startswith("[") else [json.loads(x) for x in raw.splitlines() if x.strip()]
+        rows: list[dict[str, Any]] = (
+            json.loads(raw) if raw.strip().startswith("[") else [json.loads(x) for x in raw.splitlines() if x.strip()]
+        )
         out: dict[str, Container] = {}
         for r in rows:
             names = r.get("Names") or []
@@ -163,8 +172,9 @@ class Engine:
 
     def exec(self, name: str, argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[bytes]:
         try:
-            return subprocess.run([self.facts.binary, "exec", name, *argv], capture_output=True, timeout=timeout_s,
-                                  stdin=subprocess.DEVNULL)
+            return subprocess.run(
+                [self.facts.binary, "exec", name, *argv], capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
             raise
         except OSError as exc:
@@ -190,8 +200,11 @@ class Engine:
             for _ in range(3):
                 net = self._inspect_network(name)
                 if net is None:
-                    opts = ["--opt", "isolate=true", "--disable-dns"] if self.facts.binary == "podman" else \
-                        ["--opt", "com.docker.network.bridge.enable_icc=true"]
+                    opts = (
+                        ["--opt", "isolate=true", "--disable-dns"]
+                        if self.facts.binary == "podman"
+                        else ["--opt", "com.docker.network.bridge.enable_icc=true"]
+                    )
                     lab = [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
                     made = self.cli("network", "create", *opts, *lab, name, check=False)
                     if made.returncode != 0 and b"already exists" not in made.stderr:
@@ -278,7 +291,7 @@ def _subnets(net: dict) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
 def detect(preferred: str | None = None) -> Engine | None:
     """The engine of this host: Podman first (daemonless), else a Docker Engine that answers.
     ``preferred``: ``podman`` or ``docker`` only."""
-    for binary in ([preferred] if preferred else ["podman", "docker"]):
+    for binary in [preferred] if preferred else ["podman", "docker"]:
         if not shutil.which(binary):
             continue
         facts = EngineFacts(binary) if binary == "podman" else EngineFacts(binary, oci_runtime=None)

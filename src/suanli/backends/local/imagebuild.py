@@ -39,9 +39,16 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_SUITE = "bookworm"
 #: what the python image installs on top of minbase: kept short, each one earns its place
 PYTHON_PACKAGES = (
-    "python3", "python3-venv", "python3-pip",          # the language, venvs, pip
-    "openssh-server", "openssh-sftp-server",           # ssh, scp and sftp into the container
-    "bash", "ca-certificates", "procps", "iproute2", "curl",  # a usable shell: ps/kill, ip, https
+    "python3",
+    "python3-venv",
+    "python3-pip",  # the language, venvs, pip
+    "openssh-server",
+    "openssh-sftp-server",  # ssh, scp and sftp into the container
+    "bash",
+    "ca-certificates",
+    "procps",
+    "iproute2",
+    "curl",  # a usable shell: ps/kill, ip, https
 )
 #: the limits every container this module runs must get on this machine kind (runc, no
 #: CAP_SYS_RESOURCE: the engine must not raise rlimits); only ``podman build`` needs them here
@@ -49,11 +56,21 @@ PODMAN_RUN_FLAGS = ("--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulim
 #: files that must not be baked into an image: host keys would be shared by every
 #: container (the runtime generates them at start, ``ssh-keygen -A``), the rest is bulk
 PRUNE = (
-    "etc/ssh/ssh_host_*", "etc/machine-id", "var/lib/dbus/machine-id",
-    "var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*",
-    "var/cache/debconf/*-old", "var/log/*.log", "var/log/apt/*",
-    "usr/share/doc/*", "usr/share/man/*", "usr/share/info/*", "usr/share/locale/*",
-    "usr/share/lintian/*", "usr/share/common-licenses/*",
+    "etc/ssh/ssh_host_*",
+    "etc/machine-id",
+    "var/lib/dbus/machine-id",
+    "var/cache/apt/archives/*.deb",
+    "var/cache/apt/*.bin",
+    "var/lib/apt/lists/*",
+    "var/cache/debconf/*-old",
+    "var/log/*.log",
+    "var/log/apt/*",
+    "usr/share/doc/*",
+    "usr/share/man/*",
+    "usr/share/info/*",
+    "usr/share/locale/*",
+    "usr/share/lintian/*",
+    "usr/share/common-licenses/*",
 )
 
 
@@ -116,8 +133,13 @@ class Builder:
             if stdin_from:
                 feeder = subprocess.Popen(stdin_from, stdout=subprocess.PIPE, stderr=feeder_log, cwd=cwd)
             proc = subprocess.Popen(
-                argv, stdin=feeder.stdout if feeder else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, cwd=cwd, text=True, errors="replace",
+                argv,
+                stdin=feeder.stdout if feeder else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                text=True,
+                errors="replace",
             )
         except FileNotFoundError as exc:
             feeder_log.close()
@@ -143,8 +165,12 @@ class Builder:
 
     def import_rootfs(self, rootfs: Path, ref: str, recipe: Recipe, cmd: list[str], env: Iterable[str] = ()) -> None:
         """Tar ``rootfs`` (numeric owners, as root sees them) into ``ENGINE import``."""
-        changes = [f"CMD {json.dumps(cmd)}", "WORKDIR /workspace", *(f"ENV {e}" for e in env),
-                   f"LABEL io.suanli.recipe={recipe.name}"]
+        changes = [
+            f"CMD {json.dumps(cmd)}",
+            "WORKDIR /workspace",
+            *(f"ENV {e}" for e in env),
+            f"LABEL io.suanli.recipe={recipe.name}",
+        ]
         argv = [self.engine, "import"]
         for c in changes:
             argv += ["--change", c]
@@ -255,17 +281,26 @@ RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
         Recipe(
-            name="python", ref="localhost/suanli/python:3.11", default=True, builder=_build_python,
+            name="python",
+            ref="localhost/suanli/python:3.11",
+            default=True,
+            builder=_build_python,
             description="Debian 12 with Python 3.11, venv and pip, OpenSSH server (ssh, scp, sftp), bash, curl",
             contents={"python": "3.11", "cuda": None, "jupyterlab": False, "sshd": True},
         ),
         Recipe(
-            name="tiny", ref="localhost/suanli/tiny:1", builder=_build_tiny,
+            name="tiny",
+            ref="localhost/suanli/tiny:1",
+            builder=_build_tiny,
             description="BusyBox only (sh and the core utilities): a few MB, for tests and smoke checks",
             contents={"python": None, "cuda": None, "jupyterlab": False, "sshd": False},
         ),
         Recipe(
-            name="jupyter", ref="localhost/suanli/jupyter:4", builder=_build_jupyter, seeded=False, needs=("python",),
+            name="jupyter",
+            ref="localhost/suanli/jupyter:4",
+            builder=_build_jupyter,
+            seeded=False,
+            needs=("python",),
             description="The python image plus JupyterLab 4 from PyPI",
             contents={"python": "3.11", "cuda": None, "jupyterlab": True, "sshd": True},
         ),
@@ -286,7 +321,12 @@ def detect_engine() -> str | None:
         return "podman"
     if shutil.which("docker"):
         try:
-            ok = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, timeout=5).returncode == 0
+            ok = (
+                subprocess.run(
+                    ["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, timeout=5
+                ).returncode
+                == 0
+            )
         except (OSError, subprocess.TimeoutExpired):
             ok = False
         return "docker" if ok else None
@@ -305,7 +345,9 @@ def local_refs(engine: str = "podman") -> set[str] | None:
     """Every ``repository:tag`` the engine holds, in one call (the image listing asks this
     once rather than once per catalog row); None when the engine does not answer."""
     try:
-        out = subprocess.run([engine, "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [engine, "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode:
@@ -323,9 +365,15 @@ def recipe(name: str) -> Recipe:
         raise KeyError(f"no recipe {name!r}; recipes: {', '.join(sorted(RECIPES))}") from None
 
 
-def build(name: str, engine: str = "podman", progress: Progress = lambda _l: None,
-          cache_dir: Path | None = None, work_dir: Path | None = None, force: bool = False,
-          ref: str | None = None) -> BuildResult:
+def build(
+    name: str,
+    engine: str = "podman",
+    progress: Progress = lambda _l: None,
+    cache_dir: Path | None = None,
+    work_dir: Path | None = None,
+    force: bool = False,
+    ref: str | None = None,
+) -> BuildResult:
     """Build recipe ``name`` (and the recipes it starts from, when missing) unless the
     engine already has it; ``force`` rebuilds (and drops the image it replaces when no
     container uses it). ``ref`` tags it otherwise than the recipe does (tests). Progress
@@ -389,8 +437,14 @@ def _pull(src: str, ref: str, engine: str, progress: Progress, timeout_s: float 
     """``ENGINE pull SRC`` with its output as progress, then tag it ``ref``."""
     progress(f"$ {engine} pull {src}")
     try:
-        proc = subprocess.Popen([engine, "pull", src], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace")
+        proc = subprocess.Popen(
+            [engine, "pull", src],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
     except OSError as exc:
         progress(f"cannot run {engine}: {exc}")
         return False
@@ -410,8 +464,14 @@ def _pull(src: str, ref: str, engine: str, progress: Progress, timeout_s: float 
     return True
 
 
-def pull(name: str, registry: str, engine: str = "podman", progress: Progress = lambda _l: None,
-         timeout_s: float = 10.0, ref: str | None = None) -> bool:
+def pull(
+    name: str,
+    registry: str,
+    engine: str = "podman",
+    progress: Progress = lambda _l: None,
+    timeout_s: float = 10.0,
+    ref: str | None = None,
+) -> bool:
     """``ENGINE pull REGISTRY/<repo>:<tag>`` and tag it as the recipe's local ref (or
     ``ref``); False, within ``timeout_s``, when the registry does not answer."""
     r = recipe(name)
@@ -423,9 +483,16 @@ def pull(name: str, registry: str, engine: str = "podman", progress: Progress = 
     return _pull(src, ref or r.ref, engine, progress)
 
 
-def pull_or_build(name: str, engine: str = "podman", progress: Progress = lambda _l: None,
-                  registry: str | None = None, pull_timeout_s: float = 10.0,
-                  cache_dir: Path | None = None, work_dir: Path | None = None, ref: str | None = None) -> BuildResult:
+def pull_or_build(
+    name: str,
+    engine: str = "podman",
+    progress: Progress = lambda _l: None,
+    registry: str | None = None,
+    pull_timeout_s: float = 10.0,
+    cache_dir: Path | None = None,
+    work_dir: Path | None = None,
+    ref: str | None = None,
+) -> BuildResult:
     """Make image ``name`` present: nothing when the engine has it; for a built-in recipe,
     a pull where a registry (``registry`` or ``$SUANLI_IMAGE_REGISTRY``, e.g.
     ``registry.example.com/suanli``) answers within ``pull_timeout_s``, else a local build;

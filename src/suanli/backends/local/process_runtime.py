@@ -103,8 +103,14 @@ class ProcessRuntime:
             (tdir / "task.sh").write_text(WRAPPER.format(key=spec.key))
             env = base_env()
             env.update(spec.env)
-            own = {"SUANLI_TASK_DIR": str(tdir), "SUANLI_WORKDIR": str(workdir), "SUANLI_CWD": str(cwd),
-                   "SUANLI_RUNTIME": self.runtime, "SUANLI_PREEMPT_DEADLINE_FILE": str(tdir / "preempt_deadline"), **paths}
+            own = {
+                "SUANLI_TASK_DIR": str(tdir),
+                "SUANLI_WORKDIR": str(workdir),
+                "SUANLI_CWD": str(cwd),
+                "SUANLI_RUNTIME": self.runtime,
+                "SUANLI_PREEMPT_DEADLINE_FILE": str(tdir / "preempt_deadline"),
+                **paths,
+            }
             env.update(own)
             fd = os.open(tdir / "env.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -123,8 +129,16 @@ class ProcessRuntime:
                 except OSError as exc:
                     raise BackendError(f"cannot start {spec.key}: {exc}") from exc
             ticks = process.start_ticks(child.pid)
-            data = {"key": spec.key, "runtime": self.runtime, "pid": child.pid, "pgid": child.pid, "ticks": ticks or -1,
-                    "dir": str(tdir), "ports": {str(p): p for p in spec.ports}, "gpu_access": "virtual" if spec.gpu_indices else "none"}
+            data = {
+                "key": spec.key,
+                "runtime": self.runtime,
+                "pid": child.pid,
+                "pgid": child.pid,
+                "ticks": ticks or -1,
+                "dir": str(tdir),
+                "ports": {str(p): p for p in spec.ports},
+                "gpu_access": "virtual" if spec.gpu_indices else "none",
+            }
             (tdir / "handle.json").write_text(json.dumps(data))
             self._children[spec.key] = child
             return Handle("local", spec.key, data)

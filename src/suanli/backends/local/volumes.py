@@ -40,8 +40,12 @@ def mount_sized(path: Path, gib: int) -> bool:
             with open(img, "wb") as f:
                 f.truncate(gib << 30)
             os.chmod(img, 0o600)
-            subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", str(img)],
-                           check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", str(img)],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
         elif img.stat().st_size < gib << 30:  # a bigger disk was asked for: grow it
             with open(img, "r+b") as f:
                 f.truncate(gib << 30)

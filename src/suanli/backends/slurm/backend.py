@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handle, TaskSpec, TaskState, TaskStatus, read_log
-from suanli.backends.slurm.client import SlurmClient, SlurmError
 from suanli.backends.local.container_runtime import write_atomic
+from suanli.backends.slurm.client import SlurmClient, SlurmError
 from suanli.backends.slurm.container import SlurmContainers
 from suanli.backends.slurm.model import NodeHealth, SlurmJob, SlurmNode
 from suanli.backends.slurm.parse import SlurmParseError
@@ -165,17 +165,30 @@ class SlurmBackend:
         for node in self.nodes(fresh=True).values():
             types = node.gpus()
             if len(types) > 1:
-                raise BackendError(f"Slurm node {node.name} has GPUs of several types {sorted(types)}; "
-                                   "Suanli needs one GPU model per node")
+                raise BackendError(
+                    f"Slurm node {node.name} has GPUs of several types {sorted(types)}; Suanli needs one GPU model per node"
+                )
             gpu_type, count = next(iter(types.items())) if types else ("none", 0)
             model = (gpu_type or "gpu").upper()
-            labels = {"slurm_node": node.name, "slurm_gpu_type": gpu_type,
-                      "shards_per_gpu": str(node.shards_per_gpu), "slurm_state": node.state}
-            decls.append(NodeDecl(
-                name=node.name, gpu_model=model, gpu_count=count, gpu_memory_gib=_catalog_memory_gib(model),
-                cpu_cores=max(1, node.cpus), memory_gib=max(1, node.memory_mb) / 1024, backend="slurm",
-                zone=(node.partitions[0] if node.partitions else ""), labels=labels,
-            ))
+            labels = {
+                "slurm_node": node.name,
+                "slurm_gpu_type": gpu_type,
+                "shards_per_gpu": str(node.shards_per_gpu),
+                "slurm_state": node.state,
+            }
+            decls.append(
+                NodeDecl(
+                    name=node.name,
+                    gpu_model=model,
+                    gpu_count=count,
+                    gpu_memory_gib=_catalog_memory_gib(model),
+                    cpu_cores=max(1, node.cpus),
+                    memory_gib=max(1, node.memory_mb) / 1024,
+                    backend="slurm",
+                    zone=(node.partitions[0] if node.partitions else ""),
+                    labels=labels,
+                )
+            )
         if not decls:
             raise BackendError("the Slurm cluster reports no nodes")
         return Inventory(nodes=decls)
@@ -205,20 +218,33 @@ class SlurmBackend:
         in_container = self.in_container(spec)
         # a container's environment is its env.sh; the batch script keeps only its own
         env = {} if in_container else {k: v for k, v in spec.env.items() if k not in SLURM_OWNED_ENV}
-        env.update({
-            "SUANLI_TASK_DIR": str(tdir), "SUANLI_WORKDIR": workdir,
-            "SUANLI_PREEMPT_DEADLINE_FILE": str(tdir / "preempt_deadline"),
-            "SUANLI_SLURM_TAG": self.tag(spec.key),
-        })
+        env.update(
+            {
+                "SUANLI_TASK_DIR": str(tdir),
+                "SUANLI_WORKDIR": workdir,
+                "SUANLI_PREEMPT_DEADLINE_FILE": str(tdir / "preempt_deadline"),
+                "SUANLI_SLURM_TAG": self.tag(spec.key),
+            }
+        )
         command = self.containers.command(spec, str(tdir), workdir, cpus) if in_container else COMMAND
         return SbatchSpec(
-            name=spec.key, command=command, node=spec.node, gpu_type=gpu_type, gpu_count=gpu_count,
-            shards=shards, cpus=cpus,
-            memory_mb=spec.memory_mib or None, partition=self.partition, requeue=True,
-            notice_s=self.notice_s, env=env, output=str(tdir / "output.log"),
+            name=spec.key,
+            command=command,
+            node=spec.node,
+            gpu_type=gpu_type,
+            gpu_count=gpu_count,
+            shards=shards,
+            cpus=cpus,
+            memory_mb=spec.memory_mib or None,
+            partition=self.partition,
+            requeue=True,
+            notice_s=self.notice_s,
+            env=env,
+            output=str(tdir / "output.log"),
             # a process starts where the job's uploaded code is; a container there too (SUANLI_CWD)
             workdir=str(Path(workdir) / spec.cwd) if spec.cwd and not in_container else workdir,
-            comment=self.tag(spec.key), engine=self.containers.engine if in_container else None,
+            comment=self.tag(spec.key),
+            engine=self.containers.engine if in_container else None,
         )
 
     def in_container(self, spec: TaskSpec) -> bool:
@@ -244,9 +270,15 @@ class SlurmBackend:
         if sb.engine:
             for name, (text, mode) in self.containers.files(spec).items():
                 write_atomic(tdir / name, text, mode)
-            data = {"runtime": "container", "container": self.containers.name(spec.key), "image": spec.image,
-                    "network": self.containers.network(spec), "volume": sb.workdir,
-                    "gpu_access": self.containers.gpu_access if spec.gpu_indices else "none", "disk_enforced": False}
+            data = {
+                "runtime": "container",
+                "container": self.containers.name(spec.key),
+                "image": spec.image,
+                "network": self.containers.network(spec),
+                "volume": sb.workdir,
+                "gpu_access": self.containers.gpu_access if spec.gpu_indices else "none",
+                "disk_enforced": False,
+            }
         else:
             (tdir / "setup.sh").write_text(spec.setup + "\n" if spec.setup else "")
             (tdir / "run.sh").write_text(RUN_PREAMBLE + spec.run + "\n")
@@ -289,7 +321,6 @@ class SlurmBackend:
         try:
             records = [r for r in self.client.accounting([job_id]) if r.job_id == job_id]
         except (SlurmError, SlurmParseError):  # no slurmdbd, or "Nothing found"
-
             return None
         return records[-1] if records else None
 
@@ -359,9 +390,14 @@ class SlurmBackend:
         out = []
         for job in sorted(self.jobs(fresh=True).values(), key=lambda j: j.job_id):
             if job.is_active and job.comment.startswith(prefix):
-                key = job.comment[len(prefix):]
-                data = {"runtime": "process", "job_id": job.job_id, "tag": job.comment,
-                        "dir": str(self.task_dir(key)), "node": job.node or ""}
+                key = job.comment[len(prefix) :]
+                data = {
+                    "runtime": "process",
+                    "job_id": job.job_id,
+                    "tag": job.comment,
+                    "dir": str(self.task_dir(key)),
+                    "node": job.node or "",
+                }
                 try:
                     stored = json.loads((self.task_dir(key) / "handle.json").read_text())
                 except (OSError, ValueError):
@@ -391,8 +427,9 @@ class SlurmBackend:
             env["SUANLI_PREEMPT_DEADLINE"] = deadline.read_text().strip()
         exports = "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in env.items())
         try:
-            code, output = self.client.step(int(job.job_id), job.node, ["bash", "-c", exports + command],
-                                            env.get("SUANLI_WORKDIR") or str(tdir), timeout_s)
+            code, output = self.client.step(
+                int(job.job_id), job.node, ["bash", "-c", exports + command], env.get("SUANLI_WORKDIR") or str(tdir), timeout_s
+            )
         except SlurmError as exc:
             raise BackendError(f"exec in {handle.key} (Slurm job {job.job_id}): {exc}") from exc
         with open(tdir / "output.log", "a") as log:

@@ -78,9 +78,7 @@ class SlurmClient:
         """Run one Slurm command; return stdout or raise ``SlurmError``."""
         cmd, env = self._command(args)
         try:
-            proc = subprocess.run(
-                cmd, input=stdin, capture_output=True, text=True, env=env, timeout=self.timeout_s, check=False
-            )
+            proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
             raise SlurmError(cmd, None, _text(exc.stderr), _text(exc.stdout)) from exc
         except FileNotFoundError as exc:
@@ -161,8 +159,19 @@ class SlurmClient:
         """Run ``argv`` as a step inside running job ``job_id`` on ``node``, sharing the
         job's resources (``--overlap``); return its exit code (124 on timeout) and output.
         A non-zero exit is the command's answer, not an error."""
-        cmd, env = self._command(["srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1",
-                                  "--ntasks=1", f"--chdir={workdir}", "--quiet", *argv])
+        cmd, env = self._command(
+            [
+                "srun",
+                f"--jobid={job_id}",
+                "--overlap",
+                f"--nodelist={node}",
+                "--nodes=1",
+                "--ntasks=1",
+                f"--chdir={workdir}",
+                "--quiet",
+                *argv,
+            ]
+        )
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
@@ -178,9 +187,7 @@ class SlurmClient:
     def release(self, job_id: int) -> None:
         self.run(["scontrol", "release", str(job_id)])
 
-    def update_pending(
-        self, job_id: int, *, node: str | None = None, gres: str | None = None, start_now: bool = False
-    ) -> None:
+    def update_pending(self, job_id: int, *, node: str | None = None, gres: str | None = None, start_now: bool = False) -> None:
         """Re-pin a pending (e.g. requeued) job, and let it start without waiting.
 
         A requeued job waits ``cred_expire + 1`` s (BeginTime) before it may run again;

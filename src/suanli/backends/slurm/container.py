@@ -34,16 +34,23 @@ from suanli.backends.local.firewall import COMMENT
 
 #: Set by Slurm or the batch script on the node, passed into the container at start; never
 #: taken from the control plane's environment (``env.sh`` would override them).
-NODE_ENV = ("CUDA_VISIBLE_DEVICES", "SUANLI_GPU_INDICES", "SUANLI_RESTART_COUNT", "SLURM_JOB_ID",
-            "SLURM_RESTART_COUNT", "SLURMD_NODENAME", "SLURM_CPUS_PER_TASK")
+NODE_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "SUANLI_GPU_INDICES",
+    "SUANLI_RESTART_COUNT",
+    "SLURM_JOB_ID",
+    "SLURM_RESTART_COUNT",
+    "SLURMD_NODENAME",
+    "SLURM_CPUS_PER_TASK",
+)
 GPU_ACCESS = ("cdi", "virtual")
 
 #: ``podman exec`` script: the task's environment, its working directory, the spot deadline
 #: when there is one, and a time limit (as the local runtime's exec).
 EXEC_SCRIPT = (
-    f". {MOUNT}/env.sh; cd \"$SUANLI_CWD\" 2>/dev/null; "
+    f'. {MOUNT}/env.sh; cd "$SUANLI_CWD" 2>/dev/null; '
     f"if [ -s {MOUNT}/preempt_deadline ]; then export SUANLI_PREEMPT_DEADLINE=$(cat {MOUNT}/preempt_deadline); fi; "
-    "if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL \"$2\" sh -c \"$1\"; else exec sh -c \"$1\"; fi"
+    'if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL "$2" sh -c "$1"; else exec sh -c "$1"; fi'
 )
 
 
@@ -74,10 +81,16 @@ class SlurmContainers:
         env = {k: v for k, v in spec.env.items() if k not in NODE_ENV and k != "ASCEND_RT_VISIBLE_DEVICES"}
         cwd = f"{WORKSPACE}/{spec.cwd}".rstrip("/") if spec.cwd else WORKSPACE
         env.update({k: f"{WORKSPACE}/{v}".rstrip("/") for k, v in spec.volume_env.items()})
-        env.update({
-            "SUANLI_RUNTIME": "container", "SUANLI_WORKDIR": WORKSPACE, "SUANLI_CWD": cwd, "SUANLI_TASK_DIR": MOUNT,
-            "SUANLI_PREEMPT_DEADLINE_FILE": f"{MOUNT}/preempt_deadline", "HOME": env.get("HOME", "/root"),
-        })
+        env.update(
+            {
+                "SUANLI_RUNTIME": "container",
+                "SUANLI_WORKDIR": WORKSPACE,
+                "SUANLI_CWD": cwd,
+                "SUANLI_TASK_DIR": MOUNT,
+                "SUANLI_PREEMPT_DEADLINE_FILE": f"{MOUNT}/preempt_deadline",
+                "HOME": env.get("HOME", "/root"),
+            }
+        )
         if self.network(spec) != "host" and "MASTER_ADDR" in env:
             env["MASTER_ADDR"] = "127.0.0.1"  # every rank of a one-node job is in this container
         return env
@@ -95,15 +108,41 @@ class SlurmContainers:
     def run_args(self, spec: TaskSpec, tdir: str, volume: str, cpus: int) -> list[str]:
         """Everything of ``ENGINE run`` that the server knows (the node adds GPUs and ids)."""
         facts = EngineFacts(self.engine) if self.engine == "podman" else EngineFacts(self.engine, oci_runtime=None)
-        engine_args = (["--runtime", facts.oci_runtime] if facts.oci_runtime else []) + \
-            [a for u in facts.ulimits for a in ("--ulimit", u)]
+        engine_args = (["--runtime", facts.oci_runtime] if facts.oci_runtime else []) + [
+            a for u in facts.ulimits for a in ("--ulimit", u)
+        ]
         return [
-            "--rm", "--replace", "--name", self.name(spec.key), "--hostname", spec.key, "--init", "--pull", self.pull,
-            "--label", f"suanli.tag={self.tag}", "--label", f"suanli.key={spec.key}", "--label", f"suanli.tenant={spec.tenant_id}",
-            *engine_args, "--network", self.network(spec),
+            "--rm",
+            "--replace",
+            "--name",
+            self.name(spec.key),
+            "--hostname",
+            spec.key,
+            "--init",
+            "--pull",
+            self.pull,
+            "--label",
+            f"suanli.tag={self.tag}",
+            "--label",
+            f"suanli.key={spec.key}",
+            "--label",
+            f"suanli.tenant={spec.tenant_id}",
+            *engine_args,
+            "--network",
+            self.network(spec),
             *limit_args(spec.cpu_milli or cpus * 1000, spec.memory_mib, self.pids_limit),
-            "--security-opt", "no-new-privileges", "--cap-drop", "NET_RAW", "--cap-drop", "MKNOD", "--cap-drop", "AUDIT_WRITE",
-            "-v", f"{volume}:{WORKSPACE}", "-v", f"{tdir}:{MOUNT}:ro",
+            "--security-opt",
+            "no-new-privileges",
+            "--cap-drop",
+            "NET_RAW",
+            "--cap-drop",
+            "MKNOD",
+            "--cap-drop",
+            "AUDIT_WRITE",
+            "-v",
+            f"{volume}:{WORKSPACE}",
+            "-v",
+            f"{tdir}:{MOUNT}:ro",
         ]
 
     def command(self, spec: TaskSpec, tdir: str, volume: str, cpus: int) -> str:
@@ -138,12 +177,12 @@ class SlurmContainers:
                 '{ echo "[suanli] no NVIDIA CDI spec on ${SLURMD_NODENAME:-this node} (nvidia-ctk cdi generate)" >&2; exit 125; }',
                 '  IFS=, read -ra idx <<<"$CUDA_VISIBLE_DEVICES"; seq=""',
                 '  for i in "${!idx[@]}"; do gpus+=(--device "nvidia.com/gpu=${idx[i]}"); seq="${seq:+$seq,}$i"; done',
-                '  export CUDA_VISIBLE_DEVICES=$seq',
+                "  export CUDA_VISIBLE_DEVICES=$seq",
                 "fi",
             ]
         lines += [
             "envs=()",
-            f"for n in {' '.join(NODE_ENV)}; do [ -n \"${{!n+x}}\" ] && envs+=(-e \"$n=${{!n}}\"); done",
+            f'for n in {" ".join(NODE_ENV)}; do [ -n "${{!n+x}}" ] && envs+=(-e "$n=${{!n}}"); done',
             f'exec {eng} run --cidfile "$SUANLI_CIDFILE" --label "suanli.slurm_run=$SUANLI_RUN_ID" '
             f'--label "suanli.slurm_job=${{SLURM_JOB_ID:-}}" {static} "${{gpus[@]}}" "${{envs[@]}}" '
             f"{shlex.quote(spec.image)} sh {MOUNT}/task.sh",
@@ -152,5 +191,4 @@ class SlurmContainers:
 
     def exec_argv(self, key: str, command: str, timeout_s: float) -> list[str]:
         """``ENGINE exec`` into the task's container (run on its node as a Slurm step)."""
-        return [self.engine, "exec", self.name(key), "sh", "-c", EXEC_SCRIPT, "suanli-exec", command,
-                str(max(1, int(timeout_s)))]
+        return [self.engine, "exec", self.name(key), "sh", "-c", EXEC_SCRIPT, "suanli-exec", command, str(max(1, int(timeout_s)))]

@@ -32,13 +32,36 @@ class NodeHealth(StrEnum):
 
 #: Jobs in these states hold or wait for resources; Suanli must keep tracking them.
 ACTIVE_JOB_STATES = frozenset(
-    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-     "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+    }
 )
 #: Jobs in these states are over for good (unless someone requeues them by hand).
 FINAL_JOB_STATES = frozenset(
-    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-     "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"}
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
 )
 
 
@@ -95,8 +118,7 @@ class SlurmNode:
         still ``mixed``) or ``DOWN, NOT_RESPONDING: Not responding``; "" when not down."""
         if self.health != NodeHealth.DOWN:
             return ""
-        what = ([self.state.upper()] if self.state in DOWN_NODE_STATES else []) + [
-            f for f in self.flags if f in DOWN_NODE_FLAGS]
+        what = ([self.state.upper()] if self.state in DOWN_NODE_STATES else []) + [f for f in self.flags if f in DOWN_NODE_FLAGS]
         return ", ".join(what) + (f": {self.reason}" if self.reason else "")
 
     def gpus(self) -> dict[str, int]:

@@ -190,7 +190,7 @@ def _handlers(pass_fn: list[str]) -> list[str]:
         "suanli_notice() {  # USR1: the spot notice; record the deadline, pass it on",
         "  notified=1",
         "  printf -v now '%(%s)T' -1",
-        '  deadline=$(( now + ${SUANLI_NOTICE_S:-0} ))',
+        "  deadline=$(( now + ${SUANLI_NOTICE_S:-0} ))",
         '  [ -n "${SUANLI_PREEMPT_DEADLINE_FILE:-}" ] && echo "$deadline" >"$SUANLI_PREEMPT_DEADLINE_FILE"',
         "  suanli_pass USR1",
         '  echo "suanli: notice received, deadline $deadline" >&2',
@@ -200,7 +200,7 @@ def _handlers(pass_fn: list[str]) -> list[str]:
         "    suanli_notice",
         # both at once, bash may run the workload's TERM trap (exit) before its USR1 trap:
         # give it NOTICE_GAP_S to start on the notice (a fork-free sleep on a silent pipe)
-        f"    read -r -t {NOTICE_GAP_S} -u \"$suanli_quiet\" _",
+        f'    read -r -t {NOTICE_GAP_S} -u "$suanli_quiet" _',
         "  fi",
         "  suanli_pass TERM",
         "}",
@@ -212,7 +212,7 @@ def _handlers(pass_fn: list[str]) -> list[str]:
 
 #: Waits for the workload; the script's exit status is the workload's.
 _WAIT = [
-    '# wait returns early when a trapped signal arrives; keep waiting for the workload',
+    "# wait returns early when a trapped signal arrives; keep waiting for the workload",
     'while kill -0 "$child" 2>/dev/null; do wait "$child"; done',
     'wait "$child"',
 ]
@@ -232,10 +232,10 @@ def _process_wrapper(spec: SbatchSpec) -> list[str]:
         f"/bin/bash -c {shlex.quote(spec.command)} &",
         "child=$!",
         "set +m",
-        'for sig in $pending; do',
+        "for sig in $pending; do",
         f'  [ "$sig" = TERM ] && [ "$notified" = 1 ] && read -r -t {NOTICE_GAP_S} -u "$suanli_quiet" _',
         '  kill -"$sig" -- -"$child" 2>/dev/null',
-        'done',
+        "done",
         *_WAIT,
     ]
 
@@ -251,8 +251,7 @@ def _container_wrapper(spec: SbatchSpec) -> list[str]:
     # remove this run's container: TERM, KILL after $2 s (--rm has done it when the workload ended)
     sweep = f'{eng} ps -aq --filter "label=suanli.slurm_run=$1" | xargs -r {eng} rm -f -i -t "$2" >/dev/null 2>&1'
     guard = (  # outlives a KILLed batch shell: runs outside the job's process tree, ignores its signals
-        'trap "" TERM INT HUP USR1; while kill -0 "$3" 2>/dev/null; do sleep 1; done; '
-        f"{sweep}; rm -f \"$4\""
+        f'trap "" TERM INT HUP USR1; while kill -0 "$3" 2>/dev/null; do sleep 1; done; {sweep}; rm -f "$4"'
     )
     pass_fn = [
         "ready=''",
@@ -275,11 +274,11 @@ def _container_wrapper(spec: SbatchSpec) -> list[str]:
         "suanli_cleanup() {  # no container outlives its job, whatever ended it",
         "  local rc=$?",
         # the engine died before its container (a signal race): the workload still gets a grace period
-        f"  set -- \"$SUANLI_RUN_ID\" {CLEANUP_GRACE_S}; {sweep}",
+        f'  set -- "$SUANLI_RUN_ID" {CLEANUP_GRACE_S}; {sweep}',
         '  rm -f "$SUANLI_CIDFILE"',
         '  exit "$rc"',
         "}",
-        f"( setsid /bin/bash -c {shlex.quote(guard)} suanli-guard \"$SUANLI_RUN_ID\" 0 $$ \"$SUANLI_CIDFILE\" "
+        f'( setsid /bin/bash -c {shlex.quote(guard)} suanli-guard "$SUANLI_RUN_ID" 0 $$ "$SUANLI_CIDFILE" '
         "</dev/null >/dev/null 2>&1 & )",
         "trap suanli_cleanup EXIT",
         "set -m",
@@ -289,9 +288,9 @@ def _container_wrapper(spec: SbatchSpec) -> list[str]:
         # until the container runs, signals wait in $pending (in order), then go to it
         'while ! suanli_up && kill -0 "$child" 2>/dev/null; do read -r -t 0.1 -u "$suanli_quiet" _; done',
         "ready=1",
-        'for sig in $pending; do',
+        "for sig in $pending; do",
         f'  [ "$sig" = TERM ] && [ "$notified" = 1 ] && read -r -t {NOTICE_GAP_S} -u "$suanli_quiet" _',
         '  suanli_pass "$sig"',
-        'done',
+        "done",
         *_WAIT,
     ]

@@ -50,9 +50,7 @@ class TargetArrays:
         )
 
 
-def per_task_fragmentation(
-    gpu_free: np.ndarray, cpu_free: np.ndarray, model_id: np.ndarray, t: TargetArrays
-) -> np.ndarray:
+def per_task_fragmentation(gpu_free: np.ndarray, cpu_free: np.ndarray, model_id: np.ndarray, t: TargetArrays) -> np.ndarray:
     """f(n, m) for K node states: (K, G), (K,), (K,) -> (K, M) in milli."""
     free = gpu_free.astype(np.int64)
     idle = free.sum(axis=1)
@@ -106,8 +104,6 @@ def fragmentation_after(
     fits = fits_now[:, None, :] - (x >= need) + (y >= need)  # (K, G, M)
     small = small_now[:, None, :] - np.where(x < need, x, 0) + np.where(y < need, y, 0)
     idle = free.sum(axis=1)[:, None, None] - milli
-    can_host = (
-        (fits >= t.gpus) & (cpu_after[:, None, None] >= t.cpu) & t.model_ok[:, model].T[:, None, :] & (need > 0)
-    )
+    can_host = (fits >= t.gpus) & (cpu_after[:, None, None] >= t.cpu) & t.model_ok[:, model].T[:, None, :] & (need > 0)
     f1 = np.where(can_host, small, idle) @ t.weights
     return f1, free >= milli
