@@ -55,9 +55,9 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "control"))
+sys.path.insert(0, str(ROOT))
 
-from control_helpers import ServerProcess, free_port, release_host  # noqa: E402
+from tests.control.control_helpers import ServerProcess, free_port, release_host  # noqa: E402
 
 SSH_OPTS = [
     "-o",

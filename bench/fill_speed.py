@@ -72,8 +72,8 @@ def one_fill(traces: Path, policy: str, cache: bool, scale: int) -> dict:
 
 def in_child(traces: Path, policy: str, cache: bool, scale: int) -> dict:
     code = (
-        "import json,sys; sys.path.insert(0, %r); import fill_speed as b; from pathlib import Path; "
-        "print(json.dumps(b.one_fill(Path(%r), %r, %r, %d)))" % (str(Path(__file__).parent), str(traces), policy, cache, scale)
+        f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import fill_speed as b; from pathlib import Path; "
+        f"print(json.dumps(b.one_fill(Path({str(traces)!r}), {policy!r}, {cache!r}, {scale:d})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

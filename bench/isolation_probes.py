@@ -186,8 +186,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, help="append the results as one JSON line")
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "control"))
-    from control_helpers import release_host, start_server  # type: ignore[import-not-found]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.control.control_helpers import release_host, start_server
 
     os.environ[CANARY] = "canary-" + socket.gethostname()
     tmp = Path(tempfile.mkdtemp(prefix="suanli-isolation-"))

@@ -19,7 +19,7 @@ figure does not include the benchmark's own polling):
 - **reclaim**: a spot job is reclaimed by an on-demand job; the notice (USR1) must reach
   the workload before TERM in every round; the lead time is reported.
 
-The platform is driven the way the tests drive it (``tests/slurm/platform_helpers.py``).
+The platform is driven the way the tests drive it (``tests/platform_helpers.py``).
 """
 
 from __future__ import annotations
@@ -34,14 +34,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "slurm"))
-
-from platform_helpers import ADMIN, Platform, make_platform  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from suanli.backends.local import LocalBackend  # noqa: E402
 from suanli.backends.slurm import SbatchSpec, SlurmBackend, SlurmClient  # noqa: E402
 from suanli.control import nodes  # noqa: E402
 from suanli.inventory import Inventory, NodeDecl  # noqa: E402
+from tests.platform_helpers import ADMIN, Platform, make_platform  # noqa: E402
 
 WORKLOAD = (
     'ckpt="$SUANLI_CHECKPOINT_DIR/step"; log="$SUANLI_CHECKPOINT_DIR/log"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
@@ -95,8 +94,8 @@ def submit_to_running(client: SlurmClient, tmp: Path, rounds: int) -> dict:
                     output="/dev/null",
                 )
             )
-            plain.append(float(wait(lambda: mark.exists() and mark.read_text().strip(), 30, "plain job")) - t0)
-            wait(lambda: client.job(jid) is None or not client.job(jid).is_active, 30, "plain job end")
+            plain.append(float(wait(lambda mark=mark: mark.exists() and mark.read_text().strip(), 30, "plain job")) - t0)
+            wait(lambda jid=jid: client.job(jid) is None or not client.job(jid).is_active, 30, "plain job end")
             t0 = time.time()
             job = p.submit(
                 name=f"s{i}",
@@ -104,8 +103,8 @@ def submit_to_running(client: SlurmClient, tmp: Path, rounds: int) -> dict:
                 checkpoint_dir="ckpt",
                 run='echo "start at=$(date +%s.%N)" >> "$SUANLI_CHECKPOINT_DIR/log"; sleep 1',
             )
-            suanli.append(wait(lambda: lines(p, job, "start"), 30, "suanli job", p.tick)[0] - t0)
-            wait(lambda: p.state(job, "succeeded", "failed"), 30, "suanli job end", p.tick)
+            suanli.append(wait(lambda job=job: lines(p, job, "start"), 30, "suanli job", p.tick)[0] - t0)
+            wait(lambda job=job: p.state(job, "succeeded", "failed"), 30, "suanli job end", p.tick)
     finally:
         p.close()
     return {"plain_sbatch_s": plain, "suanli_s": suanli, "ratio_median": statistics.median(suanli) / statistics.median(plain)}
@@ -115,13 +114,13 @@ def failover(p: Platform, down, up, candidates: list[str], rounds: int) -> list[
     out = []
     for i in range(rounds):
         job = p.submit(name=f"fo{i}", resources={"accelerators": f"{p.gpu_model}:1"}, run=WORKLOAD, checkpoint_dir="ckpt")
-        wait(lambda: lines(p, job, "start"), 30, "job running", p.tick)
+        wait(lambda job=job: lines(p, job, "start"), 30, "job running", p.tick)
         node = p.node_name(p.allocations(job)[0].node_id)
         time.sleep(0.6)  # some checkpoints
         t0 = time.time()
         down(node)
         try:
-            restart = wait(lambda: lines(p, job, "start")[1:], 30, "job resumed elsewhere", p.tick)[0]
+            restart = wait(lambda job=job: lines(p, job, "start")[1:], 30, "job resumed elsewhere", p.tick)[0]
             assert p.node_name(p.allocations(job)[0].node_id) != node
             out.append(restart - t0)
         finally:
@@ -129,7 +128,7 @@ def failover(p: Platform, down, up, candidates: list[str], rounds: int) -> list[
         from suanli.control import jobs as jobs_service
 
         jobs_service.cancel(p.db, ADMIN, job)
-        wait(lambda: p.state(job, "cancelled"), 30, "job cancelled", p.tick)
+        wait(lambda job=job: p.state(job, "cancelled"), 30, "job cancelled", p.tick)
         wait(
             lambda: all(n.state == "ready" for n, _ in nodes.list_nodes(p.db) if n.name in candidates), 30, "nodes ready", p.tick
         )
@@ -145,17 +144,17 @@ def reclaim(p: Platform, model: str, count: int, rounds: int) -> list[float]:
             run=WORKLOAD,
             checkpoint_dir="ckpt",
         )
-        wait(lambda: lines(p, spot, "start"), 30, "spot running", p.tick)
+        wait(lambda spot=spot: lines(p, spot, "start"), 30, "spot running", p.tick)
         urgent = p.submit(name=f"od{i}", resources={"accelerators": f"{model}:{count}"}, run="sleep 0.5")
-        term = wait(lambda: lines(p, spot, "TERM"), 60, "spot reclaimed", p.tick)[0]
+        term = wait(lambda spot=spot: lines(p, spot, "TERM"), 60, "spot reclaimed", p.tick)[0]
         usr1 = lines(p, spot, "USR1")
         leads.append(term - usr1[0] if usr1 and usr1[0] <= term else -1.0)  # -1: killed without notice
-        wait(lambda: p.state(urgent, "succeeded"), 60, "on-demand done", p.tick)
-        wait(lambda: len(lines(p, spot, "start")) == 2, 60, "spot resumed", p.tick)
+        wait(lambda urgent=urgent: p.state(urgent, "succeeded"), 60, "on-demand done", p.tick)
+        wait(lambda spot=spot: len(lines(p, spot, "start")) == 2, 60, "spot resumed", p.tick)
         from suanli.control import jobs as jobs_service
 
         jobs_service.cancel(p.db, ADMIN, spot)
-        wait(lambda: p.state(spot, "cancelled"), 30, "spot cancelled", p.tick)
+        wait(lambda spot=spot: p.state(spot, "cancelled"), 30, "spot cancelled", p.tick)
     return leads
 
 
@@ -248,7 +247,7 @@ def main() -> None:
 
         p = local_platform(tmp / "lhb", args.notice)
         p.gpu_model = "H100"  # type: ignore[attr-defined]
-        p.reclaimer.heartbeat_timeout_s = args.heartbeat_timeout
+        p.loop.heartbeat_timeout_s = args.heartbeat_timeout
         beats = Heartbeats(p, ["local1", "local2"])
         try:
             result["heartbeat_timeout_s"] = args.heartbeat_timeout

@@ -6,17 +6,14 @@ unreachable. ``server`` is the real app, control loop and local backend in this 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pg_helpers import PG_SKIP, fresh_pg_database
-
-sys.path.insert(0, str(Path(__file__).parent / "control"))
-from control_helpers import Server, start_server  # noqa: E402
+from tests.control.control_helpers import Server, start_server
+from tests.pg_helpers import PG_SKIP, fresh_pg_database
 
 # The control-plane suites test scheduling, lifecycles and money on the process runtime
 # (fast, no image needed); tests/containers runs the same platform on real Podman

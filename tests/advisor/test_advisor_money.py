@@ -55,7 +55,7 @@ def test_cost_options_bill_monthly_in_whole_months():
     assert best["monthly"].total == pytest.approx(168_960)
     assert best["on_demand"].total == pytest.approx(8 * 1000 * 84480 / 8 / 720 * 1.3)
     assert best["spot"].billed_gpu_hours == pytest.approx(8 * 1000 * 1.06)
-    assert [l.total for l in lines] == sorted(l.total for l in lines)
+    assert [line.total for line in lines] == sorted(line.total for line in lines)
 
 
 def test_cost_rejects_bad_input():

@@ -8,8 +8,9 @@ import json
 import time
 from pathlib import Path
 
-from control_helpers import Server, wait_state, wait_until
 from typer.testing import CliRunner
+
+from tests.control.control_helpers import Server, wait_state, wait_until
 
 runner = CliRunner()
 

@@ -11,11 +11,11 @@ import time
 
 import numpy as np
 import pytest
-from billing_helpers import HOUR, allocate, world
 from sqlalchemy import func, select
 
 from suanli.billing import rater, store
 from suanli.billing.tables import LedgerEntry, Usage
+from tests.billing.billing_helpers import HOUR, allocate, world
 
 pytestmark = pytest.mark.postgres
 CUTOFF = 30 * HOUR

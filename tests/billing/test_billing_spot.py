@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from billing_helpers import HOUR, allocate, world
 from pydantic import ValidationError
 from sqlalchemy import select
 
 from suanli.api.schemas import InstanceCreate
-from suanli.billing import enforce, rater, spot
+from suanli.billing import admission, intervals, rater, spot, utilisation
 from suanli.billing.money import MoneyError, parse_max_price, price_text, to_micros
 from suanli.billing.pricebook import default_book
 from suanli.billing.tables import Usage
-from suanli.control.errors import describe_validation
 from suanli.control.task import Task
 from suanli.db.models import Allocation, Gpu, Instance, Node
+from suanli.errors import describe_validation
 from suanli.scheduler import PriorityClass, Request
+from tests.billing.billing_helpers import HOUR, allocate, world
 
 H100 = default_book().gpu("H100")
 
@@ -62,10 +62,10 @@ def test_the_market_now_is_the_rater_s_utilisation_and_price(db_url: str) -> Non
     sid = allocate(w, 0, None, priority="spot")  # rated for period 0 below
     with w.db.transaction() as s:
         mk = spot.market(s, 10_000)
-        iv = rater.intervals(list(s.execute(select(*rater.ALLOCATION_COLUMNS))))
-        caps = rater.capacity_milli(s)
+        iv = intervals.intervals(list(s.execute(select(*intervals.ALLOCATION_COLUMNS))))
+        caps = utilisation.capacity_milli(s)
     code = iv.models.index("H100")
-    ref = rater.utilisation(iv, {code: caps["H100"]}, np.array([code]), np.array([10_000]))[0]
+    ref = utilisation.per_period(iv, {code: caps["H100"]}, np.array([code]), np.array([10_000]))[0]
     assert mk.utilisation("H100") == ref == (3000 + 500 + 1000) * 1000 // 8000
     assert mk.utilisation("h100") == ref  # a renter's spelling
     assert mk.price("H100") == H100.spot(ref)
@@ -114,9 +114,9 @@ def test_admission_holds_a_bid_below_the_price_and_narrows_to_the_models_within_
     unbid = _spot_instance(w, None, frozenset({"H100"}))
     anywhere = _spot_instance(w, "1.00", frozenset())  # any model: only the RTX4090 is within 1.00
     nowhere = _spot_instance(w, price_text(rtx.spot_floor - 1), frozenset())
-    narrowed: dict = {}
     with w.db.transaction() as s:
-        held, rejected = enforce.admission(s, [cheap, exact, unbid, anywhere, nowhere], narrowed)
+        d = admission.decide(s, [cheap, exact, unbid, anywhere, nowhere])
+    held, rejected, narrowed = d.held, d.rejected, d.narrowed
     assert rejected == {}
     assert held[("instance", cheap.id)] == (
         f"spot price ¥{price_text(with_it)}/GPU-h for H100 is above your max_price ¥{price_text(with_it - 1)} "

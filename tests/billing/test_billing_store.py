@@ -4,16 +4,17 @@ a balanced ledger, versioned prices, subscriptions, budgets and admission."""
 from __future__ import annotations
 
 import pytest
-from billing_helpers import HOUR, add_tenant, allocate, world
 from sqlalchemy import func, select
 
-from suanli.billing import enforce, rater, store
+from suanli.billing import admission, rater, spending, store
 from suanli.billing.money import to_micros
 from suanli.billing.pricebook import default_book
 from suanli.billing.tables import Notice, Usage
-from suanli.control.errors import Conflict, ControlError
+from suanli.control.admission import admit, enforce_budgets
 from suanli.db.models import Instance
+from suanli.errors import Conflict, DomainError
 from suanli.scheduler import PriorityClass, Request
+from tests.billing.billing_helpers import HOUR, add_tenant, allocate, world
 
 
 def _usage(w) -> list[Usage]:
@@ -59,7 +60,7 @@ def test_old_usage_keeps_its_price(db_url: str) -> None:
     first, second = _usage(w)
     assert first.amount == default_book().gpu("H100").on_demand and first.price_version == 1
     assert second.amount == to_micros("30") and second.price_version == v
-    with pytest.raises(ControlError):
+    with pytest.raises(DomainError):
         store.set_price(w.db, "op", "H100", "on_demand", "-3")
 
 
@@ -67,9 +68,9 @@ def test_topup_is_idempotent_by_key(db_url: str) -> None:
     w = world(db_url)
     assert store.topup(w.db, "acme", "100.50", key="wire-1") == (True, to_micros("100.5"))
     assert store.topup(w.db, w.tenant_id, "100.50", key="wire-1") == (False, to_micros("100.5"))
-    with pytest.raises(ControlError, match="positive|negative"):
+    with pytest.raises(DomainError, match="positive|negative"):
         store.topup(w.db, "acme", "-5")
-    with pytest.raises(ControlError, match="no tenant"):
+    with pytest.raises(DomainError, match="no tenant"):
         store.topup(w.db, "nobody", "5")
 
 
@@ -98,10 +99,16 @@ def test_budget_alerts_and_hard_cap_stop(db_url: str) -> None:
     allocate(w, 0, HOUR, gpus=1)  # H100 on demand ~ ¥19.07: balance goes negative
     rater.run(w.db, cutoff_ms=HOUR + 1)
     with w.db.sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Notice)) == 0  # a rating run decides no budget
+    enforce_budgets(w.db, HOUR + 1)  # what the billing thread does after a run
+    with w.db.sessions() as s:
         kinds = [n.kind for n in s.scalars(select(Notice).order_by(Notice.id))]
         assert kinds == ["alert", "notice"]  # 95 % of budget, and the balance ran out
         assert s.get(Instance, w.instance_id).state == "running"
-    enforce.apply_budgets(w.db, HOUR + 1 + 61_000)
+    assert spending.apply_budgets(w.db, HOUR + 1 + 61_000).stop == [w.tenant_id]  # billing decides, stops nothing
+    with w.db.sessions() as s:
+        assert s.get(Instance, w.instance_id).state == "running"
+    enforce_budgets(w.db, HOUR + 1 + 62_000)  # the control plane acts
     with w.db.sessions() as s:
         assert s.get(Instance, w.instance_id).state == "stopping"
         assert [n.kind for n in s.scalars(select(Notice))][-1] == "stopped"
@@ -117,15 +124,16 @@ def test_admission_holds_and_rejects_with_reasons(db_url: str) -> None:
     with w.db.transaction() as s:
         s.get(Instance, w.instance_id).state = "pending"
     store.create_grant(w.db, store.GrantSpec("acme", "H100", 2, None, "on-demand", None))
-    allocate(w, 0, None, gpus=2)  # the grant is full
+    allocate(w, 0, None, gpus=2, job=True)  # the grant is full (a running job of the tenant)
     req = Request(cpu_milli=1, memory_mib=1, gpu_count=1, gpu_models=frozenset({"H100"}), priority=PriorityClass.ON_DEMAND)
     big = Request(cpu_milli=1, memory_mib=1, gpu_count=4, gpu_models=frozenset({"H100"}), priority=PriorityClass.ON_DEMAND)
     with w.db.transaction() as s:
-        held, rejected = enforce.admission(s, [_W("instance", w.instance_id, req)])
-        assert "quota: 2 of 2 GPUs" in held[("instance", w.instance_id)]
-        held, rejected = enforce.admission(s, [_W("instance", w.instance_id, big)])
-        assert "allows 2 GPUs at once" in rejected[("instance", w.instance_id)]
-        enforce.fail_rejected(s, rejected)
+        d = admission.decide(s, [_W("instance", w.instance_id, req)])
+        assert "quota: 2 of 2 GPUs" in d.held[("instance", w.instance_id)]
+        d = admission.decide(s, [_W("instance", w.instance_id, big)])
+        assert "allows 2 GPUs at once" in d.rejected[("instance", w.instance_id)]
+        assert s.get(Instance, w.instance_id).state == "pending"  # billing only decides
+        assert admit(s, [_W("instance", w.instance_id, big)]).admitted([_W("instance", w.instance_id, big)]) == []
     with w.db.sessions() as s:
         row = s.get(Instance, w.instance_id)
         assert row.state == "failed" and "quota" in row.reason
@@ -196,7 +204,7 @@ def test_monthly_subscription_charge_and_ledger_accounts(db_url: str) -> None:
     assert store.cancel_subscription(w.db, sub.id, w.tenant_id, at_ms=HOUR).refund == 0
     with w.db.sessions() as s:
         assert store.balance(s, w.tenant_id) == (200_000 - 84_480) * 1_000_000 and store.trial_balance(s) == 0
-    with pytest.raises(ControlError):
+    with pytest.raises(DomainError):
         store.subscribe(w.db, "acme", "spot", "H100", 1)
 
 
@@ -219,11 +227,11 @@ def test_hard_capped_tenant_out_of_money_is_held(db_url: str) -> None:
     store.set_budget(w.db, "acme", None, [], hard_cap=True, notice_s=0)
     req = Request(cpu_milli=1, memory_mib=1, gpu_count=1, gpu_models=frozenset({"H100"}), priority=PriorityClass.ON_DEMAND)
     with w.db.transaction() as s:
-        held, rejected = enforce.admission(s, [_W("instance", w.instance_id, req)])
-    assert "billing: prepaid balance is ¥0.00; top up" in held[("instance", w.instance_id)] and not rejected
+        d = admission.decide(s, [_W("instance", w.instance_id, req)])
+    assert "billing: prepaid balance is ¥0.00; top up" in d.held[("instance", w.instance_id)] and not d.rejected
     store.topup(w.db, "acme", "1")
     with w.db.transaction() as s:
-        assert enforce.admission(s, [_W("instance", w.instance_id, req)]) == ({}, {})
+        assert admission.decide(s, [_W("instance", w.instance_id, req)]) == admission.Decision()
 
 
 def test_subscription_covers_only_its_gpu_count(db_url: str) -> None:
@@ -256,8 +264,8 @@ def test_hard_cap_counts_work_that_is_still_running(db_url: str) -> None:
     store.topup(w.db, "acme", "5")
     store.set_budget(w.db, "acme", None, [], hard_cap=True, notice_s=0)
     allocate(w, 0, None, gpus=8)  # 8 x H100: ~¥152/h, ¥5 lasts ~2 minutes
-    assert enforce.apply_budgets(w.db, 60_000) == []  # one minute in: ~¥2.54, still fine
-    assert enforce.apply_budgets(w.db, 180_000) == [f"tenant {w.tenant_id}: notice"]
-    assert enforce.apply_budgets(w.db, 181_000) == [f"tenant {w.tenant_id}: stop"]
+    assert spending.apply_budgets(w.db, 60_000).actions == []  # one minute in: ~¥2.54, still fine
+    assert spending.apply_budgets(w.db, 180_000).actions == [f"tenant {w.tenant_id}: notice"]
+    assert enforce_budgets(w.db, 181_000) == [f"tenant {w.tenant_id}: stop"]
     with w.db.sessions() as s:
         assert s.get(Instance, w.instance_id).state == "stopping"

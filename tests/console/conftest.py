@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
-from control_helpers import ServerProcess, free_port  # noqa: E402
+from tests.control.control_helpers import ServerProcess, free_port
 
 #: Flags for a closed network: no background connections, no sandbox (tests run as root).
 CHROMIUM_ARGS = [

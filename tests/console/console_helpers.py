@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "containers"))
-from container_helpers import release_data_dir  # noqa: E402
-from control_helpers import ServerProcess, free_port  # noqa: E402
+from tests.containers.container_helpers import release_data_dir
+from tests.control.control_helpers import ServerProcess, free_port
 
 
 @contextmanager

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from control_helpers import ServerProcess
 from playwright.sync_api import Page, expect
+
+from tests.control.control_helpers import ServerProcess
 
 pytestmark = pytest.mark.browser
 

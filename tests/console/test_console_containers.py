@@ -19,9 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
-from console_helpers import container_server_process
-from control_helpers import ServerProcess, free_port, wait_until
 from playwright.sync_api import Page, expect
+
+from tests.console.console_helpers import container_server_process
+from tests.control.control_helpers import ServerProcess, free_port, wait_until
 
 pytestmark = pytest.mark.browser
 

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from console_helpers import container_server_process
-from control_helpers import ServerProcess
 from playwright.sync_api import expect
+
+from tests.console.console_helpers import container_server_process
+from tests.control.control_helpers import ServerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.containers]
 

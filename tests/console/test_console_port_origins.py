@@ -17,8 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from control_helpers import ServerProcess, free_port
 from playwright.sync_api import Page, expect
+
+from tests.control.control_helpers import ServerProcess, free_port
 
 pytestmark = pytest.mark.browser
 

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "control"))
-sys.path.insert(0, str(Path(__file__).parent))
-
-from container_helpers import make_server, release_data_dir  # noqa: E402
-from control_helpers import Server, ServerProcess, free_port  # noqa: E402
-
-from suanli.backends.local import imagebuild  # noqa: E402
-from suanli.backends.local.engine import detect  # noqa: E402
+from suanli.backends.local import imagebuild
+from suanli.backends.local.engine import detect
+from tests.containers.container_helpers import make_server, release_data_dir
+from tests.control.control_helpers import Server, ServerProcess, free_port
 
 MODE = os.environ.get("SUANLI_CONTAINERS", "auto")
 ENGINE = detect("podman")

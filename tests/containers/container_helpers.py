@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from control_helpers import Server, release_host, start_server
-
 from suanli.backends.local import LocalBackend
+from tests.control.control_helpers import Server, release_host, start_server
 
 
 def make_server(data_dir: Path, db_url: str | None = None, **kw: object) -> Server:

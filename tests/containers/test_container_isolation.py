@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from control_helpers import Server
+
+from tests.control.control_helpers import Server
 
 _spec = importlib.util.spec_from_file_location("isolation_probes", Path(__file__).parents[2] / "bench" / "isolation_probes.py")
 assert _spec and _spec.loader

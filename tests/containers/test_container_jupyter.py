@@ -11,10 +11,10 @@ import uuid
 
 import httpx
 import pytest
-from control_helpers import ServerProcess, wait_until
-from test_container_ports import via_loopback
 
 from suanli.backends.local import imagebuild
+from tests.containers.test_container_ports import via_loopback
+from tests.control.control_helpers import ServerProcess, wait_until
 
 
 @pytest.fixture

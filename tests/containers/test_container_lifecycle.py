@@ -6,11 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from container_helpers import make_server
-from control_helpers import Server, wait_state, wait_until
-
 from suanli.backends.local import LocalBackend
 from suanli.inventory import Inventory, NodeDecl
+from tests.containers.container_helpers import make_server
+from tests.control.control_helpers import Server, wait_state, wait_until
 
 
 def create(srv: Server, token: str | None = None, **body: object) -> dict:

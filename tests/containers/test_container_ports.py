@@ -14,9 +14,9 @@ import subprocess
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from control_helpers import ServerProcess, cli_command, wait_until
 
 from suanli.client import SuanliClient
+from tests.control.control_helpers import ServerProcess, cli_command, wait_until
 
 #: A stdlib-only HTTP + WebSocket echo service, run inside the instance (no pip there).
 ECHO = r"""

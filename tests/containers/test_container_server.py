@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from control_helpers import ServerProcess, cli_command, free_port, wait_until
 
 from suanli.backends.local.container_runtime import root_label
 from suanli.backends.local.engine import detect
+from tests.control.control_helpers import ServerProcess, cli_command, free_port, wait_until
 
 
 def suanli(srv: ServerProcess, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:

@@ -8,8 +8,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from control_helpers import Server, wait_until
-from test_container_lifecycle import create
+from tests.containers.test_container_lifecycle import create
+from tests.control.control_helpers import Server, wait_until
 
 OPTS = [
     "-o",

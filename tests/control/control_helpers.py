@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import json as _json
+import os as _os
+import socket as _socket
+import subprocess as _subprocess
+import sys as _sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx as _httpx
 from fastapi.testclient import TestClient
 
 from suanli.api.app import create_app
 from suanli.api.context import ServerContext
 from suanli.api.server import build
 from suanli.client import SuanliClient
+from tests.event_helpers import events_text
 
 
 @dataclass
@@ -91,18 +98,20 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 20.0, every_s: f
 
 
 def wait_state(srv: Server, kind: str, obj_id: int, states: tuple[str, ...], timeout_s: float = 20.0) -> dict:
+    """The object once its state is one of ``states``; on timeout the error shows its
+    state and its events as text."""
     path = f"/v1/{kind}s/{obj_id}"
-    return wait_until(lambda: (o := srv.get(path))["state"] in states and o, timeout_s)
+    try:
+        return wait_until(lambda: (o := srv.get(path))["state"] in states and o, timeout_s)
+    except AssertionError:
+        events = srv.get("/v1/events", params={"kind": kind, "object_id": obj_id})
+        state = srv.get(path)["state"]
+        raise AssertionError(
+            f"{kind} {obj_id} is {state!r} after {timeout_s}s, not one of {states}; its events:\n{events_text(events)}"
+        ) from None
 
 
 # -- real server processes ---------------------------------------------------------------
-import json as _json
-import os as _os
-import socket as _socket
-import subprocess as _subprocess
-import sys as _sys
-
-import httpx as _httpx
 
 
 def free_port() -> int:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 
-from control_helpers import Server, wait_state, wait_until
 from sqlalchemy import func, select
 
 from suanli.control.launcher import job_volume
 from suanli.db.models import Allocation, Event, Gpu, Instance, Job
+from tests.control.control_helpers import Server, wait_state, wait_until
 
 
 def counts(srv: Server) -> tuple[int, int, int, int]:

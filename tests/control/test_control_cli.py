@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import typer
-from control_helpers import Server, wait_until
 from typer.testing import CliRunner
 
 from suanli.cli import controlplane
 from suanli.control.launcher import job_volume
+from tests.control.control_helpers import Server, wait_until
 
 runner = CliRunner()
 

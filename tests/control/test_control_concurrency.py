@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from control_helpers import start_server, wait_until
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
@@ -24,6 +23,7 @@ from suanli.control.scheduling import Waiting, claim, to_request
 from suanli.db.models import Allocation, Gpu, Instance, Node
 from suanli.db.session import Database
 from suanli.inventory import Inventory
+from tests.control.control_helpers import start_server, wait_until
 
 SMALL = Inventory.model_validate(
     {"nodes": [{"name": f"h100-{i}", "gpu_model": "H100", "gpu_count": 2, "cpu_cores": 64, "memory_gib": 256} for i in range(2)]}
@@ -148,20 +148,20 @@ def test_unchanged_cluster_skips_what_just_failed(tmp_path: Path, monkeypatch: p
         for _ in range(6):
             srv.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 2}, expect=201)
         memo, policy = PassMemo(), make_policy("best_fit")
-        first = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
+        first = schedule_pass(srv.ctx.db, policy, ["local"], "me", *srv.ctx.loop.admit(), memo=memo)
         assert len(first.claimed) == 2 and len(first.unplaced) == 4
         import suanli.control.scheduling as scheduling
 
         calls = []
         real = scheduling.plan_gang
         monkeypatch.setattr(scheduling, "plan_gang", lambda *a, **k: calls.append(1) or real(*a, **k))
-        again = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
+        again = schedule_pass(srv.ctx.db, policy, ["local"], "me", *srv.ctx.loop.admit(), memo=memo)
         assert again.claimed == [] and again.unplaced == first.unplaced and calls == []
         with srv.ctx.db.transaction() as s:  # one instance gives its GPUs back
             from suanli.control.capacity import give_back
 
             give_back(s, s.get(Instance, 1))
-        third = schedule_pass(srv.ctx.db, policy, ["local"], "me", memo=memo)
+        third = schedule_pass(srv.ctx.db, policy, ["local"], "me", *srv.ctx.loop.admit(), memo=memo)
         assert len(third.claimed) == 1 and len(third.unplaced) == 3 and len(calls) == 4
     finally:
         srv.close()
@@ -180,7 +180,7 @@ def test_a_failing_policy_falls_back_and_leaves_state_clean(tmp_path: Path) -> N
             raise RuntimeError("policy bug")  # while planning the 2-node gang
 
         broken.scores = explode  # type: ignore[method-assign]
-        result = schedule_pass(srv.ctx.db, broken, ["local"], "me", fallback=make_policy("best_fit"))
+        result = schedule_pass(srv.ctx.db, broken, ["local"], "me", *srv.ctx.loop.admit(), fallback=make_policy("best_fit"))
         assert result.policy_errors == 1 and len(result.claimed) == 1
         assert _check_no_overallocation(srv.ctx.db) == 2
         with srv.ctx.db.sessions() as s:

@@ -10,6 +10,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, update
 from sqlalchemy.exc import IntegrityError
 
+import suanli.billing.tables  # noqa: F401  (registers the billing tables on Base.metadata)
 from suanli.db.migrate import alembic_config
 from suanli.db.models import Base, Gpu, Node, Tenant
 from suanli.db.session import Database

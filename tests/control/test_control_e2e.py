@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from control_helpers import ServerProcess, free_port, wait_until
+from tests.control.control_helpers import ServerProcess, free_port, wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -11,15 +11,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from control_helpers import ServerProcess, cli_command, free_port, wait_until
 
 from suanli.control import heartbeat, nodes
 from suanli.control.auth import Principal
-from suanli.control.errors import Forbidden, NotFound
 from suanli.db.clock import utcnow
 from suanli.db.models import Event
 from suanli.db.session import Database
+from suanli.errors import Forbidden, NotFound
 from suanli.inventory import Inventory, NodeDecl
+from tests.control.control_helpers import ServerProcess, cli_command, free_port, wait_until
 
 ADMIN = Principal(user_id=1, tenant_id=1, name="admin", role="admin")
 OPERATOR = Principal(user_id=2, tenant_id=1, name="ops", role="operator")

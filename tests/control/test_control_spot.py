@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from control_helpers import Server, wait_until
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from suanli.db.models import Allocation, Event, Instance, Job
+from tests.control.control_helpers import Server, wait_until
 
 runner = CliRunner()
 

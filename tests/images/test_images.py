@@ -14,9 +14,9 @@ from sqlalchemy import func, select
 
 from suanli.backends.local import imagebuild
 from suanli.control import images
-from suanli.control.errors import Invalid
 from suanli.db.models import Event, Image, Instance
 from suanli.db.session import Database
+from suanli.errors import Invalid
 
 PODMAN = shutil.which("podman")
 RUN_FLAGS = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
-from control_helpers import Server, start_server  # noqa: E402
+from tests.control.control_helpers import Server, start_server
 
 
 @pytest.fixture

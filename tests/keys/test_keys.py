@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_helpers import Server
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -19,8 +18,9 @@ from suanli.cli.ssh import known_hosts_file, run, ssh_argv
 from suanli.client import ApiError
 from suanli.control import keys
 from suanli.control.auth import Principal
-from suanli.control.errors import Conflict, Invalid, NotFound
 from suanli.db.models import Instance, SshKey, User
+from suanli.errors import Conflict, Invalid, NotFound
+from tests.control.control_helpers import Server
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs OpenSSH's ssh-keygen")
 

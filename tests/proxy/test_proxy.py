@@ -39,7 +39,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from suanli.api.app import create_app
-from suanli.api.proxy import COOKIE, create_proxy_app, port_url, proxy_path, resolve_upstream
+from suanli.api.proxy import COOKIE, port_url, proxy_path, resolve_upstream
+from suanli.api.proxy_app import create_proxy_app
 from suanli.api.server import build
 from suanli.control.access import PASS_TTL_S, check_pass, load_secret, make_pass, parse_port_host
 from suanli.control.auth import Principal, hash_token

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from suanli.scheduler import Allocation, ClusterState, OverAllocation, Request
 from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet, apply_plan, plan_defrag
-
-from .factories import node, scheduler
+from tests.scheduler.factories import node, scheduler
 
 
 def share(n: str, gpu: int, milli: int, cpu: int = 0) -> Allocation:

@@ -7,8 +7,7 @@ import pytest
 
 from suanli.scheduler import Allocation, OverAllocation, Request
 from suanli.scheduler.framework import node_ranks
-
-from .factories import cluster, node, scheduler, share, whole
+from tests.scheduler.factories import cluster, node, scheduler, share, whole
 
 
 def test_filters_name_the_reason():

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from suanli.scheduler import Allocation, ClusterState, Node, Request, make_policy
 from suanli.scheduler.gang import choose_leaves, place_gang, plan_blind, plan_gang, reserve_all, unplace_gang
 from suanli.scheduler.topology import IslandAware, Topology, fits_one_island, in_one_island, pick_gpus_in_island
-
-from .factories import scheduler
+from tests.scheduler.factories import scheduler
 
 TWO_FOURS = ((0, 1, 2, 3), (4, 5, 6, 7))
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from suanli.scheduler import Allocation, Request
-
-from .factories import cluster, node, scheduler, share, whole
+from tests.scheduler.factories import cluster, node, scheduler, share, whole
 
 
 def test_best_fit_prefers_least_weighted_leftover():

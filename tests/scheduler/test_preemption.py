@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 
 from suanli.scheduler import Allocation, PriorityClass, Request
 from suanli.scheduler.preemption import Candidate, plan_preemption
-
-from .factories import cluster, node, whole
+from tests.scheduler.factories import cluster, node, whole
 
 SPOT, OD, RES = PriorityClass.SPOT, PriorityClass.ON_DEMAND, PriorityClass.RESERVED
 

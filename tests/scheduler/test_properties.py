@@ -6,8 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suanli.scheduler import POLICIES, Request
-
-from .factories import cluster, node, scheduler
+from tests.scheduler.factories import cluster, node, scheduler
 
 requests = st.one_of(
     st.builds(lambda m, c: Request(cpu_milli=c, gpu_milli=m), st.integers(1, 999), st.integers(0, 16_000)),

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_helpers import Jobs
 
 from suanli.backends.slurm import SlurmClient
+from tests.slurm.slurm_helpers import Jobs
 
 LOCK_WAIT_S = 300.0
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_helpers import nodes_with_gpu, wait_until
 
 from suanli.backends.base import AlreadyRunning, Backend, BackendError, Handle, TaskSpec, TaskState
 from suanli.backends.slurm import SlurmBackend, SlurmClient
+from tests.slurm.slurm_helpers import nodes_with_gpu, wait_until
 
 pytestmark = pytest.mark.slurm
 

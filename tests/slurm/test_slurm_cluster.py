@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from slurm_helpers import Jobs, nodes_with_gpu, wait_until
 
 from suanli.backends.slurm import NodeHealth, SlurmClient, SlurmError, shards_for_milli
+from tests.slurm.slurm_helpers import Jobs, nodes_with_gpu, wait_until
 
 pytestmark = pytest.mark.slurm
 

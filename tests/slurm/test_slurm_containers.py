@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_helpers import nodes_with_gpu, wait_until
 
 from suanli.backends.base import Handle, TaskSpec, TaskState
 from suanli.backends.local import firewall, imagebuild
 from suanli.backends.local.engine import detect
 from suanli.backends.slurm import SlurmBackend, SlurmClient
 from suanli.backends.slurm.sbatch import SbatchSpec, render_script
+from tests.slurm.slurm_helpers import nodes_with_gpu, wait_until
 
 TINY = imagebuild.recipe("tiny").ref
 

@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from platform_helpers import Platform, make_platform, restarted
-from slurm_helpers import Jobs, nodes_with_gpu, wait_until
 from sqlalchemy import select
 
 from suanli.backends.base import Handle
@@ -26,6 +24,9 @@ from suanli.control.launcher import build_specs
 from suanli.control.scheduling import schedule_pass
 from suanli.db.models import Gpu, Job, Node
 from suanli.scheduler import make_policy
+from tests.event_helpers import events_text
+from tests.platform_helpers import Platform, make_platform, restarted
+from tests.slurm.slurm_helpers import Jobs, nodes_with_gpu, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -106,7 +107,7 @@ def test_spot_job_reclaimed_by_on_demand_with_notice_checkpoint_and_resume(slurm
     assert term_at >= noticed.ts.timestamp() + 3 - 0.25, lines
     lead = term_at - usr1_at
     states = [e.to_state for e in p.events("job", spot)]
-    assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
+    assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", spot))
     print(f"reclaim via Suanli on Slurm: notice {lead:.2f}s before TERM; resumed from step {checkpoint}")
 
 
@@ -237,7 +238,7 @@ def test_killed_slurmd_node_not_responding_fails_over_from_the_checkpoint(
         assert int(resumed.split("from=")[1].split()[0]) >= saved  # the latest checkpoint, not from scratch
         failover_s = float(resumed.split("at=")[1].split()[0]) - down.ts.timestamp()
         events = [e for e in p.events("job", job) if e.ts >= down.ts]
-        assert [e.to_state for e in events][:3] == ["requeued", "queued", "running"], [(e.to_state, e.message) for e in events]
+        assert [e.to_state for e in events][:3] == ["requeued", "queued", "running"], events_text(events)
         requeued, queued, running = events[:3]
         assert requeued.message == f"node {node} is down" and "resumes from" in queued.message
         assert running.message == f"started on {spare}"
@@ -311,7 +312,9 @@ def test_server_restart_mid_job_readopts_and_submits_nothing_twice(
     inflight = p.submit(
         name="inflight", resources={"accelerators": "A100:1"}, run=f"echo up; while [ ! -e {release} ]; do sleep 0.1; done"
     )
-    assert schedule_pass(p.db, make_policy("suanli"), list(p.loop.backends), "dead-server").claimed == [("job", inflight)]
+    assert schedule_pass(p.db, make_policy("suanli"), list(p.loop.backends), "dead-server", *p.loop.admit()).claimed == [
+        ("job", inflight)
+    ]
     with p.db.transaction() as s:
         row = s.get(Job, inflight)
         spec = build_specs(s, row, active_allocations(s, row), p.data_dir)[0]
@@ -324,4 +327,5 @@ def test_server_restart_mid_job_readopts_and_submits_nothing_twice(
         q.until(lambda jid=jid: q.state(jid, "succeeded"), 30, f"job {jid} done")
     tags = [j.comment for j in slurm.jobs() if j.comment.startswith(fresh.tag_prefix + ":")]
     assert sorted(tags) == sorted({fresh.tag(f"job-{running}-0"), fresh.tag(f"job-{inflight}-0")})  # one Slurm job each
-    assert "adopted after a server restart" in [e.message for e in q.events("job", inflight)]
+    adopted = q.events("job", inflight)
+    assert "adopted after a server restart" in [e.message for e in adopted], events_text(adopted)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import typer
 from fastapi.testclient import TestClient
-from slurm_helpers import wait_until
 from typer.testing import CliRunner
 
 from suanli.api.app import create_app
@@ -18,6 +17,7 @@ from suanli.api.server import build
 from suanli.backends.slurm import SlurmBackend, SlurmClient
 from suanli.cli import controlplane, remote
 from suanli.client import SuanliClient
+from tests.slurm.slurm_helpers import wait_until
 
 pytestmark = pytest.mark.slurm
 

@@ -13,11 +13,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from control_helpers import Server
 
 from suanli.cli.launch import pack
 from suanli.control import uploads
-from suanli.control.errors import Invalid
+from suanli.errors import Invalid
+from tests.control.control_helpers import Server
 
 
 def targz(*members: tuple[str, str, bytes | str]) -> bytes:
@@ -244,9 +244,9 @@ def test_real_http_refuses_over_the_cap_early(server: Server, tmp_path: Path) ->
     import time
 
     import uvicorn
-    from control_helpers import free_port
 
     from suanli.client import ApiError, SuanliClient
+    from tests.control.control_helpers import free_port
 
     server.ctx.max_upload_bytes = 256 * 1024
     port = free_port()

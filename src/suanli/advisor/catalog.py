@@ -17,29 +17,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from suanli import gpu_names
 from suanli.advisor.errors import AdvisorError
 
-#: Names that match several rows; the value is the row meant when a renter says it.
-ALIASES: dict[str, str] = {
-    "h100": "H100 SXM5 80GB",
-    "h100sxm": "H100 SXM5 80GB",
-    "a100": "A100 80GB SXM4",
-    "a10080g": "A100 80GB SXM4",
-    "a10080gb": "A100 80GB SXM4",
-    "a10040g": "A100 40GB SXM4",
-    "a800": "A800 SXM4 80GB",
-    "h800": "H800 SXM5 80GB",
-    "h200": "H200 SXM 141GB",
-    "h20": "H20 96GB",
-    "b200": "B200 (HGX, per GPU)",
-    "910b": "Ascend 910B2",
-    "ascend910b": "Ascend 910B2",
-    "v100": "V100 SXM2 32GB",
-    "p100": "P100 PCIe 16GB",
-    "4090": "RTX 4090",
-    "3090": "RTX 3090",
-    "5090": "RTX 5090",
-}
+#: Names that match several rows (kept with the name rule in ``suanli.gpu_names``).
+ALIASES = gpu_names.ALIASES
 
 #: End-to-end training MFU defaults per class, and why. Derived from
 #: shared/reference/microbench_refs.md: well-tuned dense training reaches 0.35-0.45 MFU
@@ -109,10 +91,6 @@ def _classify(row: dict[str, str]) -> str:
     return "nvidia-datacenter"
 
 
-def _norm(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
 @lru_cache(maxsize=1)
 def load_catalog() -> tuple[GPU, ...]:
     """Read the bundled gpus.csv once."""
@@ -138,24 +116,10 @@ def load_catalog() -> tuple[GPU, ...]:
 
 
 def find_gpu(name: str) -> GPU:
-    """Resolve a renter's GPU name to one catalog row, or say which names exist."""
-    catalog = load_catalog()
-    key = _norm(name)
-    if not key:
-        raise AdvisorError(f"unknown GPU model {name!r}")
-    by_norm = {_norm(g.name): g for g in catalog}
-    if key in by_norm:
-        return by_norm[key]
-    if key in ALIASES:
-        return by_norm[_norm(ALIASES[key])]
-    tokens = [t for t in re.split(r"[^a-z0-9]+", name.lower()) if t]
-    hits = [g for g in catalog if all(t in g.name.lower().replace(" ", "") for t in tokens)]
-    if len(hits) > 1:
-        # Prefer the SXM/OAM part, as the aliases do: it is what "H100" means in a rental listing.
-        sxm = [g for g in hits if "SXM" in g.name]
-        hits = sxm if len(sxm) == 1 else hits
-    if len(hits) == 1:
-        return hits[0]
-    known = ", ".join(g.name for g in (hits or catalog))
-    what = "ambiguous" if hits else "unknown"
-    raise AdvisorError(f"{what} GPU model {name!r}; choose one of: {known}")
+    """Resolve a renter's GPU name to one catalog row, or say which names exist
+    (the rule: ``suanli.gpu_names.resolve``)."""
+    by_name = {g.name: g for g in load_catalog()}
+    try:
+        return by_name[gpu_names.resolve(name, tuple(by_name))]
+    except gpu_names.UnknownGpu as exc:
+        raise AdvisorError(str(exc)) from None

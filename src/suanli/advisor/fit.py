@@ -98,7 +98,7 @@ def fit_inference(
     for gpu in gpus or load_catalog():
         for count in INFERENCE_COUNTS:
             found = None
-            for tp, pp in sorted(_layouts(count, model.heads), key=lambda l: (l[0] * l[1], l[1])):
+            for tp, pp in sorted(_layouts(count, model.heads), key=lambda layout: (layout[0] * layout[1], layout[1])):
                 est = estimate_inference(model, precision, context, batch, kv_cache_dtype, gpus=tp)
                 overhead = est.components["runtime_overhead"] / tp
                 per_gpu = (est.per_gpu_bytes - overhead) / pp + overhead
@@ -141,7 +141,7 @@ def fit_training(
             continue  # no usable 16-bit tensor rate (P40)
         done = False
         for count in TRAINING_COUNTS:
-            for tp, pp in sorted(_layouts(count, model.heads), key=lambda l: (l[0] * l[1], l[1])):
+            for tp, pp in sorted(_layouts(count, model.heads), key=lambda layout: (layout[0] * layout[1], layout[1])):
                 # _layouts only yields divisible layouts, so any AdvisorError here is bad
                 # input (unknown stage, offload, optimizer...) and must reach the caller.
                 est = estimate_training(

@@ -26,8 +26,8 @@ def create_app(ctx: ServerContext) -> FastAPI:
 
     for module in (users, nodes, instances, jobs, advise, images, keys, uploads):
         app.include_router(module.router)
-    billing.install(app)  # billing routes and the server's rating thread
+    billing.install(app)  # its thread is one of the server's (api.background)
     console.install(app)
     # The port proxy is not here: it serves renters' own pages, which must not share the
-    # console's origin (its token in localStorage); see ``proxy.create_proxy_app``.
+    # console's origin (its token in localStorage); see ``proxy_app.create_proxy_app``.
     return app

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from suanli.backends.base import Backend
 from suanli.control.access import DEFAULT_PROXY_DOMAIN, port_url
 from suanli.control.auth import TokenCache
+from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
 from suanli.db.session import Database
 
@@ -19,6 +20,8 @@ class ServerContext:
     backends: dict[str, Backend]
     data_dir: Path
     loop: ControlLoop | None = None
+    #: the billing thread (rating, then budgets); runs while the app serves (``api.app``)
+    billing: BillingWorker | None = None
     tokens: TokenCache = field(default_factory=TokenCache)
     #: tenants other than the operator's may run on the process runtime (no isolation)
     allow_process_runtime: bool = False

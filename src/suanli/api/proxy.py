@@ -54,7 +54,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
@@ -64,7 +64,6 @@ from suanli.control import instances
 from suanli.control.access import (
     PASS_TTL_S,
     check_pass,
-    load_secret,
     make_pass,
     parse_port_host,
     pass_owner,
@@ -73,11 +72,11 @@ from suanli.control.access import (
     token_owner,
 )
 from suanli.control.auth import Principal, authenticate
-from suanli.control.errors import Conflict, ControlError, Forbidden, NotFound, Unauthorized
 from suanli.db.models import Instance
 from suanli.db.session import Database
+from suanli.errors import Conflict, DomainError, Forbidden, NotFound, Unauthorized
 
-__all__ = ["create_proxy_app", "port_url", "proxy_path", "resolve_upstream", "COOKIE"]
+__all__ = ["port_url", "proxy_path", "resolve_upstream", "COOKIE"]
 
 router = APIRouter(tags=["proxy"])
 
@@ -105,8 +104,8 @@ TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=10.0)
 _SSL = ssl.create_default_context()  # built once: httpx would build one per client (never used: upstream is http)
 
 
-class BadGateway(ControlError):
-    status = 502
+@errors.http_error(502)
+class BadGateway(DomainError):
     code = "upstream_unreachable"
 
 
@@ -400,21 +399,6 @@ def _host_only_cookie(value: str) -> str | None:
         return None
     kept = [a for a in attrs if a.strip().partition("=")[0].strip().lower() != "domain"]
     return ";".join([pair, *kept]) if len(kept) != len(attrs) else value
-
-
-def create_proxy_app(ctx: Any) -> FastAPI:
-    """The proxy alone (``ctx``: the ServerContext), to serve on a listener of its own:
-    proxied pages then share no origin (localStorage, the console's token) with the
-    console and the API, nor with each other (one host name per port)."""
-    app = FastAPI(title="Suanli port proxy", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.ctx = ctx
-    app.state.secret = load_secret(ctx.data_dir)
-    errors.install(app)
-    app.include_router(router)
-    from suanli.api import proxy_ws  # its half of the routes; it builds on this module
-
-    app.include_router(proxy_ws.router)
-    return app
 
 
 def _domain(app: Any) -> str:

@@ -12,7 +12,7 @@ from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from suanli.api.errors import error_body
+from suanli.api.errors import error_body, http_status
 from suanli.api.proxy import (
     Credential,
     Target,
@@ -28,7 +28,7 @@ from suanli.api.proxy import (
     resolve_upstream,
     target_of,
 )
-from suanli.control.errors import ControlError
+from suanli.errors import DomainError
 
 router = APIRouter(tags=["proxy"])
 
@@ -52,7 +52,7 @@ async def _deny(websocket: WebSocket, status: int, code: str, message: str) -> N
 def _ws_admit(
     ctx: Any, secret: bytes, domain: str, headers: Any, raw_path: str, raw_query: str
 ) -> tuple[Target, Credential, Upstream]:
-    """Who may open this WebSocket, to where (a ControlError to deny it). A link's
+    """Who may open this WebSocket, to where (a DomainError to deny it). A link's
     ``?token=`` counts on a port's host: a socket cannot be redirected to set a cookie."""
     target = target_of(headers.get("host"), raw_path, domain)
     if not isinstance(target, Target):
@@ -80,8 +80,8 @@ async def forward_ws(websocket: WebSocket, rest: str) -> None:
             _raw_path(websocket.scope),
             websocket.url.query,
         )
-    except ControlError as exc:
-        await _deny(websocket, exc.status, exc.code, exc.message)
+    except DomainError as exc:
+        await _deny(websocket, http_status(exc), exc.code, exc.message)
         return
     port, instance_id = target.port, target.instance_id
     scheme = "wss" if websocket.url.scheme == "wss" else "ws"

@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suanli.api.app import create_app
+from suanli.api.background import background, start_all, stop_all
 from suanli.api.context import ServerContext
 from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
+from suanli.billing.rater import SETTLE_MS
 from suanli.control import auth, heartbeat, images, nodes
+from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
-from suanli.control.reclaim import DEFAULT_NOTICE_S, Reclaimer
+from suanli.control.plane import DEFAULT_NOTICE_S, ReclaimSettings
 from suanli.db.session import Database, default_sqlite_url
 from suanli.inventory import Inventory, demo_inventory
 
@@ -115,10 +118,19 @@ def build(
         ssh_host=ssh_host or ("127.0.0.1" if ssh_bind in ("0.0.0.0", "::") else ssh_bind),
         max_upload_bytes=max_upload_mib << 20,
     )
-    ctx.loop = ControlLoop(db, backends, data_dir, policy=policy, interval_s=interval_s, stop_grace_s=stop_grace_s)
-    ctx.loop.steps.append(
-        Reclaimer(db, backends, data_dir, notice_s=notice_s, grace_s=stop_grace_s, heartbeat_timeout_s=heartbeat_timeout_s).step
+    ctx.loop = ControlLoop(
+        db,
+        backends,
+        data_dir,
+        policy=policy,
+        interval_s=interval_s,
+        stop_grace_s=stop_grace_s,
+        reclaim=ReclaimSettings(notice_s=notice_s, grace_s=stop_grace_s),
+        heartbeat_timeout_s=heartbeat_timeout_s,
     )
+    ctx.billing = BillingWorker(db)  # started with the server's other threads (api.background)
+    # work that ended is rated by the first run that can see its last interval settled
+    ctx.loop.work_ended = lambda: ctx.billing.wake(after_s=SETTLE_MS / 1000)  # type: ignore[union-attr]
     if start_loop:
         ctx.loop.start()
     return ctx, boot
@@ -162,7 +174,7 @@ def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "l
 
     import uvicorn
 
-    from suanli.api.proxy import create_proxy_app
+    from suanli.api.proxy_app import create_proxy_app
 
     ctx.proxy_port, ctx.proxy_domain = port, domain
     server = uvicorn.Server(uvicorn.Config(create_proxy_app(ctx), host=host, port=port, log_level="warning"))
@@ -226,8 +238,6 @@ def serve(
                 else "only the operator's tenant may use it"
             )
         )
-    assert ctx.loop is not None
-    ctx.loop.start()
     url = f"http://{host}:{port}"
     echo(
         f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})"
@@ -248,11 +258,12 @@ def serve(
         echo(f"admin token: see {(data_dir / 'admin-token').resolve()} (created on first start)")
     echo(f"next: suanli login --url {url} --token $(cat {data_dir / 'admin-token'})")
     app = create_app(ctx)
-    ports = start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo, proxy_domain)
+    threads = background(
+        ctx, lambda: start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo, proxy_domain)
+    )
+    start_all(threads)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
-        ports.should_exit = True
-        if ctx.loop is not None:
-            ctx.loop.stop()
+        stop_all(threads)
         ctx.db.dispose()

@@ -16,14 +16,32 @@ Rules every backend follows:
 - ``list_running`` reports every task the backend still runs, so reconcile can
   adopt tasks the database knows and stop the ones it does not.
 
-Optional capabilities are separate protocols (``SupportsExec``), checked with
-``isinstance`` — a backend declares what it can do by implementing them.
+Optional capabilities are separate protocols, checked with ``isinstance`` (as
+SkyPilot's ``CloudImplementationFeatures``): a backend declares what it can do by
+implementing them, and the control plane never asks which backend it is talking to.
+
+============================  ==========================================  ==========================
+capability                    what the control plane does with it          implemented by
+============================  ==========================================  ==========================
+``SupportsExec``              ``exec`` into a running instance             local, slurm
+``SupportsSsh``               change an instance's authorized keys         local
+``SupportsNotice``            deliver a spot notice (deadline file, USR1)  local, slurm, memory
+``ReportsNodeHealth``         mark nodes down/up (``control.health``)      slurm, memory
+``ReportsPlacements``         record the GPUs the backend itself chose     slurm, memory
+============================  ==========================================  ==========================
+
+A backend without ``SupportsNotice`` gets a bare SIGUSR1 through ``signal``; one without
+``ReportsNodeHealth`` has its nodes watched by heartbeats (``control.heartbeat``); one
+without ``ReportsPlacements`` runs on exactly the GPUs the scheduler gave it. Reports are
+plain data (``NodeReport``, ``Placement``): applying them to the database is the control
+plane's job (``control.health``), so a backend never touches it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -145,3 +163,60 @@ class SupportsExec(Protocol):
     """Optional: run a command inside a running instance's environment."""
 
     def exec(self, handle: Handle, command: str, timeout_s: float = 60.0) -> ExecResult: ...
+
+
+@runtime_checkable
+class SupportsNotice(Protocol):
+    """Optional: deliver a spot reclaim notice the way this backend's tasks read it.
+
+    The deadline (epoch seconds) goes where ``$SUANLI_PREEMPT_DEADLINE_FILE`` points, then,
+    with ``send_signal``, SIGUSR1 reaches the workload (an instance's keeper would die of
+    it, so instances get the file only). Backends differ in where that file is and how the
+    signal travels (Slurm: through its batch wrapper), which is why it is theirs to do."""
+
+    def notice(self, handle: Handle, deadline: float, send_signal: bool = True) -> None: ...
+
+
+class NodeHealth(StrEnum):
+    """What a node's state means for placing and keeping work on it."""
+
+    UP = "up"  #: accepts work
+    DRAINING = "draining"  #: runs what it has, takes nothing new
+    DOWN = "down"  #: its work is lost and must fail over
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One node as its backend sees it. ``name`` is the node's name in the inventory."""
+
+    name: str
+    health: NodeHealth
+    reason: str = ""  #: why, in the backend's words (``NOT_RESPONDING``); "" when it has none
+
+
+@runtime_checkable
+class ReportsNodeHealth(Protocol):
+    """Optional: the backend watches its own nodes (Slurm's ``sinfo``), so no heartbeat
+    agent is needed there. Raises ``BackendError`` when it cannot tell; a node missing
+    from the report is left as it is."""
+
+    def node_health(self) -> list[NodeReport]: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a running task really is: the GPU indices the backend chose on its node
+    (the task's ``CUDA_VISIBLE_DEVICES``), which may differ from the planned ones."""
+
+    key: str  #: the task key (``TaskSpec.key``)
+    node: str
+    gpu_indices: tuple[int, ...]
+
+
+@runtime_checkable
+class ReportsPlacements(Protocol):
+    """Optional: the backend picks GPU indices itself (Slurm's GRES: sbatch cannot ask for
+    particular ones). Answers for those of ``handles`` that run now; the others (pending,
+    gone) are left out. Raises ``BackendError`` when it cannot tell."""
+
+    def placements(self, handles: Sequence[Handle]) -> list[Placement]: ...

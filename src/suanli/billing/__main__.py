@@ -4,6 +4,9 @@
 
 Prints the run's result as one JSON line. Safe to run concurrently with the server
 and with itself, and to kill at any moment: re-running posts what is missing, once.
+It rates and posts only: budgets and the hard cap are the control plane's (the
+server's billing worker, ``suanli.control.billing_worker``, applies them after its
+runs; ``suanli rate`` rates and applies them at once).
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
                 "inserted": res.posted.inserted,
                 "skipped": res.posted.skipped,
                 "batches": res.posted.batches,
-                "budget_actions": res.budget_actions,
             }
         )
     )

@@ -40,10 +40,10 @@ def usage_lines(rows: list[tuple[str, str, str, int, int, int]]) -> list[Line]:
         g[2] += amount
     out = []
     for (kind, model, plan), (q, secs, amount) in sorted(groups.items()):
-        qty = {"gpu": f"{q / 1000 / 3600:.4f} GPU-h", "storage": f"{q / 3600 / 720:.4f} GiB-month"}.get(
+        shown = {"gpu": f"{q / 1000 / 3600:.4f} GPU-h", "storage": f"{q / 3600 / 720:.4f} GiB-month"}.get(
             kind, f"{q / 1000:.3f} GiB"
         )
-        out.append(Line(kind, None if model == "-" else model, plan if kind == "gpu" else "-", qty, secs, amount))
+        out.append(Line(kind, None if model == "-" else model, plan if kind == "gpu" else "-", shown, secs, amount))
     return out
 
 

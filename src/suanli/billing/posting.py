@@ -140,6 +140,7 @@ def _direct(s: Session, db: Database, recs: Records, run_id: str) -> bool:
             else:
                 data = pgcopy.encode(cols, {c: recs.cols[c] for c in cols if c not in texts}, texts, INT4)
                 raw = s.connection().connection.driver_connection
+                assert raw is not None  # the COPY path: PostgreSQL (psycopg) only
                 with (
                     raw.cursor() as cur,
                     cur.copy(f"COPY billing_usage ({', '.join(cols)}) FROM STDIN WITH (FORMAT binary)") as cp,
@@ -173,6 +174,7 @@ def _stage(s: Session, db: Database, recs: Records) -> None:
         )
         return
     raw = s.connection().connection.driver_connection
+    assert raw is not None  # the COPY path: PostgreSQL (psycopg) only
     with raw.cursor() as cur, cur.copy(f"COPY billing_stage ({', '.join(COLUMNS)}) FROM STDIN WITH (FORMAT binary)") as cp:
         cp.write(pgcopy.encode(COLUMNS, recs.cols, {}))
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from suanli import gpu_names
 from suanli.billing.money import MICROS, MoneyError, div_half_up, to_decimal, to_micros
 
 PLANS = ("on_demand", "monthly", "reserved", "spot")
@@ -110,7 +111,7 @@ class PriceBook:
         if model is None or plan in BOOK_FIELDS:
             if plan not in BOOK_FIELDS:
                 raise PriceBookError(f"a {plan!r} price needs a GPU model; book-wide prices: {', '.join(BOOK_FIELDS)}")
-            return replace(self, **{plan: micros}, sources={**self.sources, plan: src})
+            return replace(self, **{plan: micros}, sources={**self.sources, plan: src})  # type: ignore[arg-type]
         field_ = "spot_floor" if plan == "spot" else plan
         if field_ not in PRICE_FIELDS:
             raise PriceBookError(f"unknown plan {plan!r}; choose one of {', '.join(PRICE_FIELDS + BOOK_FIELDS)}")
@@ -122,7 +123,7 @@ class PriceBook:
             gpus[model] = _derive(model, {field_: micros}, self._rules(), {field_: src})
         else:
             g = gpus[key]
-            new = replace(g, **{field_: micros}, sources={**g.sources, field_: src})
+            new = replace(g, **{field_: micros}, sources={**g.sources, field_: src})  # type: ignore[arg-type]
             if new.spot_floor > new.spot_cap:
                 raise PriceBookError(f"spot floor {to_decimal(new.spot_floor)} above spot cap {to_decimal(new.spot_cap)}")
             gpus[key] = new
@@ -145,7 +146,8 @@ def _norm(name: str) -> str:
 
 def resolve_model(name: str, keys: tuple[str, ...]) -> str | None:
     """A node's model name (``H100``, ``RTX4090``) to the book's key: exact, then
-    spelling-insensitive, then through the advisor's GPU catalog aliases."""
+    spelling-insensitive, then through the GPU catalog's names (``suanli.gpu_names``,
+    the rule the advisor uses: ``H100`` is the book's ``H100 SXM5 80GB``)."""
     return _resolve(name, keys)
 
 
@@ -157,9 +159,7 @@ def _resolve(name: str, keys: tuple[str, ...]) -> str | None:
     if _norm(name) in by_norm:
         return by_norm[_norm(name)]
     try:
-        from suanli.advisor.catalog import find_gpu
-
-        canonical = find_gpu(name).name
+        canonical = gpu_names.canonical(name)
     except Exception:  # unknown to the catalog: no price
         return None
     return by_norm.get(_norm(canonical))
@@ -180,6 +180,7 @@ def _derive(model: str, given: dict[str, int], r: dict[str, Any], sources: dict[
     if od is None and mo is None:
         raise PriceBookError(f"{model}: give on_demand or monthly (or monthly_node with gpus_per_node)")
     if od is None:
+        assert mo is not None
         od = int((Decimal(mo) / r["hpm"] * prem).to_integral_value())
         src.setdefault("on_demand", f"derived: monthly / {r['hpm']} h x {prem} (seed 004 on-demand premium)")
     if mo is None:
@@ -205,7 +206,7 @@ def parse(data: dict[str, Any]) -> PriceBook:
         raise PriceBookError("a price book is a mapping with a 'gpus' list")
     try:
         rules = dict(data.get("plan_rules") or {})
-        r = {
+        r: dict[str, Any] = {
             "hpm": int(data.get("hours_per_month", 720)),
             "term": int(rules.get("reserved_term_hours", 8760)),
             "disc": _ratio(rules.get("reserved_discount", "0.55"), "reserved_discount"),

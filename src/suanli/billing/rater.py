@@ -6,13 +6,15 @@
    everything before it is already rated, so only those periods are metered again.
 2. Intervals -> final records (``metering.split``), priced with the price version in
    force at each record's period start (old usage keeps its price), rated with
-   ``rating``: spot at the model's utilisation at period start, capped by the
-   allocation's bid (``max_price``; the same ``utilisation`` sets the price admission
-   and reclaim compare bids with, ``billing.spot``),
+   ``rating``: spot at the model's utilisation at period start (``billing.utilisation``,
+   the rule admission and reclaim compare bids with), capped by the allocation's bid
+   (``max_price``),
    GPUs under a monthly/reserved subscription at zero (the fee paid for them).
 3. ``posting.post``: one transaction per batch, idempotent on (kind, source, period).
-4. Advance the watermark, then apply budgets (alerts, hard cap).
+4. Advance the watermark.
 A crash anywhere leaves committed batches posted once; the next run finishes the rest.
+A run only rates and posts: budgets and the hard cap are decided by
+``spending.apply_budgets`` and acted on by the control plane (``control.admission``).
 """
 
 from __future__ import annotations
@@ -28,32 +30,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from suanli.billing import metering, plans, rating
+from suanli.billing.intervals import ALLOCATION_COLUMNS, Intervals, intervals
 from suanli.billing.posting import PostResult, Records, post
-from suanli.billing.pricebook import PLANS, PriceBook
+from suanli.billing.pricebook import PLANS, PriceBook, resolve_model
 from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms, versions
 from suanli.billing.tables import RatingState, Subscription, Transfer, Usage
-from suanli.db.models import Allocation, Instance, Node
+from suanli.billing.utilisation import capacity_milli, per_period
+from suanli.db.models import Allocation, Instance
 from suanli.db.session import Database
 
-PLAN_OF_PRIORITY = {"on-demand": "on_demand", "spot": "spot", "reserved": "reserved"}
 PLAN_NAMES = list(PLANS) + ["covered"]
-
-
-@dataclass
-class Intervals:
-    """GPU allocation intervals as arrays (what the store reads, or a benchmark makes)."""
-
-    source_id: np.ndarray
-    tenant_id: np.ndarray
-    workload_kind: np.ndarray  # 0 instance, 1 job
-    workload_id: np.ndarray
-    model_code: np.ndarray
-    milli: np.ndarray  # GPUs x milli per GPU
-    plan_code: np.ndarray  # index into PLANS
-    start_ms: np.ndarray
-    end_ms: np.ndarray  # metering.OPEN while held
-    models: list[str]
-    max_price: np.ndarray | None = None  # spot bid per GPU-hour, micro-units; -1: none (None: no bids)
 
 
 @dataclass
@@ -63,78 +49,10 @@ class RunResult:
     since_ms: int
     records: int
     posted: PostResult
-    budget_actions: list[str]
 
 
 def version_index(effective: np.ndarray, period: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(effective, period, side="right") - 1, 0, None)
-
-
-def permille(busy_milli: np.ndarray | int, capacity_milli: int) -> np.ndarray | int:
-    """Spot utilisation: allocated milli over the model's registered GPUs, in permille,
-    rounded down, at most 1000; a model with no registered GPUs counts as full. The one
-    rule the rater, admission and reclaim use (``billing.spot``)."""
-    if capacity_milli <= 0:
-        return np.full(np.shape(busy_milli), 1000, dtype=np.int64) if np.ndim(busy_milli) else 1000
-    out = np.minimum(1000, np.maximum(np.asarray(busy_milli, dtype=np.int64), 0) * 1000 // capacity_milli)
-    return out if np.ndim(out) else int(out)
-
-
-def busy_milli(iv: Intervals, model: int, at: np.ndarray) -> np.ndarray:
-    """GPU milli of model ``model`` allocated at each instant of ``at``: intervals started
-    by t minus intervals ended by t, from sorted cumulative sums."""
-    mine = iv.model_code == model
-    starts, ends = iv.start_ms[mine], iv.end_ms[mine]
-    so, eo = np.argsort(starts), np.argsort(ends)
-    cs = np.concatenate([[0], np.cumsum(iv.milli[mine][so])])
-    ce = np.concatenate([[0], np.cumsum(iv.milli[mine][eo])])
-    return cs[np.searchsorted(starts[so], at, side="right")] - ce[np.searchsorted(ends[eo], at, side="right")]
-
-
-def utilisation(iv: Intervals, capacity: dict[int, int], model_code: np.ndarray, period: np.ndarray) -> np.ndarray:
-    """Permille of each model's GPUs allocated at each period start (spot pricing)."""
-    out = np.zeros(model_code.size, dtype=np.int64)
-    for m in np.unique(model_code):
-        cap = capacity.get(int(m), 0)
-        want = model_code == m
-        if not cap:
-            out[want] = 1000
-            continue
-        p, back = np.unique(period[want], return_inverse=True)  # a few distinct period starts
-        out[want] = permille(busy_milli(iv, int(m), p), cap)[back]
-    return out
-
-
-def capacity_milli(s: Session) -> dict[str, int]:
-    """GPU milli registered per node model (every node, whatever its state): the
-    denominator of spot utilisation."""
-    caps: dict[str, int] = {}
-    for m, c in s.execute(select(Node.gpu_model, Node.gpu_count)):
-        caps[m] = caps.get(m, 0) + int(c) * 1000
-    return caps
-
-
-def intervals(allocs: list, open_end: int = metering.OPEN) -> Intervals:
-    """Allocation rows (id, tenant_id, job_id, instance_id, gpu_model, gpu_indices,
-    milli_per_gpu, priority, max_price_micros, started_at, ended_at) as arrays."""
-    models = sorted({a.gpu_model for a in allocs} | {"-"})
-    code = {m: i for i, m in enumerate(models)}
-    n = len(allocs)
-    return Intervals(
-        source_id=np.array([a.id for a in allocs], dtype=np.int64).reshape(n),
-        tenant_id=np.array([a.tenant_id for a in allocs], dtype=np.int64).reshape(n),
-        workload_kind=np.array([0 if a.instance_id else 1 for a in allocs], dtype=np.int64).reshape(n),
-        workload_id=np.array([a.instance_id or a.job_id for a in allocs], dtype=np.int64).reshape(n),
-        model_code=np.array([code[a.gpu_model] for a in allocs], dtype=np.int64).reshape(n),
-        milli=np.array([len(a.gpu_indices) * a.milli_per_gpu for a in allocs], dtype=np.int64).reshape(n),
-        plan_code=np.array([PLANS.index(PLAN_OF_PRIORITY.get(a.priority, "on_demand")) for a in allocs], dtype=np.int64).reshape(
-            n
-        ),
-        start_ms=np.array([dt_to_ms(a.started_at) for a in allocs], dtype=np.int64).reshape(n),
-        end_ms=np.array([dt_to_ms(a.ended_at) if a.ended_at else open_end for a in allocs], dtype=np.int64).reshape(n),
-        models=models,
-        max_price=np.array([-1 if a.max_price_micros is None else a.max_price_micros for a in allocs], dtype=np.int64).reshape(n),
-    )
 
 
 def rate_gpu_intervals(
@@ -161,7 +79,7 @@ def rate_gpu_intervals(
     util = None
     if spot.any():
         util = np.zeros(i.size, dtype=np.int64)
-        util[spot] = utilisation(iv, capacity or {}, model[spot], pc.period_start[spot])
+        util[spot] = per_period(iv, capacity or {}, model[spot], pc.period_start[spot])
     eff = np.array([e for _, e, _ in books], dtype=np.int64)
     vi = version_index(eff, pc.period_start)
     price = np.zeros(i.size, dtype=np.int64)
@@ -215,22 +133,6 @@ def _concat(parts: list[Records]) -> Records:
         base.plans,
         base.currency,
     )
-
-
-#: what ``intervals`` reads of an allocation
-ALLOCATION_COLUMNS = (
-    Allocation.id,
-    Allocation.tenant_id,
-    Allocation.job_id,
-    Allocation.instance_id,
-    Allocation.gpu_model,
-    Allocation.gpu_indices,
-    Allocation.milli_per_gpu,
-    Allocation.priority,
-    Allocation.max_price_micros,
-    Allocation.started_at,
-    Allocation.ended_at,
-)
 
 
 def _read(s: Session, since_dt: datetime, since_ms: int, cutoff_ms: int, mine: Callable) -> tuple:
@@ -343,8 +245,6 @@ def collect(
 
 
 def _same_model(node_model: str, sub_model: str) -> bool:
-    from suanli.billing.pricebook import resolve_model
-
     return resolve_model(node_model, (sub_model,)) is not None
 
 
@@ -502,9 +402,9 @@ def run(
     batch: int = 50_000,
     run_id: str | None = None,
     after_batch: Callable[[int], None] | None = None,
-    enforce: bool = True,
 ) -> RunResult:
-    """One idempotent rating run up to ``cutoff_ms`` (default: now)."""
+    """One idempotent rating run up to ``cutoff_ms`` (default: now minus ``SETTLE_MS``).
+    It writes billing tables only and applies no budget (``spending.apply_budgets``)."""
     cutoff = now_ms() - SETTLE_MS if cutoff_ms is None else cutoff_ms
     rid = run_id or uuid.uuid4().hex[:16]
     with db.sessions() as s:
@@ -513,9 +413,4 @@ def run(
     recs = collect(db, since, cutoff, period_ms)
     posted = post(db, recs, rid, batch, after_batch)
     _advance(db, cutoff, rid)
-    actions: list[str] = []
-    if enforce:
-        from suanli.billing.enforce import apply_budgets
-
-        actions = apply_budgets(db, cutoff)
-    return RunResult(rid, cutoff, since, len(recs), posted, actions)
+    return RunResult(rid, cutoff, since, len(recs), posted)

@@ -8,8 +8,8 @@ from sqlalchemy import func, select
 
 from suanli.billing import invoice, ledger, rater
 from suanli.billing.budgets import month_start_ms, period_of
-from suanli.billing.enforce import spent_this_month
 from suanli.billing.money import as_text, fmt
+from suanli.billing.spending import spent_this_month
 from suanli.billing.store import BillingError, balance, current_book, ms_to_dt, now_ms, versions
 from suanli.billing.tables import BudgetRow, LedgerEntry, Notice, Posting, PriceVersion, Subscription, Usage
 from suanli.db.models import Node, Tenant
@@ -158,7 +158,7 @@ def invoice_doc(db: Database, tenant_id: int, month: str) -> dict:
             )
         ]
         bal = balance(s, tenant_id)
-    lines = invoice.usage_lines([tuple(r) for r in rows])
+    lines = invoice.usage_lines([(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows])
     return invoice.build({"id": tenant_id, "name": t.name if t else str(tenant_id)}, month, book.currency, lines, subs, pays, bal)
 
 

@@ -2,10 +2,9 @@
 
 The spot price of a model rises linearly from its floor to its cap with the model's
 utilisation (``pricebook.GpuPrice.spot``). The rater prices each record at the
-utilisation at its period's start; admission (``enforce.admission``) and reclaim
-(``control.reclaim``) ask for it *now*. Both read the same rows the same way
-(``rater.intervals``, ``rater.capacity_milli``) and apply the same rule
-(``rater.busy_milli``, ``rater.permille``), so for one instant billing, scheduling and
+utilisation at its period's start; admission (``billing.admission``) and reclaim
+(``control.outbid``) ask for it *now*. Both read the same rows the same way and apply
+the same rule (``billing.utilisation``), so for one instant billing, scheduling and
 reclaim see one utilisation and one price. A bid caps what is charged
 (min(spot price, max_price) per record); work whose bid is below the price waits, and
 running work is reclaimed with notice.
@@ -15,15 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from suanli.billing import rater
+from suanli.billing import utilisation
 from suanli.billing.money import fmt_price
 from suanli.billing.pricebook import PriceBook, PriceBookError
-from suanli.billing.store import current_book, ms_to_dt, now_ms
-from suanli.db.models import Allocation
+from suanli.billing.store import current_book, now_ms
 
 
 @dataclass
@@ -50,7 +46,7 @@ class Market:
         """Permille now, with ``extra_milli`` more allocated (a request counted as
         running; negative: work that is leaving)."""
         m = self.key(model)
-        return int(rater.permille(self.busy.get(m, 0) + extra_milli, self.capacity.get(m, 0)))
+        return int(utilisation.permille(self.busy.get(m, 0) + extra_milli, self.capacity.get(m, 0)))
 
     def price(self, model: str, extra_milli: int = 0) -> int | None:
         """Spot price per GPU-hour (micro-units) at that utilisation; None: the book has
@@ -74,23 +70,15 @@ def market(s: Session, at_ms: int | None = None) -> Market:
     """The market at ``at_ms`` (default now), in the caller's session."""
     at = now_ms() if at_ms is None else at_ms
     _, book = current_book(s, at)
-    allocs = list(
-        s.execute(select(*rater.ALLOCATION_COLUMNS).where(or_(Allocation.ended_at.is_(None), Allocation.ended_at > ms_to_dt(at))))
-    )
-    iv = rater.intervals(allocs)
-    busy = {}
-    for code, m in enumerate(iv.models):
-        if m != "-":
-            busy[m] = int(rater.busy_milli(iv, code, np.array([at], dtype=np.int64))[0])
-    return Market(book, at, rater.capacity_milli(s), busy)
+    return Market(book, at, utilisation.capacity_milli(s), utilisation.busy_now(s, at))
 
 
-def demand_milli(request, num_nodes: int) -> int:  # type: ignore[no-untyped-def]
+def demand_milli(request, num_nodes: int) -> int:
     """GPU milli a scheduler ``Request`` holds once placed (every node of a gang)."""
     return (request.gpu_milli or request.gpu_count * 1000) * max(1, num_nodes)
 
 
-def check_bid(mk: Market, request, num_nodes: int, bid: int) -> tuple[frozenset[str], str | None]:  # type: ignore[no-untyped-def]
+def check_bid(mk: Market, request, num_nodes: int, bid: int) -> tuple[frozenset[str], str | None]:
     """Where a spot request with bid ``bid`` may start now: the models it allows whose
     price, counting the request's own GPUs as allocated (so starting it cannot push the
     price above its bid and get it reclaimed at once), is at most the bid. Returns those

@@ -19,9 +19,10 @@ from suanli.billing.money import MoneyError, fmt, to_micros
 from suanli.billing.pricebook import PriceBook, PriceBookError, default_book, parse
 from suanli.billing.quotas import QOS_RANK
 from suanli.billing.tables import BudgetRow, Grant, LedgerEntry, Posting, PriceVersion, Subscription, Transfer
-from suanli.control.errors import Conflict, Invalid, NotFound
+from suanli.clock import SYSTEM
 from suanli.db.models import Tenant
 from suanli.db.session import Database
+from suanli.errors import Conflict, Invalid, NotFound
 
 
 class BillingError(Invalid):
@@ -29,7 +30,7 @@ class BillingError(Invalid):
 
 
 def now_ms() -> int:
-    return int(datetime.now().timestamp() * 1000)
+    return SYSTEM.now_ms()  # suanli.clock: one clock for live and sim
 
 
 def ms_to_dt(ms: int) -> datetime:
@@ -82,7 +83,7 @@ def _book(version_id: int, data: dict) -> PriceBook:
 def current_book(s: Session, at_ms: int | None = None) -> tuple[int, PriceBook]:
     at = now_ms() if at_ms is None else at_ms
     live = [(vid, b) for vid, eff, b in versions(s) if eff <= at]
-    return live[-1] if live else versions(s)[0][::2]  # type: ignore[return-value]
+    return live[-1] if live else versions(s)[0][::2]
 
 
 def set_price(

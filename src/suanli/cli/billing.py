@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from suanli.cli.remote import api_errors, client, err_console, print_json, table
+from suanli.cli.taskfile import load_task
 
 prices_app = typer.Typer(help="The price book (operators change it; every change is a new version).", no_args_is_help=True)
 grants_app = typer.Typer(
@@ -327,8 +328,6 @@ def subs_cancel(sub_id: int, as_json: bool = typer.Option(False, "--json")) -> N
 
 def quote_task(task_file: Path, hours: float | None, disk: int, max_price: str | None, as_json: bool) -> None:
     """Shared by ``suanli quote`` and ``suanli launch --dry-run``."""
-    from suanli.cli.launch import load_task
-
     try:
         task = load_task(task_file)
     except ValueError as exc:

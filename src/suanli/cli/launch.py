@@ -21,13 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
-import yaml
-from pydantic import ValidationError
 
+from suanli.cli.billing import quote_task
 from suanli.cli.jobs import show, wait_for
 from suanli.cli.remote import api_errors, client, err_console, print_json
-from suanli.control.errors import describe_validation
-from suanli.control.task import Task
+from suanli.cli.taskfile import load_task
 
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv"})
 IGNORE_FILE = ".suanliignore"
@@ -35,24 +33,6 @@ IGNORE_FILE = ".suanliignore"
 
 class WorkdirError(ValueError):
     """The task's workdir cannot be shipped (missing, not a directory, over the cap)."""
-
-
-def load_task(path: Path) -> dict:
-    """Parse and check a task file locally (errors name the field path); a
-    relative ``workdir`` is resolved against the file's directory."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: a task is a mapping with at least `run:`")
-    try:
-        Task.model_validate(doc)
-    except ValidationError as exc:
-        raise ValueError(f"{path}: {describe_validation(exc.errors())}") from None
-    if doc.get("workdir"):
-        doc["workdir"] = str((path.parent / str(doc["workdir"])).resolve())
-    return doc
 
 
 def workdir_of(task_file: Path, task: dict) -> Path | None:
@@ -270,8 +250,6 @@ def launch(
         err_console.print(f"[red]error[/red] (invalid): {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     if dry_run:  # billing's quote (suanli.cli.billing); nothing is uploaded or submitted
-        from suanli.cli.billing import quote_task
-
         return quote_task(task_file, hours, 0, None, as_json)
     if name:
         task["name"] = name

@@ -17,9 +17,9 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from suanli.control.errors import Conflict, Forbidden, NotFound, Unauthorized
 from suanli.db.models import ApiToken, Tenant, User
 from suanli.db.session import Database
+from suanli.errors import Conflict, Forbidden, NotFound, Unauthorized
 
 ROLES = ("admin", "operator", "member")
 

@@ -144,7 +144,7 @@ def _apply(session: Session, rows: Sequence[Allocation], sign: int) -> None:
             .values(used_milli=Gpu.used_milli + sign * per_gpu[(node_id, index)])
             .execution_options(synchronize_session=False)
         )
-        if result.rowcount != 1:
+        if result.rowcount != 1:  # type: ignore[attr-defined]
             raise LookupError(f"no GPU {index} on node id {node_id}")
 
 

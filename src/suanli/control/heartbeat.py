@@ -1,6 +1,6 @@
 """Node liveness from heartbeats: a node whose agent stops reporting is marked down.
 
-Slurm watches its own nodes (``slurm_sync``); nodes of other backends prove they are
+Slurm watches its own nodes (``health``); nodes of other backends prove they are
 alive by calling ``POST /v1/nodes/{name}/heartbeat`` (``suanli nodes heartbeat NAME``
 runs that loop on the node). A node that has never sent a heartbeat is not watched, so
 the embedded single-host default keeps working without an agent; once a node has
@@ -16,11 +16,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 
 from suanli.control.auth import Principal
-from suanli.control.errors import NotFound
 from suanli.control.nodes import last_event_message, mark
 from suanli.db.clock import utcnow
 from suanli.db.models import Node
 from suanli.db.session import Database
+from suanli.errors import NotFound
 
 #: Messages of node events written here start with this.
 SOURCE = "heartbeat:"
@@ -52,6 +52,7 @@ def expire(db: Database, timeout_s: float, now: datetime | None = None) -> list[
         for node in list(
             s.scalars(select(Node).where(Node.heartbeat_at.is_not(None), Node.heartbeat_at < cutoff, Node.state != "down"))
         ):
+            assert node.heartbeat_at is not None  # the query's condition
             silent = (now - node.heartbeat_at).total_seconds()
             last = node.heartbeat_at.isoformat(timespec="seconds")
             if mark(s, node.id, node.state, "down", f"{SOURCE} none from {node.name} for {silent:.1f}s (last at {last})"):

@@ -17,10 +17,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from suanli.control.auth import Principal
-from suanli.control.errors import Conflict, Invalid, NotFound
 from suanli.control.lifecycle import JOB_ACTIVE
 from suanli.db.models import Event, Image, Instance, Job
 from suanli.db.session import Database
+from suanli.errors import Conflict, Invalid, NotFound
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 #: the keys of ``contents``, and what each holds

@@ -11,18 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
 from suanli.billing.money import to_micros
 from suanli.control import images
 from suanli.control.auth import Principal
-from suanli.control.errors import Conflict, Invalid, NotFound
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
 from suanli.control.sizing import size
 from suanli.control.task import check_max_price
 from suanli.db.models import Instance
 from suanli.db.session import Database
+from suanli.errors import Conflict, Invalid, NotFound
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class InstanceRequest:
     ports: tuple[int, ...] = ()  #: container ports to publish through the proxy
 
 
-def _get(s, who: Principal, instance_id: int) -> Instance:  # type: ignore[no-untyped-def]
+def _get(s: Session, who: Principal, instance_id: int) -> Instance:
     row = s.get(Instance, instance_id)
     if row is None or row.state == "deleted" or (not who.sees_all and row.tenant_id != who.tenant_id):
         raise NotFound(f"no instance {instance_id}")

@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from suanli.backends.base import Backend
 from suanli.control.auth import Principal
-from suanli.control.errors import Forbidden
 from suanli.db.models import User
 from suanli.db.session import Database
+from suanli.errors import Forbidden
 
 
 def operator_tenant(db: Database) -> int | None:

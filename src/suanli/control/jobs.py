@@ -5,20 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle
-from suanli.control import uploads
+from suanli.billing.money import to_micros
+from suanli.control import uploads, workloads
 from suanli.control.auth import Principal
-from suanli.control.errors import Invalid, NotFound
-from suanli.control.lifecycle import JOB_FINAL, record_event, transition
+from suanli.control.lifecycle import JOB_FINAL, record_event
 from suanli.control.sizing import size
 from suanli.control.task import Task
-from suanli.db.clock import utcnow
 from suanli.db.models import Job
 from suanli.db.session import Database
+from suanli.errors import Invalid, NotFound
 
 
-def _get(s, who: Principal, job_id: int) -> Job:  # type: ignore[no-untyped-def]
+def _get(s: Session, who: Principal, job_id: int) -> Job:
     row = s.get(Job, job_id)
     if row is None or (not who.sees_all and row.tenant_id != who.tenant_id):
         raise NotFound(f"no job {job_id}")
@@ -68,6 +69,7 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
             memory_mib=sized.memory_mib,
             num_nodes=task.num_nodes,
             priority=r.priority,
+            max_price_micros=None if r.max_price is None else to_micros(r.max_price),
         )
         s.add(row)
         s.flush()
@@ -98,8 +100,7 @@ def cancel(db: Database, who: Principal, job_id: int) -> Job:
         if row.state in JOB_FINAL:
             return row
         if row.state == "queued" and row.launch_owner is None:
-            transition(s, row, "cancelled", "cancelled before it started")
-            row.finished_at = utcnow()
+            workloads.end(s, row, "cancelled", "cancelled before it started")
         else:
             row.cancel_requested = True
         return row

@@ -28,9 +28,9 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle, SupportsSsh
 from suanli.control.auth import Principal
-from suanli.control.errors import Conflict, Invalid, NotFound
 from suanli.db.models import Instance, SshKey
 from suanli.db.session import Database
+from suanli.errors import Conflict, Invalid, NotFound
 
 log = logging.getLogger(__name__)
 

@@ -13,14 +13,16 @@ import os
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle, TaskSpec
 from suanli.backends.local import volumes
-from suanli.control import images, keys, uploads
+from suanli.control import images, keys, uploads, workloads
 from suanli.control.access import JUPYTER_PORT, jupyter_command
 from suanli.control.capacity import active_allocations, give_back
 from suanli.control.environment import distributed_env, free_port, gpu_env
 from suanli.control.lifecycle import transition
+from suanli.control.notice import clear_notice
 from suanli.db.clock import utcnow
 from suanli.db.models import Allocation, Gpu, Instance, Job, Node
 from suanli.db.session import Database
@@ -67,12 +69,12 @@ def _in_volume(requested: str) -> str | None:
     return None
 
 
-def _virtual_nodes(session, node_ids: set[int]) -> set[int]:  # type: ignore[no-untyped-def]
+def _virtual_nodes(session: Session, node_ids: set[int]) -> set[int]:
     """Which of ``node_ids`` have virtual (declared) GPUs, in one query."""
     return set(session.scalars(select(Gpu.node_id).where(Gpu.node_id.in_(node_ids), Gpu.virtual.is_(True)).distinct()))
 
 
-def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir: Path) -> list[TaskSpec]:  # type: ignore[no-untyped-def]
+def build_specs(session: Session, row: Instance | Job, allocs: list[Allocation], data_dir: Path) -> list[TaskSpec]:
     """One spec per node, rank 0 first (the other nodes' containers resolve its address)."""
     ids = {a.node_id for a in allocs}
     nodes = {n.id: n for n in session.scalars(select(Node).where(Node.id.in_(ids)))}
@@ -147,14 +149,9 @@ def build_specs(session, row: Instance | Job, allocs: list[Allocation], data_dir
     return specs
 
 
-def _model(kind: str) -> type[Instance] | type[Job]:
-    return Instance if kind == "instance" else Job
-
-
 def launch(db: Database, backends: dict[str, Backend], kind: str, workload_id: int, owner: str, data_dir: Path) -> None:
-    model = _model(kind)
     with db.transaction() as s:
-        row = s.get(model, workload_id)
+        row = workloads.get(s, kind, workload_id)
         if row is None or row.launch_owner != owner or row.handles is not None:
             return
         allocs = active_allocations(s, row)
@@ -177,17 +174,15 @@ def launch(db: Database, backends: dict[str, Backend], kind: str, workload_id: i
         for backend, handle in started:
             backend.stop(handle, grace_s=2)
     with db.transaction() as s:
-        row = s.get(model, workload_id)
+        row = workloads.get(s, kind, workload_id)
         assert row is not None
         row.launch_owner = None
         if error:
             log.warning("%s %s: %s", kind, workload_id, error)
-            give_back(s, row)
-            transition(s, row, "failed", error)
-            if isinstance(row, Job):
-                row.finished_at = utcnow()
+            workloads.end(s, row, "failed", error)
             return
         row.handles = [h.to_json() for _, h in started]
+        clear_notice(row)  # a notice of an earlier run does not carry over
         row.runtime = str(started[0][1].data.get("runtime", "")) if started else ""
         transition(s, row, "running", f"started on {', '.join(sp.node for sp in specs)}")
         if isinstance(row, Job):
@@ -210,21 +205,18 @@ def fail_launch(db: Database, kind: str, workload_id: int, owner: str, error: st
     """The launch itself broke (not the backend): release and fail the row we
     claimed, so it does not sit claimed until the next restart."""
     with db.transaction() as s:
-        row = s.get(_model(kind), workload_id)
+        row = workloads.get(s, kind, workload_id)
         if row is None or row.launch_owner != owner or row.handles is not None:
             return
         row.launch_owner = None
-        give_back(s, row)
-        transition(s, row, "failed", f"launch failed: {error}")
-        if isinstance(row, Job):
-            row.finished_at = utcnow()
+        workloads.end(s, row, "failed", f"launch failed: {error}")
 
 
 def unclaim(db: Database, kind: str, workload_id: int, owner: str) -> None:
     """Give back a claim this server will not launch (it is shutting down): the
     row keeps waiting and is placed again, by this server's next start or another."""
     with db.transaction() as s:
-        row = s.get(_model(kind), workload_id)
+        row = workloads.get(s, kind, workload_id)
         if row is None or row.launch_owner != owner or row.handles is not None:
             return
         row.launch_owner = None

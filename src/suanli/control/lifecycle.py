@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from suanli.control.errors import Conflict
 from suanli.db.clock import utcnow
 from suanli.db.models import Event, Instance, Job
+from suanli.errors import Conflict
 
 INSTANCE_TRANSITIONS: dict[str, frozenset[str]] = {
     "pending": frozenset({"running", "stopped", "deleted", "failed"}),

@@ -1,16 +1,29 @@
 """The control loop: one background thread per server that owns every side effect.
 
-A tick is a numbered recipe (as in Kueue's ``schedule()``):
+A tick is one explicit recipe (Kueue's ``schedule()`` is the model), its phases in
+this order, each in a module of its own:
 
-1. reconcile running work with the backends (stops and cancels every tick,
-   exits every ``poll_interval_s``), then run the plugged-in ``steps``;
-2. schedule: place waiting work and claim allocations;
-3. launch what was claimed, several at once (a container start is mostly waiting on the
-   engine; rows are independent).
+1. **health** (``health``, ``heartbeat``): node state from the backends that report
+   it and from agents' heartbeats, every ``health_interval_s``;
+2. **reconcile** (``reconcile``): the backends' view of running work: exits every
+   ``poll_interval_s``, stop and cancel requests every tick;
+3. **failover** (``failover``): work on a down node requeued from its checkpoint;
+4. **notices** (``expiry``): spot victims whose notice ran out evicted and requeued;
+5. **outbid** (``outbid``): spot work bidding below the spot price noticed;
+6. **admit** (``admission``): waiting work judged once against quotas, budgets and
+   bids; what can never run fails, what may not run yet is held with its reason;
+7. **preempt** (``preempt``): spot victims noticed for admitted higher-class work
+   that does not fit;
+8. **schedule** (``scheduling``): admitted work placed and its allocations claimed;
+9. **launch** (``launcher``): what was claimed started, several at once (a
+   container start is mostly waiting on the engine; rows are independent).
 
-On start it first repairs what a previous (possibly killed) server left behind:
-adopt or fail its in-flight launches, stop tasks nobody owns, recompute usage
-counters. API handlers call ``wake()`` so new work does not wait for the next tick.
+Phases 3-5 and 7 run only when a node is down or spot work runs (one small read;
+on SQLite every transaction takes the write lock). A failing phase among 1-5 and 7 is
+logged and does not stop the others. On start the loop first repairs what a previous
+(possibly killed) server left behind: adopt or fail its in-flight launches, stop tasks
+nobody owns, recompute usage counters. API handlers call ``wake()`` so new work does
+not wait for the next tick.
 """
 
 from __future__ import annotations
@@ -24,10 +37,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import select
+
 from suanli.backends.base import Backend
-from suanli.control import reconcile
+from suanli.clock import SYSTEM, Clock
+from suanli.control import admission, health, heartbeat, reconcile, workloads
+from suanli.control.expiry import expire_notices
+from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
-from suanli.control.scheduling import PassMemo, PassResult, schedule_pass
+from suanli.control.outbid import outbid
+from suanli.control.plane import Plane, ReclaimSettings
+from suanli.control.preempt import preempt
+from suanli.control.scheduling import PassMemo, PassResult, Waiting, schedule_pass, waiting_work
+from suanli.db.models import Node
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
 
@@ -57,10 +79,20 @@ class ControlLoop:
         interval_s: float = 0.5,
         stop_grace_s: float = 10.0,
         poll_interval_s: float | None = None,
+        *,
+        reclaim: ReclaimSettings | None = None,
+        health_interval_s: float = 1.0,
+        heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
+        clock: Clock = SYSTEM,
     ) -> None:
+        """``reclaim``: notice and grace of spot reclaim and failover (default: the
+        stop grace and a five-minute notice); ``heartbeat_timeout_s``: silence after
+        which a node with an agent is down (None: never); ``clock``: "now" for notices
+        (``suanli.clock``)."""
         self.db = db
         self.backends = backends
         self.data_dir = Path(data_dir)
+        self.plane = Plane(db, backends, self.data_dir, reclaim or ReclaimSettings(grace_s=stop_grace_s), clock=clock)
         self.policy = make_policy(policy)
         #: places a request if ``policy`` raises on it (see ``schedule_pass``)
         self.fallback = make_policy("best_fit")
@@ -70,11 +102,13 @@ class ControlLoop:
         #: O(running tasks)); stop and cancel requests are handled on every tick.
         self.poll_interval_s = 2 * interval_s if poll_interval_s is None else poll_interval_s
         self._last_poll = 0.0
+        self.health_interval_s = health_interval_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._last_health = -float("inf")
         self._memo = PassMemo()
-        #: Extra per-tick work other subsystems plug in (spot reclaim, backend health
-        #: sync ...), run after reconcile and before scheduling; each failure is
-        #: logged and does not stop the loop.
-        self.steps: list[Callable[[], object]] = []
+        #: called when a tick ended work (exits, stops, evictions): the billing
+        #: thread's wake, so usage does not wait for its next interval
+        self.work_ended: Callable[[], None] = lambda: None
         #: identifies this process's claims; a fresh id per start, so claims of a
         #: killed predecessor are recognisably someone else's.
         self.owner = f"{uuid.uuid4().hex[:12]}"
@@ -84,6 +118,10 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._tick_lock = threading.Lock()
 
+    @property
+    def reclaim(self) -> ReclaimSettings:
+        return self.plane.reclaim
+
     def recover(self) -> None:
         """Repair after a previous server: run once before the first tick."""
         reconcile.adopt_or_fail_launches(self.db, self.backends, self.owner)
@@ -92,21 +130,38 @@ class ControlLoop:
         reconcile.repair_counters(self.db)
 
     def tick(self) -> PassResult:
+        """One pass of the recipe in the module docstring."""
         with self._tick_lock:
             t0 = time.perf_counter()
             poll = time.monotonic() - self._last_poll >= self.poll_interval_s
             if poll:
                 self._last_poll = time.monotonic()
-            reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s, only_stops=not poll)  # 1
-            for step in self.steps:  # 1b
-                try:
-                    step()
-                except Exception:
-                    log.exception("control loop step %r failed", step)
-            result = schedule_pass(
-                self.db, self.policy, list(self.backends), self.owner, memo=self._memo, fallback=self.fallback
-            )  # 2
-            if result.claimed:  # 3
+            self._guarded(self.sync_health)  # 1
+            ended = bool(
+                self._guarded(  # 2
+                    reconcile.reconcile_running,
+                    self.db,
+                    self.backends,
+                    self.data_dir,
+                    self.stop_grace_s,
+                    not poll,
+                    self.plane.clock,
+                )
+            )
+            reclaiming = bool(self._guarded(self._reclaim_due))
+            if reclaiming:
+                ended |= bool(self._guarded(failover, self.plane))  # 3
+                ended |= bool(self._guarded(expire_notices, self.plane))  # 4
+                self._guarded(outbid, self.plane)  # 5
+            if ended:
+                self.work_ended()
+            work, held = self.admit()  # 6
+            if reclaiming:
+                self._guarded(preempt, self.plane, work)  # 7
+            result = schedule_pass(  # 8
+                self.db, self.policy, list(self.backends), self.owner, work, held, memo=self._memo, fallback=self.fallback
+            )
+            if result.claimed:  # 9
                 with ThreadPoolExecutor(
                     max_workers=min(LAUNCH_WORKERS, len(result.claimed)), thread_name_prefix="suanli-launch"
                 ) as pool:
@@ -120,6 +175,39 @@ class ControlLoop:
             if result.conflicts:
                 self._wake.set()  # stale snapshot: try again at once
             return result
+
+    @staticmethod
+    def _guarded(phase: Callable[..., object], *args: object) -> object:
+        try:
+            return phase(*args)
+        except Exception:
+            log.exception("control loop phase %s failed", getattr(phase, "__name__", phase))
+            return None
+
+    def sync_health(self, force: bool = False) -> None:
+        """Phase 1: node health (backends' reports and heartbeats, every
+        ``health_interval_s``) and the GPU indices backends chose (every tick)."""
+        due = force or time.monotonic() - self._last_health >= self.health_interval_s
+        if due and self.heartbeat_timeout_s is not None:
+            heartbeat.expire(self.db, self.heartbeat_timeout_s)
+        if due:
+            health.sync_node_health(self.db, self.backends)
+        health.sync_placements(self.db, self.backends)
+        if due:
+            self._last_health = time.monotonic()
+
+    def _reclaim_due(self) -> bool:
+        """A node is down, or spot work runs (a victim to notice, or a notice to expire)."""
+        with self.db.transaction() as s:
+            return s.scalar(select(Node.id).where(Node.state == "down").limit(1)) is not None or workloads.spot_running(s)
+
+    def admit(self) -> tuple[list[Waiting], dict[tuple[str, int], str]]:
+        """Phase 6: the waiting work that may run now (in scheduling order, spot bids'
+        models narrowed) and the reasons for what is held; rejected rows fail here."""
+        with self.db.transaction() as s:
+            work = waiting_work(s)
+            decided = admission.admit(s, work)
+        return decided.admitted(work), decided.held
 
     def _launch(self, kind: str, wid: int) -> None:
         if self._halt.is_set():  # shutting down: leave it for the next start

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.local.nvml import DiscoveredGpu, short_model_name
 from suanli.control.auth import Principal
-from suanli.control.errors import Conflict, Invalid, NotFound
 from suanli.db.models import Event, Gpu, Node
 from suanli.db.session import Database
+from suanli.errors import Conflict, Invalid, NotFound
 from suanli.inventory import Inventory, NodeDecl
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def mark(s: Session, node_id: int, old: str, new: str, message: str) -> bool:
     """Move a node from ``old`` to ``new`` with an event, if nobody changed it meanwhile
     (the compare-and-set keeps two writers from both recording the change)."""
     res = s.execute(update(Node).where(Node.id == node_id, Node.state == old).values(state=new))
-    if res.rowcount != 1:
+    if res.rowcount != 1:  # type: ignore[attr-defined]
         return False
     s.add(Event(kind="node", object_id=node_id, from_state=old, to_state=new, message=message))
     log.warning("node %s: %s -> %s: %s", node_id, old, new, message)

@@ -1,53 +1,111 @@
 """The spot reclaim notice as it is stored and delivered.
 
-A notice lives in the workload's stored handles (``data.notice``: deadline, beneficiary
-or why, notice length), so a restarted server keeps the deadlines it promised. The
-reclaimer writes it (``control.reclaim``); reconcile cuts it short when the workload ends
+A notice lives in the workload's own columns (``db.models.SpotNotice``: deadline,
+beneficiary or why, notice length), so a restarted server keeps the deadlines it promised. The
+outbid and preemption phases write it (``notify``); reconcile cuts it short when the workload ends
 during it (``control.reconcile``).
 """
 
 from __future__ import annotations
 
+import logging
 import signal
-from pathlib import Path
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from suanli.backends.base import Backend, Handle
+from suanli.backends.base import Backend, BackendError, Handle, SupportsNotice
+from suanli.control import workloads
+from suanli.control.lifecycle import record_event
+from suanli.control.plane import Plane
+from suanli.db.models import Instance, Job
 
-
-def notice_of(handles: list | None) -> dict | None:
-    """The notice stored in a row's handles (JSON), or None."""
-    for h in handles or []:
-        notice = (h.get("data") or {}).get("notice")
-        if notice:
-            return notice
-    return None
+log = logging.getLogger(__name__)
 
 
-def with_notice(handles: list, notice: dict) -> list:
-    """The handles with ``notice`` stored in each."""
-    return [{**h, "data": {**h["data"], "notice": notice}} for h in handles]
+@dataclass(frozen=True)
+class Notice:
+    deadline: float  #: SIGTERM then; seconds since the epoch
+    at: float  #: when it was given
+    notice_s: float
+    beneficiary: str  #: ``job-7``, or ``price`` for an outbid bid
+    why: str | None = None
+    ended_early: bool = False
+
+    @property
+    def reason(self) -> str:
+        return self.why or f"spot reclaim for {self.beneficiary}"
 
 
-def cut_short(handles: list, now: float) -> list:
-    """The handles with their notice due at ``now`` at the latest, marked as ended early."""
-    return [
-        with_notice([h], {**n, "deadline": min(n["deadline"], now), "ended_early": True})[0]
-        if (n := (h.get("data") or {}).get("notice"))
-        else h
-        for h in handles
-    ]
+def notice_of(row: Instance | Job) -> Notice | None:
+    if row.notice_deadline is None:
+        return None
+    return Notice(
+        row.notice_deadline,
+        row.notice_at or 0.0,
+        row.notice_s or 0.0,
+        row.notice_for or "",
+        row.notice_why,
+        row.notice_ended_early,
+    )
+
+
+def give_notice(row: Instance | Job, notice: Notice) -> None:
+    row.notice_deadline, row.notice_at, row.notice_s = notice.deadline, notice.at, notice.notice_s
+    row.notice_for, row.notice_why, row.notice_ended_early = notice.beneficiary, notice.why, notice.ended_early
+
+
+def cut_short(row: Instance | Job, now: float) -> None:
+    """The work ended during its notice: due at ``now`` at the latest."""
+    if row.notice_deadline is not None:
+        row.notice_deadline = min(row.notice_deadline, now)
+        row.notice_ended_early = True
+
+
+def clear_notice(row: Instance | Job) -> None:
+    """The work left its nodes (evicted, or launched afresh): no notice is pending."""
+    row.notice_deadline = row.notice_at = row.notice_s = None
+    row.notice_for = row.notice_why = None
+    row.notice_ended_early = False
 
 
 def deliver_notice(backend: Backend, handle: Handle, deadline: float, send_signal: bool = True) -> None:
-    """SIGUSR1 with the deadline written where the task reads it
-    (``$SUANLI_PREEMPT_DEADLINE_FILE``, in the task's directory). Backends with their own
-    notice delivery (Slurm: through the batch wrapper) implement ``notice``."""
-    notice = getattr(backend, "notice", None)
-    if send_signal and callable(notice):
-        notice(handle, deadline)
-        return
-    task_dir = handle.data.get("dir")
-    if task_dir:
-        Path(task_dir, "preempt_deadline").write_text(f"{int(deadline)}\n")
-    if send_signal:
+    """The deadline written where the task reads it (``$SUANLI_PREEMPT_DEADLINE_FILE``),
+    then, with ``send_signal``, SIGUSR1: by the backend, which knows where its tasks'
+    files are and how a signal reaches them (``SupportsNotice``; Slurm: through the
+    batch wrapper). A backend that does not declare it gets a bare SIGUSR1."""
+    if isinstance(backend, SupportsNotice):
+        backend.notice(handle, deadline, send_signal=send_signal)
+    elif send_signal:
         backend.signal(handle, signal.SIGUSR1)
+
+
+def notify(plane: Plane, kind: str, wid: int, handles: list[Handle], beneficiary: str, node: str, why: str | None = None) -> bool:
+    """Record the notice (transaction), then deliver SIGUSR1 (no transaction). False if
+    the row stopped running or is under notice already (a notice is final, as on AWS).
+    ``why`` replaces "spot reclaim for <beneficiary> on <node>" in the events."""
+    notice_s = plane.reclaim.notice_s
+    now = plane.clock.now()
+    deadline = now + notice_s
+    notice = Notice(deadline, now, notice_s, beneficiary, why)
+    with plane.db.transaction() as s:
+        row = workloads.get(s, kind, wid)
+        if row is None or row.state != "running" or not row.handles or notice_of(row) is not None:
+            return False
+        give_notice(row, notice)
+        when = datetime.fromtimestamp(deadline, tz=UTC).isoformat(timespec="seconds")
+        record_event(
+            s,
+            kind,
+            wid,
+            "running",
+            "noticed",
+            f"{why or f'spot reclaim for {beneficiary} on {node}'}: SIGUSR1 now, SIGTERM at {when} ({notice_s:.0f}s notice)",
+        )
+    for h in handles:
+        try:
+            # an instance's keeper process would die of USR1: it gets the deadline file only
+            deliver_notice(plane.backends[h.backend], h, deadline, send_signal=kind == "job")
+        except (BackendError, KeyError, OSError) as exc:
+            log.warning("notice to %s failed: %s", h.key, exc)
+    plane.stats.notices += 1
+    return True

@@ -5,7 +5,7 @@ Each pass reads what the database believes (transaction), asks the backends
 (transaction):
 
 - running work that exited: jobs become succeeded/failed with the exit code (a spot
-  job that exits during its reclaim notice is requeued instead, by ``control.reclaim``);
+  job that exits during its reclaim notice is requeued instead, by ``control.expiry``);
   instances whose process died become failed; their allocations are released;
 - requested changes: cancelled jobs and stopping/deleted instances are stopped on
   the backend (whole process group), then released;
@@ -25,7 +25,9 @@ from pathlib import Path
 
 from sqlalchemy import func, select, update
 
-from suanli.backends.base import Backend, Handle, TaskState
+from suanli.backends.base import Backend, BackendError, Handle, TaskState
+from suanli.clock import SYSTEM, Clock
+from suanli.control import workloads
 from suanli.control.capacity import give_back
 from suanli.control.launcher import remove_disk, task_key
 from suanli.control.lifecycle import transition
@@ -47,34 +49,31 @@ class Observed:
     state: str
     handles: list[Handle]
     stop_wanted: bool  #: cancel (job) or stop/delete (instance) requested
+    noticed: bool = False  #: under a spot reclaim notice
 
 
 def _observe(db: Database, only_stops: bool) -> list[Observed]:
-    jq = select(Job).where(Job.state == "running", Job.handles.is_not(None))
-    iq = select(Instance).where(Instance.state.in_(("running", "stopping")), Instance.handles.is_not(None))
-    if only_stops:
-        jq = jq.where(Job.cancel_requested.is_(True))
-        iq = iq.where((Instance.state == "stopping") | (Instance.desired != "running"))
     with db.transaction() as s:
-        out = [
-            Observed("job", j.id, j.state, [Handle.from_json(h) for h in j.handles or []], j.cancel_requested)
-            for j in s.scalars(jq)
-        ]
-        out += [
+        return [
             Observed(
-                "instance",
-                i.id,
-                i.state,
-                [Handle.from_json(h) for h in i.handles or []],
-                i.state == "stopping" or i.desired != "running",
+                kind,
+                r.id,
+                r.state,
+                [Handle.from_json(h) for h in r.handles or []],
+                r.cancel_requested if isinstance(r, Job) else r.state == "stopping" or r.desired != "running",
+                r.notice_deadline is not None,
             )
-            for i in s.scalars(iq)
+            for kind, r in workloads.with_tasks(s, only_stops)
         ]
-    return out
 
 
 def reconcile_running(
-    db: Database, backends: dict[str, Backend], data_dir: Path, grace_s: float = 10.0, only_stops: bool = False
+    db: Database,
+    backends: dict[str, Backend],
+    data_dir: Path,
+    grace_s: float = 10.0,
+    only_stops: bool = False,
+    clock: Clock = SYSTEM,
 ) -> int:
     """Settle finished, failed and to-be-stopped work; returns how many rows
     changed. ``only_stops``: just act on stop/cancel requests (cheap; the status
@@ -87,7 +86,7 @@ def reconcile_running(
         if ob.stop_wanted:
             stops.append(ob)
             continue
-        changed += _settle(db, backends, ob, data_dir, grace_s)
+        changed += _settle(db, backends, ob, data_dir, grace_s, clock)
     if stops:  # each waits out its grace period: many at once, not one after another
         with ThreadPoolExecutor(max_workers=min(STOP_WORKERS, len(stops)), thread_name_prefix="suanli-stop") as pool:
             changed += sum(pool.map(lambda ob: _stop(db, backends, ob, data_dir, grace_s), stops))
@@ -96,11 +95,17 @@ def reconcile_running(
 
 def _stop(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: Path, grace_s: float) -> int:
     for h in ob.handles:
-        backends[h.backend].stop(h, grace_s=grace_s)
+        try:
+            backends[h.backend].stop(h, grace_s=grace_s)
+        except BackendError as exc:
+            # Not known to be stopped: keep the allocation (releasing it could hand the
+            # GPUs out twice); the next tick asks again.
+            log.warning("stopping %s failed, will retry: %s", h.key, exc)
+            return 0
     return _finish(db, ob, stopped=True, exit_code=None, message="", data_dir=data_dir)
 
 
-def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: Path, grace_s: float) -> int:
+def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: Path, grace_s: float, clock: Clock) -> int:
     """Compare one running row with its tasks. A job succeeds when every node
     exited 0 and fails on the first non-zero exit or lost task (the other nodes
     are stopped: a gang lives and dies together); an instance fails when its
@@ -109,8 +114,8 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
     states = [st.state for st in statuses]
     if all(st == TaskState.RUNNING for st in states):
         return 0
-    if ob.kind == "job" and any(h.data.get("notice") for h in ob.handles) and TaskState.RUNNING not in states:
-        return _cut_notice_short(db, ob)
+    if ob.kind == "job" and ob.noticed and TaskState.RUNNING not in states:
+        return _cut_notice_short(db, ob, clock.now())
     if ob.kind == "job" and all(st == TaskState.EXITED for st in states):
         bad = [st.exit_code for st in statuses if st.exit_code != 0]
         code = bad[0] if bad else 0
@@ -135,17 +140,16 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
     )
 
 
-def _cut_notice_short(db: Database, ob: Observed) -> int:
+def _cut_notice_short(db: Database, ob: Observed, now: float) -> int:
     """A spot job that ends during its reclaim notice (it checkpointed and left, or USR1
     killed it) was reclaimed, not finished: bring its deadline forward to now, and the
-    reclaimer (the loop's next step) requeues it to resume from its checkpoint and places
+    notice expiry phase requeues it to resume from its checkpoint and places
     the work that was waiting for it, whichever exit code it left with."""
-    now = utcnow().timestamp()
     with db.transaction() as s:
         job = s.get(Job, ob.id)
         if job is None or job.state != "running" or not job.handles:
             return 0
-        job.handles = cut_short(job.handles, now)
+        cut_short(job, now)
     return 1
 
 
@@ -158,13 +162,10 @@ def _finish(
             job = s.get(Job, ob.id)
             if job is None or job.state != "running":
                 return 0
-            give_back(s, job)
-            job.exit_code = exit_code
-            job.finished_at = utcnow()
             if stopped:
-                transition(s, job, "cancelled", "cancelled by request")
+                workloads.end(s, job, "cancelled", "cancelled by request")
             else:
-                transition(s, job, "failed" if failed or exit_code != 0 else "succeeded", message)
+                workloads.end(s, job, "failed" if failed or exit_code != 0 else "succeeded", message, exit_code)
             return 1
         inst = s.get(Instance, ob.id)
         if inst is None or inst.state not in ("running", "stopping"):
@@ -193,12 +194,9 @@ def adopt_or_fail_launches(db: Database, backends: dict[str, Backend], owner: st
     """Rows whose launch was started by another (dead) server process."""
     with db.transaction() as s:
         stale = [
-            ("job", j.id, j.num_nodes)
-            for j in s.scalars(select(Job).where(Job.launch_owner.is_not(None), Job.launch_owner != owner))
-        ]
-        stale += [
-            ("instance", i.id, 1)
-            for i in s.scalars(select(Instance).where(Instance.launch_owner.is_not(None), Instance.launch_owner != owner))
+            (kind, r.id, r.num_nodes if isinstance(r, Job) else 1)
+            for kind, r in workloads.launching(s)
+            if r.launch_owner != owner
         ]
     if not stale:
         return 0
@@ -211,7 +209,7 @@ def adopt_or_fail_launches(db: Database, backends: dict[str, Backend], owner: st
             for h in found:
                 backends[h.backend].stop(h, grace_s=2)
         with db.transaction() as s:
-            row = s.get(Instance if kind == "instance" else Job, wid)
+            row = workloads.get(s, kind, wid)
             if row is None or row.launch_owner is None or row.launch_owner == owner:
                 continue
             row.launch_owner = None
@@ -221,25 +219,16 @@ def adopt_or_fail_launches(db: Database, backends: dict[str, Backend], owner: st
                 if isinstance(row, Job):
                     row.started_at = row.started_at or utcnow()
             else:
-                give_back(s, row)
-                transition(s, row, "failed", "the server stopped while launching; not started again")
-                if isinstance(row, Job):
-                    row.finished_at = utcnow()
+                workloads.end(s, row, "failed", "the server stopped while launching; not started again")
     return len(stale)
 
 
 def sweep_orphans(db: Database, backends: dict[str, Backend]) -> list[str]:
     """Stop backend tasks that no running row (or launch in flight) owns."""
     with db.transaction() as s:
-        owned = set()
-        for handles in s.scalars(select(Job.handles).where(Job.state == "running")):
-            owned |= {h["key"] for h in handles or []}
-        for handles in s.scalars(select(Instance.handles).where(Instance.state.in_(("running", "stopping")))):
-            owned |= {h["key"] for h in handles or []}
-        for j in s.scalars(select(Job).where(Job.launch_owner.is_not(None))):
-            owned |= {task_key("job", j.id, r) for r in range(j.num_nodes)}
-        for i in s.scalars(select(Instance.id).where(Instance.launch_owner.is_not(None))):
-            owned.add(task_key("instance", i))
+        owned = {h["key"] for _, r in workloads.with_tasks(s) for h in r.handles or []}
+        for kind, r in workloads.launching(s):
+            owned |= {task_key(kind, r.id, rank) for rank in range(r.num_nodes if isinstance(r, Job) else 1)}
     stopped = []
     for b in backends.values():
         for h in b.list_running():

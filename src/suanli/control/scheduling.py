@@ -17,10 +17,10 @@ import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
 
-from suanli.billing.enforce import admission, fail_rejected
+from suanli.control import workloads
 from suanli.control.capacity import Snapshot, snapshot, take
 from suanli.control.lifecycle import record_event
 from suanli.db.models import Instance, Job
@@ -75,7 +75,7 @@ class PassResult:
     claimed: list[tuple[str, int]]
     conflicts: int = 0
     policy_errors: int = 0
-    unplaced: dict[tuple[str, int], str] | None = None
+    unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 def to_request(row: Instance | Job) -> Request:
@@ -90,13 +90,12 @@ def to_request(row: Instance | Job) -> Request:
     )
 
 
-def waiting_work(session) -> list[Waiting]:  # type: ignore[no-untyped-def]
-    insts = session.scalars(
-        select(Instance).where(Instance.state == "pending", Instance.desired == "running", Instance.launch_owner.is_(None))
-    )
-    jobs = session.scalars(select(Job).where(Job.state == "queued", Job.cancel_requested.is_(False), Job.launch_owner.is_(None)))
-    work = [Waiting("instance", r.id, to_request(r), 1, r.created_at) for r in insts]
-    work += [Waiting("job", r.id, to_request(r), r.num_nodes, r.created_at) for r in jobs]
+def waiting_work(session: Session) -> list[Waiting]:
+    """The waiting work in scheduling order: highest class first, then oldest."""
+    work = [
+        Waiting(kind, r.id, to_request(r), r.num_nodes if isinstance(r, Job) else 1, r.created_at)
+        for kind, r in workloads.waiting(session)
+    ]
     work.sort(key=lambda w: (-w.request.priority.rank, w.created_at, w.kind, w.id))
     return work
 
@@ -105,38 +104,22 @@ def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allo
     """Place ``num_nodes`` copies of ``req`` on distinct nodes, all or nothing, with
     the scheduler's topology-aware gang planner (one IB leaf first, then the fewest
     leaves; multi-GPU members inside one NVLink island when they fit). Binds into
-    ``sched.state`` on success; leaves it unchanged otherwise."""
-    plan = gang.plan_gang(sched.state, sched.policy, replace(req, nodes=num_nodes), sched.ranks)
-    if plan is None:
+    ``sched.state`` on success; leaves it unchanged otherwise (``gang.bind_gang``)."""
+    allocs = gang.bind_gang(sched.state, sched.policy, replace(req, nodes=num_nodes), sched.ranks)
+    if allocs is None:
         if feasible_mask(sched.state, req).any():
             return None, f"gang: fewer than {num_nodes} nodes fit"
         return None, failure_reason(sched.state, req)
-    allocs = list(plan.allocations)
-    for i, a in enumerate(allocs):
-        try:
-            sched.state.bind(a)
-        except Exception:
-            for done in reversed(allocs[:i]):
-                sched.state.unbind(done)
-            raise
     return allocs, None
 
 
 def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, owner: str) -> bool:
     """Allocate ``allocs`` to the waiting row in one transaction; False if the row
     was taken or changed meanwhile. Raises IntegrityError on a capacity conflict."""
-    model = Instance if w.kind == "instance" else Job
     with db.transaction() as s:
-        guard = [model.id == w.id, model.launch_owner.is_(None)]
-        if model is Instance:
-            guard += [Instance.state == "pending", Instance.desired == "running"]
-        else:
-            guard += [Job.state == "queued", Job.cancel_requested.is_(False)]
-        res = s.execute(update(model).where(*guard).values(launch_owner=owner).execution_options(synchronize_session=False))
-        if res.rowcount != 1:
+        row = workloads.claim(s, w.kind, w.id, owner)
+        if row is None:
             return False
-        row = s.get(model, w.id)
-        assert row is not None
         rows = take(s, row, allocs, snap)
         for a in rows:
             record_event(
@@ -150,26 +133,20 @@ def schedule_pass(
     policy: Policy,
     backends: list[str],
     owner: str,
+    work: list[Waiting],
+    held: dict[tuple[str, int], str] | None = None,
     seed: int = 0,
     memo: PassMemo | None = None,
     fallback: Policy | None = None,
 ) -> PassResult:
-    """Place waiting work and claim it. If the policy raises, the request is placed
-    by ``fallback`` (a simple policy) and the error is logged and counted: a bug in
-    a scoring plugin must not stop all placement."""
+    """Place admitted waiting work (``work``, in ``waiting_work``'s order, with any
+    spot-bid narrowing applied) and claim it; ``held`` is what admission held, kept
+    as those rows' reasons. If the policy raises, the request is placed by
+    ``fallback`` (a simple policy) and the error is logged and counted: a bug in a
+    scoring plugin must not stop all placement."""
+    held = held or {}
     with db.transaction() as s:
         snap = snapshot(s, backends)
-        work = waiting_work(s)
-        narrowed: dict[tuple[str, int], frozenset[str]] = {}
-        held, rejected = admission(s, work, narrowed)  # quotas, budgets, spot bids: suanli.billing.enforce
-        fail_rejected(s, rejected)
-    work = [w for w in work if (w.kind, w.id) not in held and (w.kind, w.id) not in rejected]
-    # a spot bid that only some allowed models meet: place it on those (the price checked
-    # is the price of the model it lands on)
-    work = [
-        replace(w, request=replace(w.request, gpu_models=narrowed[(w.kind, w.id)])) if (w.kind, w.id) in narrowed else w
-        for w in work
-    ]
     result = PassResult([], unplaced=dict(held))
     if not work:
         return result
@@ -184,8 +161,8 @@ def schedule_pass(
     unchanged = memo is not None and memo.fingerprint == fingerprint(snap.state)
     for w in work:
         key = (w.kind, w.id)
-        if unchanged and key in memo.unplaced and memo.tried.get(key) == w.request:  # type: ignore[union-attr]
-            result.unplaced[key] = memo.unplaced[key]  # type: ignore[union-attr]
+        if memo is not None and unchanged and key in memo.unplaced and memo.tried.get(key) == w.request:
+            result.unplaced[key] = memo.unplaced[key]
             continue
         try:
             allocs, reason = plan_gang(sched, w.request, w.num_nodes)
@@ -203,7 +180,7 @@ def schedule_pass(
             result.policy_errors += 1
             allocs, reason = plan_gang(backup, w.request, w.num_nodes)
         if allocs is None:
-            result.unplaced[(w.kind, w.id)] = reason or "unschedulable"  # type: ignore[index]
+            result.unplaced[(w.kind, w.id)] = reason or "unschedulable"
             continue
         try:
             if claim(db, w, allocs, snap, owner):

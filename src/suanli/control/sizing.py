@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from suanli.control.errors import Invalid
 from suanli.control.nodes import canonical_models
+from suanli.errors import Invalid
 
 CPU_MILLI_PER_GPU = 2000
 MEMORY_MIB_PER_GPU = 8192

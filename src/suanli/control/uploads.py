@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from suanli.control.errors import Invalid, NotFound
+from suanli.errors import Invalid, NotFound
 
 DEFAULT_MAX_BYTES = 100 * 1024 * 1024
 #: unpacked size allowed per packed byte cap (source code packs 3-10x)
@@ -41,9 +41,8 @@ UPLOAD_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 class TooLarge(Invalid):
-    """Over the server's upload cap (HTTP 413)."""
+    """Over the server's upload cap (HTTP 413: ``suanli.api.errors.STATUS``)."""
 
-    status = 413
     code = "too_large"
 
 
@@ -196,9 +195,9 @@ def save(
                 raise too_large(max_bytes, len(source))
             chunks: Iterable[bytes] = [bytes(source)]
         elif hasattr(source, "read"):
-            chunks = iter(lambda: source.read(CHUNK), b"")  # type: ignore[union-attr]
+            chunks = iter(lambda: source.read(CHUNK), b"")
         else:
-            chunks = source  # type: ignore[assignment]
+            chunks = source
         for chunk in chunks:
             writer.write(chunk)
     except BaseException:

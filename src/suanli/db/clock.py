@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
+
+from suanli.clock import SYSTEM
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    return SYSTEM.utcnow()  # suanli.clock: one clock for live and sim

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -128,7 +129,23 @@ class Gpu(Base):
     used_milli: Mapped[int] = mapped_column(Integer, default=0)
 
 
-class Instance(Base):
+class SpotNotice:
+    """A spot reclaim notice given to running work (``control.notice``): in columns of
+    its own, so a restarted server keeps the deadlines it promised. Times are seconds
+    since the epoch, as the control plane's clock gives them. All NULL: no notice."""
+
+    notice_deadline: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    notice_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    notice_s: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    #: the beneficiary (``job-7``), or ``price`` for an outbid bid
+    notice_for: Mapped[str | None] = mapped_column(String(100), nullable=True, default=None)
+    #: replaces "spot reclaim for <beneficiary>" in the events (an outbid's reason)
+    notice_why: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    #: the work ended during its notice (its deadline was moved to then)
+    notice_ended_early: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Instance(SpotNotice, Base):
     __tablename__ = "instances"
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
@@ -160,7 +177,7 @@ class Instance(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
-class Job(Base):
+class Job(SpotNotice, Base):
     __tablename__ = "jobs"
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
@@ -176,6 +193,8 @@ class Job(Base):
     num_nodes: Mapped[int] = mapped_column(Integer, default=1)
     priority: Mapped[str] = mapped_column(String(20), default="on-demand")
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Spot bid in micro-units per GPU-hour (``resources.max_price``); NULL: none.
+    max_price_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     handles: Mapped[list | None] = mapped_column(JSON, nullable=True)
     #: Set by the scheduler when it allocates, cleared once the launch outcome is
     #: recorded: a row with an owner and no handles is a launch in flight.
@@ -188,17 +207,6 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-
-    @property
-    def max_price_micros(self) -> int | None:
-        """The spot bid of the task (``spec.resources.max_price``) in micro-units per
-        GPU-hour; None: none. Instances keep theirs in a column of the same name."""
-        text = ((self.spec or {}).get("resources") or {}).get("max_price")
-        if text is None:
-            return None
-        from suanli.billing.money import to_micros
-
-        return to_micros(text)
 
 
 class Image(Base):
@@ -269,3 +277,7 @@ class Event(Base):
     from_state: Mapped[str | None] = mapped_column(String(20), nullable=True)
     to_state: Mapped[str] = mapped_column(String(20))
     message: Mapped[str] = mapped_column(Text, default="")
+
+    def __repr__(self) -> str:  # one line of text, so a failed test shows what happened
+        ts = f"{self.ts:%H:%M:%S.%f}" if self.ts else "-"
+        return f"<Event {ts} {self.kind} {self.object_id} {self.from_state}->{self.to_state} {self.message!r}>"

@@ -123,7 +123,7 @@ class MovableSet(Mapping[Hashable, Allocation]):
             self._refresh_least(slot)
 
     def _refresh_least(self, slot: tuple[int, int]) -> None:
-        shares = [(a.milli_per_gpu, a.cpu_milli, a.memory_mib) for a in map(self._items.get, self._on.get(slot, ()))]
+        shares = [(a.milli_per_gpu, a.cpu_milli, a.memory_mib) for a in map(self._items.__getitem__, self._on.get(slot, ()))]
         self.least[(slice(None), *slot)] = np.min(shares, axis=0) if shares else np.iinfo(np.int64).max
 
     def on_gpu(self, node: int, gpu: int) -> list[Hashable]:
@@ -350,15 +350,14 @@ def apply_plan(target: Scheduler | ClusterState, plan: DefragPlan, movable: Mova
     far are undone and ``OverAllocation`` is raised: all or nothing. ``movable`` is
     updated to the new places when given.
     """
-    on_scheduler = isinstance(target, Scheduler)
-    if on_scheduler:
+    if isinstance(target, Scheduler):
         held = target.reservations
         stale = [m.key for m in plan.migrations if held.get(m.key) != m.old]
         if stale:
             raise OverAllocation(f"stale defragmentation plan: {stale[0]!r} is not where the plan found it")
 
     def move(key: Hashable, src: Allocation, dst: Allocation) -> None:
-        if on_scheduler:
+        if isinstance(target, Scheduler):
             target.unreserve(key)
             put: Callable[[Allocation], None] = lambda alloc: target.reserve(key, alloc)  # noqa: E731
         else:

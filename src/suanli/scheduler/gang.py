@@ -17,7 +17,9 @@ set by its slowest link. So a gang is planned as one decision, not N cycles:
 Members go on distinct nodes (one member per node, as ``nodes x gpus_per_node``
 says). ``plan_gang`` changes nothing; ``place_gang`` reserves every member or none:
 if a reserve fails half way (a stale plan), the members reserved so far are
-unreserved, so the state is exactly as before.
+unreserved, so the state is exactly as before. ``bind_gang`` is the same on a bare
+``ClusterState`` (the live scheduling pass: its reservations are database rows,
+not ``Scheduler`` keys).
 
 ``plan_blind`` is the topology-blind baseline the benchmark compares against: the
 ordinary scheduler placing the members one after another on a copy of the state.
@@ -133,6 +135,36 @@ def _allocation(state: ClusterState, policy: Policy, member: Request, node: int)
     else:
         gpus = pick_gpus_in_island(state, node, member.gpu_count)
     return Allocation(state.nodes[node].name, gpus, member.milli_per_gpu, member.cpu_milli, member.memory_mib)
+
+
+def bind_gang(
+    state: ClusterState,
+    policy: Policy,
+    req: Request,
+    ranks: np.ndarray | None = None,
+    max_leaves: int | None = None,
+) -> list[Allocation] | None:
+    """Plan the gang ``req`` with ``plan_gang`` and bind every member into ``state``,
+    all or nothing: the allocations in member order, or None (nothing fits) with
+    ``state`` unchanged.
+
+    A bind that fails (``OverAllocation``: a policy picked slots that are not free)
+    unbinds the members bound so far and re-raises: that is a bug in the policy,
+    not a full cluster, and the caller may retry with a fallback policy on the
+    state as it was."""
+    plan = plan_gang(state, policy, req, ranks, max_leaves)
+    if plan is None:
+        return None
+    bound: list[Allocation] = []
+    try:
+        for alloc in plan.allocations:
+            state.bind(alloc)
+            bound.append(alloc)
+    except Exception:
+        for alloc in reversed(bound):
+            state.unbind(alloc)
+        raise
+    return bound
 
 
 def plan_blind(scheduler: Scheduler, req: Request) -> GangPlan | None:

@@ -22,7 +22,7 @@ from suanli.scheduler.state import ClusterState
 class Policy(ABC):
     name: str = ""
 
-    def observe(self, req: Request) -> None:
+    def observe(self, req: Request) -> None:  # noqa: B027 (an optional hook, not abstract)
         """Called once per request before it is placed (online learners use it)."""
 
     @abstractmethod

@@ -139,5 +139,7 @@ class ClusterState:
 def workload_class(alloc_or_milli: Allocation | int, gpus: int = 1) -> str:
     """The GPU class of a workload: "share" for a fraction of one GPU, else "<k>-gpu"."""
     if isinstance(alloc_or_milli, Allocation):
-        alloc_or_milli, gpus = alloc_or_milli.milli_per_gpu, len(alloc_or_milli.gpu_indices)
-    return "share" if alloc_or_milli < MILLI_PER_GPU else f"{gpus}-gpu"
+        milli, gpus = alloc_or_milli.milli_per_gpu, len(alloc_or_milli.gpu_indices)
+    else:
+        milli = alloc_or_milli
+    return "share" if milli < MILLI_PER_GPU else f"{gpus}-gpu"

@@ -20,6 +20,10 @@ a job that does not fit is rejected (no queue; the queueing replay lives in
 
 It reports the share of gangs inside one leaf, leaves per gang, rejections, the
 share of single-node multi-GPU jobs inside one NVLink island, and GPU utilisation.
+
+``trace_pods`` turns the same jobs into trace rows for the queueing replay
+(``sim/replay.py``), a seeded share of them spot: there gangs wait for capacity,
+get spot victims on every node they lack (or none), and are reclaimed whole.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 from suanli.scheduler import ClusterState, Node, Request, Scheduler, TargetWorkload, make_policy
 from suanli.scheduler.gang import member_of, place_gang, unplace_gang
 from suanli.scheduler.topology import IslandAware, Topology, in_one_island
+from suanli.sim.traces import TracePod
 
 #: (nodes, GPUs per node, weight by job count).
 JOB_MIX: tuple[tuple[int, int, int], ...] = (
@@ -104,6 +109,19 @@ def generate_jobs(
         )
         jobs.append(GangJob(k, req, float(arrivals[k]), float(durations[k])))
     return jobs
+
+
+def trace_pods(jobs: Sequence[GangJob], spot_share: float = 0.0, seed: int = 0, spot_qos: str = "BE") -> list[TracePod]:
+    """``jobs`` as trace rows for ``sim.replay.Replay``: arrival and end in whole
+    seconds (a trace's resolution; at least 1 s of run), each job spot (QoS
+    ``spot_qos``, what ``ReplayConfig.spot_qos`` replays as spot) with probability
+    ``spot_share``, drawn with ``seed``, the others on-demand (QoS "LS")."""
+    spot = np.random.default_rng(seed).random(len(jobs)) < spot_share
+    pods = []
+    for job, is_spot in zip(jobs, spot, strict=True):
+        start = round(job.arrival)
+        pods.append(TracePod(job.request, start, start + max(1, round(job.duration)), spot_qos if is_spot else "LS"))
+    return pods
 
 
 @dataclass

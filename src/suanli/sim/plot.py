@@ -31,7 +31,7 @@ def plot_alloc(curves: Mapping[str, Sequence[Mapping[str, float]]], path: Path, 
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     inset = ax.inset_axes([0.55, 0.1, 0.4, 0.4])  # below the curve, which runs along the diagonal
-    for policy, runs in curves.items():
+    for runs in curves.values():
         xs = [c for c in range(90, 131) if all(str(c) in run for run in runs)]
         inset.plot(xs, [sum(run[str(c)] for run in runs) / len(runs) for c in xs], linewidth=1.0)
     inset.set_title("90-130 %", fontsize=7)

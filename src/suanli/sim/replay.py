@@ -2,11 +2,18 @@
 queueing, spot preemption with notice, node faults and checkpoint recovery.
 
 A discrete-event simulation (events ordered by time, then kind, then sequence, as
-SimPy does). After the events of one instant are applied, one scheduling pass
-serves the pending queue: place what fits (``Scheduler.place``, the same code the
-live platform runs); for a higher-class request that does not fit, ask the
-preemption planner for spot victims, send them a notice, and evict them when it
-expires. Evicted and fault-hit work resumes from its last checkpoint.
+SimPy does). The replay's time is a ``suanli.clock.ManualClock`` set to each
+instant's event time. After the events of one instant are applied, one scheduling
+pass serves the pending queue: place what fits (``Scheduler.place``, or the gang
+planner ``gang.plan_gang`` for a request of several nodes: the code the live
+platform runs); for a higher-class request that does not fit, ask the reclaim
+planner (``scheduler.reclaim.plan_reclaim``, the live platform's too) for spot
+victims, send them a notice, and evict them when it expires. Evicted and fault-hit
+work resumes from its last checkpoint.
+
+A gang (``Request.nodes`` > 1, e.g. ``gang_workload.trace_pods``) runs all its
+members or none: it starts when every member fits, gets victims on every node it
+lacks or none, and one member evicted (a notice or a fault) stops the whole gang.
 
 Job lifecycle: pending -> running -> (noticed ->) finished | requeued -> pending;
 a fault without checkpoints fails the job.
@@ -22,11 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from suanli.clock import ManualClock
 from suanli.scheduler import ClusterState, Node, PriorityClass, Request, Scheduler, TargetWorkload, make_policy
+from suanli.scheduler.gang import member_keys, plan_gang, reserve_all, unplace_gang
 from suanli.scheduler.model import Allocation
 from suanli.scheduler.policy import request_shape
-from suanli.scheduler.preemption import Candidate, plan_preemption
+from suanli.scheduler.preemption import Candidate
 from suanli.scheduler.queue import PendingQueue
+from suanli.scheduler.reclaim import Claim, plan_reclaim, unclaimed
 from suanli.sim.events import EventKind, EventQueue
 from suanli.sim.load import busy_period, scale_arrivals
 from suanli.sim.traces import TracePod
@@ -56,12 +66,27 @@ class Job:
     run: int = 0  # bumped on every start, so stale finish/notice events are ignored
     started: float | None = None
     first_start: float | None = None
-    alloc: Allocation | None = None
+    allocs: tuple[Allocation, ...] = ()  # one per member while running, else empty
     noticed: bool = False
     waiting_until: float = -math.inf  # notice given to victims for this job expires then
     faulted: bool = False
     done: bool = False
     failed: bool = False
+
+    @property
+    def alloc(self) -> Allocation | None:
+        """The (first member's) allocation while running, else None."""
+        return self.allocs[0] if self.allocs else None
+
+    @property
+    def gpu_milli(self) -> int:
+        """GPU milli held while running, over all members."""
+        return self.request.total_gpu_milli * self.request.nodes
+
+
+def _job_of(key: tuple[int, int]) -> int:
+    """A spot candidate ``(job key, member)`` belongs to the job."""
+    return key[0]
 
 
 @dataclass
@@ -80,7 +105,10 @@ class ReplayResult:
 
 
 class Replay:
-    def __init__(self, nodes: Sequence[Node], pods: Sequence[TracePod], config: ReplayConfig) -> None:
+    def __init__(
+        self, nodes: Sequence[Node], pods: Sequence[TracePod], config: ReplayConfig, clock: ManualClock | None = None
+    ) -> None:
+        """``clock``: the replay sets it to each event's time (default: a fresh one)."""
         self.cfg = config
         self.state = ClusterState(nodes)
         requests = [self._request(p) for p in pods]
@@ -90,7 +118,7 @@ class Replay:
         arrivals = np.array([p.creation_time or 0 for p in pods], dtype=np.float64)
         durations = np.array([max(1, (p.deletion_time or 0) - (p.creation_time or 0)) for p in pods], dtype=np.float64)
         if config.load is not None:
-            gpus = np.array([r.total_gpu_milli for r in requests], dtype=np.float64) / 1000
+            gpus = np.array([r.total_gpu_milli * r.nodes for r in requests], dtype=np.float64) / 1000
             arrivals = scale_arrivals(arrivals, durations, gpus, config.load, self.state.total_gpu_milli / 1000)
         self.jobs = [Job(k, r, float(a), float(d), float(d)) for k, (r, a, d) in enumerate(zip(requests, arrivals, durations))]
         self.events = EventQueue()
@@ -101,6 +129,7 @@ class Replay:
         self.rng = np.random.default_rng(config.seed)
         self.busy = busy_period(arrivals) if len(arrivals) else (0.0, 0.0)
         self.start_time = float(arrivals.min()) if len(arrivals) else 0.0
+        self.clock = clock if clock is not None else ManualClock(self.start_time)
         if config.node_mtbf > 0:
             for node in nodes:
                 self.events.push(self.start_time + self.rng.exponential(config.node_mtbf), EventKind.NODE_FAIL, node.name)
@@ -109,6 +138,11 @@ class Replay:
         self.fault_losses: list[float] = []
         self.capacity_freed = True
         self.new_arrivals: list[int] = []
+
+    @property
+    def now(self) -> float:
+        """The replay's current time (its clock's)."""
+        return self.clock.now()
 
     def inject_fault(self, node: str, at: float) -> None:
         """Fail ``node`` at time ``at`` (it recovers after ``node_mttr``): scripted faults
@@ -124,18 +158,26 @@ class Replay:
         return r
 
     # -- job transitions ---------------------------------------------------------------
-    def _start(self, job: Job, alloc: Allocation, now: float) -> None:
-        self.scheduler.reserve(job.key, alloc)
-        job.alloc, job.started, job.run, job.noticed = alloc, now, job.run + 1, False
+    def _start(self, job: Job, allocs: Sequence[Allocation], now: float) -> None:
+        if job.request.nodes == 1:
+            self.scheduler.reserve(job.key, allocs[0])
+        elif not reserve_all(self.scheduler, member_keys(job.key, job.request.nodes), allocs):
+            raise RuntimeError(f"gang {job.key}: its plan no longer fits")  # planned on this very state
+        job.allocs, job.started, job.run, job.noticed = tuple(allocs), now, job.run + 1, False
         if job.first_start is None:
             job.first_start = now
-        self.on_node[alloc.node].add(job.key)
+        for alloc in allocs:
+            self.on_node[alloc.node].add(job.key)
         self.events.push(now + job.remaining, EventKind.FINISH, (job.key, job.run))
 
     def _stop(self, job: Job) -> None:
-        self.scheduler.unreserve(job.key)
-        self.on_node[job.alloc.node].discard(job.key)
-        job.alloc, job.started = None, None
+        if job.request.nodes == 1:
+            self.scheduler.unreserve(job.key)
+        else:
+            unplace_gang(self.scheduler, job.key, job.request.nodes)
+        for alloc in job.allocs:
+            self.on_node[alloc.node].discard(job.key)
+        job.allocs, job.started = (), None
         self.capacity_freed = True
 
     def _evict(self, job: Job, now: float, cause: str) -> None:
@@ -143,7 +185,7 @@ class Replay:
         ran = now - job.started
         interval = self.cfg.checkpoint_interval
         saved = math.floor(ran / interval) * interval if interval > 0 else 0.0
-        self.lost[cause] += (ran - saved) * job.request.total_gpu_milli / 1000
+        self.lost[cause] += (ran - saved) * job.gpu_milli / 1000
         if cause == "faults":
             self.fault_losses.append(ran - saved)
         job.remaining -= saved
@@ -156,22 +198,33 @@ class Replay:
         self.queue.push(job.key, job.request, job.arrival)
 
     def _running_spot(self) -> list[Candidate]:
-        """Spot work that may be reclaimed, each with the work it would lose: the
-        unsaved progress at the moment the notice expires (it keeps running, and
-        checkpointing, until then). Only what a live scheduler knows is used: start
-        time and checkpoint interval, not how long the work has left to run."""
+        """Spot work that may be reclaimed, one candidate ``(job key, member)`` per
+        allocation, each with the work it would lose: the unsaved progress at the
+        moment the notice expires (it keeps running, and checkpointing, until then).
+        Only what a live scheduler knows is used: start time and checkpoint interval,
+        not how long the work has left to run. A gang member is valued at its own
+        GPUs, as the live platform values each allocation."""
         at = self.now + self.cfg.notice
         interval = self.cfg.checkpoint_interval
-        out = []
+        out: list[Candidate] = []
         for job in self.jobs:
-            if job.alloc is None or job.noticed or job.request.priority is not PriorityClass.SPOT:
+            if not job.allocs or job.noticed or job.request.priority is not PriorityClass.SPOT:
                 continue
             ran = at - job.started
             unsaved = ran % interval if interval > 0 else ran
-            out.append(
-                Candidate(job.key, job.alloc, job.request.priority, unsaved * job.request.total_gpu_milli / 1000, job.started)
+            lost = unsaved * job.request.total_gpu_milli / 1000
+            out.extend(
+                Candidate((job.key, i), alloc, job.request.priority, lost, job.started) for i, alloc in enumerate(job.allocs)
             )
         return out
+
+    def _place(self, req: Request) -> tuple[Allocation, ...] | None:
+        """Where ``req`` goes now (every member of a gang), or None; changes nothing."""
+        if req.nodes == 1:
+            placement = self.scheduler.place(req)
+            return (placement.allocation,) if placement.allocation is not None else None
+        plan = plan_gang(self.state, self.scheduler.policy, req, self.scheduler.ranks)
+        return plan.allocations if plan is not None else None
 
     # -- the scheduling pass -------------------------------------------------------------
     def _pass(self, now: float) -> None:
@@ -190,13 +243,13 @@ class Replay:
         for key, req in candidates:
             if key not in self.queue:
                 continue
-            shape = (*request_shape(req), req.memory_mib)
+            shape = (*request_shape(req), req.memory_mib, req.nodes)
             if shape in failed:
                 continue
-            placement = self.scheduler.place(req)
-            if placement.ok:
+            allocs = self._place(req)
+            if allocs is not None:
                 self.queue.remove(key)
-                self._start(self.jobs[key], placement.allocation, now)
+                self._start(self.jobs[key], allocs, now)
                 continue
             failed.add(shape)
             if self.cfg.queue == "fifo":
@@ -206,16 +259,17 @@ class Replay:
                 continue
             if spot_running is None:
                 spot_running = self._running_spot()
-            plan = plan_preemption(self.state, req, spot_running, self.scheduler.ranks, self.cfg.preemption)
-            if plan is None:
-                continue
-            job.waiting_until = now + self.cfg.notice
-            for victim in plan.victims:
-                vjob = self.jobs[victim.key]
-                vjob.noticed = True
-                self.events.push(now + self.cfg.notice, EventKind.NOTICE_EXPIRED, (vjob.key, vjob.run))
-            victims = {v.key for v in plan.victims}
-            spot_running = [c for c in spot_running if c.key not in victims]
+            # One claim at a time, not the pass's failures in one batch: work placed
+            # between two claims changes the state the next one is planned on.
+            claim = Claim(key, req, req.nodes)
+            plans = plan_reclaim(self.state, [claim], spot_running, self.scheduler.ranks, self.cfg.preemption, _job_of)
+            for plan in plans:
+                job.waiting_until = now + self.cfg.notice
+                for vkey in plan.workloads:
+                    vjob = self.jobs[vkey]
+                    vjob.noticed = True
+                    self.events.push(now + self.cfg.notice, EventKind.NOTICE_EXPIRED, (vjob.key, vjob.run))
+            spot_running = unclaimed(spot_running, plans, _job_of)
 
     # -- the event loop ------------------------------------------------------------------
     def run(self, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
@@ -224,17 +278,17 @@ class Replay:
         series: list[tuple[float, float]] = []
         area, last_t = 0.0, self.start_time
         total = self.state.total_gpu_milli
-        self.now = self.start_time
+        self.clock.set(self.start_time)
         handled = 0
         # Stop when no work event is left, unless queued work waits for a node's repair.
         while unfinished and (self.events.work_pending() or (len(self.queue) and self.events.pending[EventKind.NODE_RECOVER])):
             now = self.events.peek_time()
+            self.clock.set(now)
             # time-weighted allocation over the busy period
             lo, hi = max(last_t, self.busy[0]), min(now, self.busy[1])
             if hi > lo:
                 area += (hi - lo) * self.state.used_gpu_milli
             last_t = now
-            self.now = now
             for kind, payload in self.events.pop_instant():
                 handled += 1
                 unfinished -= self._apply(kind, payload, now)
@@ -267,14 +321,14 @@ class Replay:
         elif kind is EventKind.FINISH:
             key, run = payload
             job = self.jobs[key]
-            if job.alloc is not None and job.run == run:
+            if job.allocs and job.run == run:
                 self._stop(job)
                 job.done, job.remaining = True, 0.0
                 return 1
         elif kind is EventKind.NOTICE_EXPIRED:
             key, run = payload
             job = self.jobs[key]
-            if job.alloc is not None and job.run == run and job.noticed:
+            if job.allocs and job.run == run and job.noticed:
                 self.preemptions += 1
                 self._evict(job, now, "preemption")
         elif kind is EventKind.NODE_FAIL:

@@ -17,7 +17,7 @@ from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
 from suanli.control import nodes
 from suanli.control.auth import Principal
-from suanli.control.errors import Invalid
+from suanli.errors import Invalid
 
 router = APIRouter(prefix="/v1/advise", tags=["advisor"])
 

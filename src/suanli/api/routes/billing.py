@@ -1,11 +1,12 @@
 """Billing: usage, bill, invoices, prices, top-ups, grants, budgets, subscriptions,
 transfers, quotes, rating runs. Tenants see their own; operators and admins may
-name any tenant (``?tenant=``) and change prices, balances and grants."""
+name any tenant (``?tenant=``) and change prices, balances and grants.
+
+Reads never rate: they show what is posted (and the bill's accruing estimate); the
+server's billing thread (``control.billing_worker``) and ``POST /rate`` rate."""
 
 from __future__ import annotations
 
-import logging
-import time
 from datetime import datetime
 from typing import Literal
 
@@ -19,13 +20,12 @@ from suanli.billing import quote as quoting
 from suanli.billing import rater, reports, spot, store
 from suanli.billing.money import MoneyError
 from suanli.billing.store import BillingError, dt_to_ms, tenant_id_of
+from suanli.control import admission
 from suanli.control.auth import Principal
 from suanli.control.task import Task, check_max_price
 
 router = APIRouter(prefix="/v1/billing", tags=["billing"])
-log = logging.getLogger(__name__)
 OPERATOR = ("admin", "operator")
-RATE_EVERY_S = 10.0
 
 
 class Strict(BaseModel):
@@ -99,27 +99,9 @@ def _tenant(ctx: ServerContext, who: Principal, tenant: str | None) -> int:
     return tid
 
 
-def _fresh(ctx: ServerContext) -> None:
-    """Rate before a read, at most every few seconds per server (idempotent, so races
-    are harmless). The cutoff lags now by ``rater.SETTLE_MS``."""
-    last = getattr(ctx, "_billing_rated_at", 0.0)
-    if time.monotonic() - last >= RATE_EVERY_S:
-        ctx._billing_rated_at = time.monotonic()  # type: ignore[attr-defined]
-        try:
-            rater.run(ctx.db)
-        except Exception:  # a failed run must not hide what is already posted; the worker retries
-            log.exception("billing: rating before a read failed")
-
-
 def install(app: FastAPI) -> None:
-    """Mount the billing routes and run the billing thread while the server runs."""
-    from suanli.billing.worker import BillingWorker
-
+    """Mount the billing routes."""
     app.include_router(router)
-    worker = BillingWorker(app.state.ctx.db)
-    app.state.billing_worker = worker
-    app.router.on_startup.append(worker.start)
-    app.router.on_shutdown.append(worker.stop)
 
 
 @router.get("/usage")
@@ -134,14 +116,12 @@ def usage(
 ) -> list[dict]:
     if all_tenants:
         who.require(*OPERATOR)
-    _fresh(ctx)
     tid = None if all_tenants else _tenant(ctx, who, tenant)
     return reports.usage(ctx.db, tid, dt_to_ms(since) if since else None, dt_to_ms(until) if until else None, limit)
 
 
 @router.get("/bill")
 def bill(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
-    _fresh(ctx)
     return reports.bill(ctx.db, _tenant(ctx, who, tenant))
 
 
@@ -165,6 +145,7 @@ def rate(body: RateIn, ctx: ServerContext = Depends(context), who: Principal = D
     if body.cutoff_ms is not None and body.cutoff_ms > store.now_ms():
         raise BillingError("cutoff_ms: a rating run cannot look into the future (records it writes are final)")
     r = rater.run(ctx.db, cutoff_ms=body.cutoff_ms)
+    actions = admission.enforce_budgets(ctx.db, r.cutoff_ms)  # then the budgets, as the billing thread does
     return {
         "run_id": r.run_id,
         "cutoff_ms": r.cutoff_ms,
@@ -172,7 +153,7 @@ def rate(body: RateIn, ctx: ServerContext = Depends(context), who: Principal = D
         "inserted": r.posted.inserted,
         "skipped": r.posted.skipped,
         "batches": r.posted.batches,
-        "budget_actions": r.budget_actions,
+        "budget_actions": actions,
     }
 
 
@@ -193,6 +174,8 @@ def topup(body: TopUp, ctx: ServerContext = Depends(context), who: Principal = D
     who.require(*OPERATOR)
     posted, bal = store.topup(ctx.db, body.tenant, body.amount, body.key, body.memo)
     ctx.wake()  # held work may start now
+    if ctx.billing is not None:
+        ctx.billing.wake()  # and the hard cap's notice clears
     return {"posted": posted, "balance_micros": bal, "balance": float(bal) / 1_000_000}
 
 

@@ -16,8 +16,8 @@ from suanli.api.deps import context, principal
 from suanli.backends.local import imagebuild
 from suanli.control import images
 from suanli.control.auth import Principal
-from suanli.control.errors import Invalid
 from suanli.db.models import Image
+from suanli.errors import Invalid
 
 router = APIRouter(prefix="/v1/images", tags=["images"])
 

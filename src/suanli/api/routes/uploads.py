@@ -16,17 +16,18 @@ from starlette.requests import ClientDisconnect
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.errors import http_error
 from suanli.control import uploads
 from suanli.control.auth import Principal
-from suanli.control.errors import ControlError, Invalid
+from suanli.errors import DomainError, Invalid
 
 router = APIRouter(prefix="/v1/uploads", tags=["uploads"])
 
 ACCEPTED_TYPES = ("application/gzip", "application/x-gzip", "application/octet-stream", "application/x-tar")
 
 
-class UnsupportedType(ControlError):
-    status = 415
+@http_error(415)
+class UnsupportedType(DomainError):
     code = "unsupported_media_type"
 
 

@@ -84,13 +84,15 @@ class LocalBackend:
         if handle.data:
             self._of(handle).signal(handle, sig)
 
-    def notice(self, handle: Handle, deadline: float) -> None:
-        """The spot notice: the deadline where ``$SUANLI_PREEMPT_DEADLINE_FILE`` points, then USR1."""
+    def notice(self, handle: Handle, deadline: float, send_signal: bool = True) -> None:
+        """``SupportsNotice``: the deadline where ``$SUANLI_PREEMPT_DEADLINE_FILE`` points,
+        then (with ``send_signal``) USR1."""
         import signal
 
         if handle.data.get("dir"):
             Path(handle.data["dir"], "preempt_deadline").write_text(f"{int(deadline)}\n")
-        self.signal(handle, signal.SIGUSR1)
+        if send_signal:
+            self.signal(handle, signal.SIGUSR1)
 
     def logs(self, handle: Handle, tail_bytes: int | None = None) -> str:
         if not handle.data:  # a stopped instance: find its last run's log by key

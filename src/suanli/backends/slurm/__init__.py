@@ -5,6 +5,7 @@
 - ``parse``: pure parsers of Slurm's ``--json`` output and GRES strings.
 - ``model``: the dataclasses they produce (``SlurmNode``, ``SlurmJob``, ``Gres``).
 - ``backend.SlurmBackend``: the control plane's Backend protocol on top of them.
+- ``reports``: its node health and GPU placements as the control plane's report dataclasses.
 
 The test cluster is ``scripts/slurm-cluster`` (see ``docs/slurm.md``).
 """

@@ -36,14 +36,27 @@ import shutil
 import signal as signals
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handle, TaskSpec, TaskState, TaskStatus, read_log
+from suanli.backends.base import (
+    AlreadyRunning,
+    BackendError,
+    ExecResult,
+    Handle,
+    NodeReport,
+    Placement,
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    read_log,
+)
 from suanli.backends.local.container_runtime import write_atomic
 from suanli.backends.slurm.client import SlurmClient, SlurmError
 from suanli.backends.slurm.container import SlurmContainers
 from suanli.backends.slurm.model import NodeHealth, SlurmJob, SlurmNode
 from suanli.backends.slurm.parse import SlurmParseError
+from suanli.backends.slurm.reports import job_placement, node_report
 from suanli.backends.slurm.sbatch import RESERVED_ENV, SbatchSpec, SbatchSpecError, shards_for_milli
 from suanli.inventory import Inventory, NodeDecl
 
@@ -193,9 +206,14 @@ class SlurmBackend:
             raise BackendError("the Slurm cluster reports no nodes")
         return Inventory(nodes=decls)
 
-    def node_health(self, fresh: bool = True) -> dict[str, NodeHealth]:
-        """up / draining / down per node: what failover needs from ``sinfo``."""
-        return {name: n.health for name, n in self.nodes(fresh).items()}
+    def node_health(self, fresh: bool = True) -> list[NodeReport]:
+        """``ReportsNodeHealth``: up / draining / down per node, from ``sinfo`` (fresh by
+        default: this is what failover acts on)."""
+        try:
+            nodes = self.nodes(fresh)
+        except (SlurmError, SlurmParseError) as exc:
+            raise BackendError(f"cannot read Slurm's node states: {exc}") from exc
+        return [node_report(n) for _, n in sorted(nodes.items())]
 
     # -- Backend protocol ----------------------------------------------------------------
     def sbatch_spec(self, spec: TaskSpec) -> SbatchSpec:
@@ -374,12 +392,14 @@ class SlurmBackend:
         except SlurmError as exc:
             raise BackendError(f"cannot signal {handle.key} (Slurm job {job.job_id}): {exc}") from exc
 
-    def notice(self, handle: Handle, deadline: float) -> None:
-        """Spot notice: write the deadline where the job reads it, then USR1 through the
-        wrapper (which also records it, from the same ``notice_s``)."""
+    def notice(self, handle: Handle, deadline: float, send_signal: bool = True) -> None:
+        """``SupportsNotice``: write the deadline where the job reads it, then (with
+        ``send_signal``) USR1 through the wrapper, which also records it from the same
+        ``notice_s``."""
         path = Path(handle.data.get("dir") or self.task_dir(handle.key)) / "preempt_deadline"
         path.write_text(f"{int(deadline)}\n")
-        self.signal(handle, signals.SIGUSR1)
+        if send_signal:
+            self.signal(handle, signals.SIGUSR1)
 
     def logs(self, handle: Handle, tail_bytes: int | None = None) -> str:
         return read_log(Path(handle.data.get("dir") or self.task_dir(handle.key)) / "output.log", tail_bytes)
@@ -453,10 +473,17 @@ class SlurmBackend:
 
     def placement(self, handle: Handle) -> tuple[str, tuple[int, ...]] | None:
         """(node, GPU indices) Slurm gave a running job, or None while it is not running."""
-        job = self.job(handle)
-        if job is None or job.state != "RUNNING" or not job.node:
-            return None
-        return job.node, job.gpu_indices.get(job.node, ())
+        where = job_placement(handle.key, self.job(handle))
+        return None if where is None else (where.node, where.gpu_indices)
+
+    def placements(self, handles: Sequence[Handle]) -> list[Placement]:
+        """``ReportsPlacements``: where Slurm put those of ``handles`` that run now (one
+        cached ``squeue`` answers the whole pass)."""
+        try:
+            found = [job_placement(h.key, self.job(h)) for h in handles]
+        except (SlurmError, SlurmParseError) as exc:
+            raise BackendError(f"cannot read Slurm's jobs: {exc}") from exc
+        return [p for p in found if p is not None]
 
     def requeue(self, handle: Handle, node: str | None = None) -> None:
         """Slurm's own requeue (same job id, restart count + 1). With ``node`` the job is

@@ -4,7 +4,7 @@ Slurm speaks in strings ("gpu:h100:4,shard:h100:40", "gpu:a100:2(IDX:0-1)", raw 
 statuses); the Slurm backend reasons in these dataclasses instead, so that the strings are
 parsed once, in ``parse.py``, and tested there on real captured output.
 
-Node health vocabulary (what Suanli's control plane needs from Slurm's many states):
+Node health vocabulary (``base.NodeHealth``: what Suanli's control plane needs from Slurm's many states):
 
 - ``up``: accepts work (Slurm idle, mixed, allocated, completing without a bad flag).
 - ``draining``: runs what it has, takes nothing new (DRAIN flag, or state ``draining``).
@@ -19,16 +19,8 @@ NODE_FAIL in accounting) and comes back PENDING under the same job id.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-
-class NodeHealth(StrEnum):
-    """What a Slurm node state means for placing and keeping work on it."""
-
-    UP = "up"
-    DRAINING = "draining"
-    DOWN = "down"
-
+from suanli.backends.base import NodeHealth  # the backend-neutral vocabulary, re-exported here
 
 #: Jobs in these states hold or wait for resources; Suanli must keep tracking them.
 ACTIVE_JOB_STATES = frozenset(

@@ -30,8 +30,11 @@ class FGD(NodeLocalPolicy):
 
     def __init__(self, target: TargetWorkload | None) -> None:
         super().__init__()
-        self.online = OnlineTarget() if target is None else None
-        self.target = target if target is not None else self.online.current
+        self.online: OnlineTarget | None = None
+        if target is None:  # learn the target from the requests as they arrive
+            self.online = OnlineTarget()
+            target = self.online.current
+        self.target = target
         self._arrays: TargetArrays | None = None
         self._models: list[str] | None = None
 

@@ -9,11 +9,6 @@ Create Date: 2026-11-30 17:36:42.946117
 import sqlalchemy as sa
 from alembic import op
 
-# Registers the billing tables on Base.metadata, so comparing the migrated schema with
-# the models (tests/control/test_control_db.py) sees them wherever the billing package
-# has not been imported yet.
-import suanli.billing.tables  # noqa: F401,E402
-
 revision = "0002"
 down_revision = "0001"
 branch_labels = None

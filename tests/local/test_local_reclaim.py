@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from platform_helpers import ADMIN, Platform, make_platform
 
 from suanli.backends.base import BackendError, Handle
 from suanli.control import nodes
 from suanli.inventory import Inventory, NodeDecl
+from tests.event_helpers import events_text
+from tests.platform_helpers import ADMIN, Platform, make_platform
 
 WORKLOAD = (
     'ckpt="$SUANLI_CHECKPOINT_DIR/step"; log="$SUANLI_CHECKPOINT_DIR/log"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
@@ -60,7 +61,7 @@ def test_local_node_down_fails_over_from_the_checkpoint(platform: Platform) -> N
     print(f"local failover: {time.monotonic() - t0:.2f}s")
     assert "node=local" in resumed and f"node={node}" not in resumed
     assert int(resumed.split("from=")[1].split()[0]) > 0
-    assert [e.to_state for e in p.events("job", job)][-3:] == ["requeued", "queued", "running"]
+    assert [e.to_state for e in p.events("job", job)][-3:] == ["requeued", "queued", "running"], events_text(p.events("job", job))
 
 
 def test_a_failed_stop_keeps_the_job_and_its_gpus_until_a_stop_succeeds(platform: Platform) -> None:
@@ -85,7 +86,7 @@ def test_a_failed_stop_keeps_the_job_and_its_gpus_until_a_stop_succeeds(platform
     assert failures and p.state(job, "running") and [p.node_name(a.node_id) for a in p.allocations(job)] == [node]
     resumed = p.until(lambda: starts(p, job)[1:], 20, "resumed on the other node once a stop succeeded")[0]
     assert len(failures) == 2 and f"node={node}" not in resumed
-    assert [e.to_state for e in p.events("job", job)][-3:] == ["requeued", "queued", "running"]
+    assert [e.to_state for e in p.events("job", job)][-3:] == ["requeued", "queued", "running"], events_text(p.events("job", job))
 
 
 def test_failover_without_checkpoint_dir_fails_the_job(platform: Platform) -> None:
@@ -125,7 +126,7 @@ def test_local_spot_instance_is_preempted_after_its_notice_and_starts_again(plat
     p.until(lambda: p.state(urgent, "succeeded"), 30, "on-demand job done")
     p.until(lambda: row().state == "running", 30, "instance running again")
     states = [e.to_state for e in p.events("instance", inst)]
-    assert states == ["pending", "running", "noticed", "preempted", "pending", "running"], states
+    assert states == ["pending", "running", "noticed", "preempted", "pending", "running"], events_text(p.events("instance", inst))
 
 
 def test_local_spot_job_reclaimed_with_notice_checkpoint_and_resume(platform: Platform) -> None:
@@ -149,7 +150,7 @@ def test_local_spot_job_reclaimed_with_notice_checkpoint_and_resume(platform: Pl
     # TERM after the notice, and not before the deadline promised with it
     assert float(told.split("at=")[1]) < term_at and term_at >= noticed.ts.timestamp() + 2 - 0.25, lines
     states = [e.to_state for e in p.events("job", spot)]
-    assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
+    assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", spot))
 
 
 def test_a_spot_job_that_leaves_during_its_notice_is_requeued_and_makes_room_at_once(platform: Platform) -> None:
@@ -157,7 +158,7 @@ def test_a_spot_job_that_leaves_during_its_notice_is_requeued_and_makes_room_at_
     not finished: it is requeued (never 'succeeded'), and the on-demand job it made way for
     starts when it exits, not when the notice would have run out."""
     p = platform
-    p.reclaimer.notice_s = 60.0
+    p.loop.reclaim.notice_s = 60.0
     p.only_nodes({"local1"})
     leaves = (
         'ckpt="$SUANLI_CHECKPOINT_DIR/step"; echo "start from=$(cat "$ckpt" 2>/dev/null || echo 0)" >> "$SUANLI_CHECKPOINT_DIR/log"; '
@@ -171,8 +172,9 @@ def test_a_spot_job_that_leaves_during_its_notice_is_requeued_and_makes_room_at_
     p.until(lambda: p.state(urgent, "running", "succeeded"), 30, "on-demand job placed once the spot job left")
     assert time.monotonic() - t0 < 30  # well inside the 60 s notice
     states = [e.to_state for e in p.events("job", spot)]
-    assert states[:5] == ["queued", "running", "noticed", "requeued", "queued"], states
-    assert "ended during its notice" in next(e.message for e in p.events("job", spot) if e.to_state == "requeued")
+    assert states[:5] == ["queued", "running", "noticed", "requeued", "queued"], events_text(p.events("job", spot))
+    requeued = next(e for e in p.events("job", spot) if e.to_state == "requeued")
+    assert "ended during its notice" in requeued.message, requeued
     p.until(lambda: p.state(urgent, "succeeded"), 30, "on-demand job done")
     assert p.until(lambda: starts(p, spot)[1:], 30, "spot resumed")[0] == "start from=7"
     assert "succeeded" not in states and p.state(naive, "running", "queued")  # the 1-GPU one was not needed
@@ -181,7 +183,7 @@ def test_a_spot_job_that_leaves_during_its_notice_is_requeued_and_makes_room_at_
 def test_a_spot_job_killed_by_the_notice_itself_is_requeued_not_failed(platform: Platform) -> None:
     """A workload that does not handle USR1 dies of it; that is still a reclaim."""
     p = platform
-    p.reclaimer.notice_s = 60.0
+    p.loop.reclaim.notice_s = 60.0
     p.only_nodes({"local1"})
     spot = p.submit(name="naive", resources={"accelerators": "H100:4", "priority": "spot"}, run="sleep 300")
     p.until(lambda: p.state(spot, "running"), 20, "spot running")
@@ -189,8 +191,8 @@ def test_a_spot_job_killed_by_the_notice_itself_is_requeued_not_failed(platform:
     p.until(lambda: p.state(urgent, "succeeded"), 40, "on-demand job done")
     p.until(lambda: p.state(spot, "running"), 30, "spot running again")
     states = [e.to_state for e in p.events("job", spot)]
-    assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], states
-    assert "starts over" in [e.message for e in p.events("job", spot)][4]
+    assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", spot))
+    assert "starts over" in [e.message for e in p.events("job", spot)][4], events_text(p.events("job", spot))
 
 
 def test_an_on_demand_gang_gets_spot_work_reclaimed_on_as_many_nodes_as_it_needs(platform: Platform) -> None:
@@ -224,4 +226,4 @@ def test_no_notice_when_the_whole_gang_cannot_be_made_to_fit(platform: Platform)
     for _ in range(20):
         p.tick()
     assert p.state(gang, "queued") and p.state(spot, "running")
-    assert "noticed" not in [e.to_state for e in p.events("job", spot)]
+    assert "noticed" not in [e.to_state for e in p.events("job", spot)], events_text(p.events("job", spot))

@@ -1,4 +1,4 @@
-"""A Suanli control plane (database, control loop, reclaimer) over real backends, driven
+"""A Suanli control plane (database and control loop, reclaim included) over real backends, driven
 tick by tick from the test thread so each step is deterministic."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from suanli.backends.base import Backend
 from suanli.control import jobs, nodes
 from suanli.control.auth import Principal
 from suanli.control.loop import ControlLoop
-from suanli.control.reclaim import Reclaimer
+from suanli.control.plane import ReclaimSettings
 from suanli.control.task import Task
 from suanli.db.models import Allocation, Event, Job, Node
 from suanli.inventory import Inventory
+from tests.event_helpers import events_text
 
 T = TypeVar("T")
 ADMIN = Principal(user_id=1, tenant_id=1, name="admin", role="admin")
@@ -28,7 +29,6 @@ ADMIN = Principal(user_id=1, tenant_id=1, name="admin", role="admin")
 @dataclass
 class Platform:
     loop: ControlLoop
-    reclaimer: Reclaimer
     data_dir: Path
 
     @property
@@ -36,7 +36,7 @@ class Platform:
         return self.loop.db
 
     def tick(self) -> None:
-        self.loop.tick()  # the reclaimer is one of the loop's per-tick steps
+        self.loop.tick()
 
     def until(self, probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
         """Tick until ``probe`` returns something truthy."""
@@ -47,10 +47,9 @@ class Platform:
             if value:
                 return value
             if time.monotonic() > deadline:
-                seen = "\n".join(
-                    f"  {e.ts:%H:%M:%S.%f} {e.kind} {e.object_id} {e.from_state}->{e.to_state} {e.message}" for e in self.events()
+                raise AssertionError(
+                    f"timed out after {timeout_s:.0f}s waiting for {what}; events:\n{events_text(self.events())}"
                 )
-                raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; events:\n{seen}")
             time.sleep(0.05)
 
     def submit(self, **task: Any) -> int:
@@ -115,16 +114,14 @@ def make_platform(
     ctx.backends.update(backends)
     assert ctx.loop is not None
     ctx.loop.poll_interval_s = 0.0  # ask backends every tick: the tests measure reaction times
-    reclaimer = Reclaimer(ctx.db, ctx.backends, ctx.data_dir, notice_s=notice_s, grace_s=2.0, health_interval_s=0.0)
-    plug(ctx.loop, reclaimer)
-    return Platform(ctx.loop, reclaimer, ctx.data_dir)
+    tune(ctx.loop, notice_s)
+    return Platform(ctx.loop, ctx.data_dir)
 
 
-def plug(loop: ControlLoop, reclaimer: Reclaimer) -> None:
-    """Run ``reclaimer`` as the loop's per-tick step, replacing one the server plugged in
-    (the tests use a short notice and poll health every tick)."""
-    loop.steps[:] = [s for s in loop.steps if not isinstance(getattr(s, "__self__", None), Reclaimer)]
-    loop.steps.append(reclaimer.step)
+def tune(loop: ControlLoop, notice_s: float) -> None:
+    """The tests' settings: a short notice, a short grace, health polled every tick."""
+    loop.plane.reclaim = ReclaimSettings(notice_s=notice_s, grace_s=2.0)
+    loop.health_interval_s = 0.0
 
 
 def restarted(p: Platform, backends: dict[str, Backend]) -> Platform:
@@ -134,6 +131,5 @@ def restarted(p: Platform, backends: dict[str, Backend]) -> Platform:
     assert ctx.loop is not None
     ctx.loop.poll_interval_s = 0.0
     ctx.loop.recover()
-    reclaimer = Reclaimer(ctx.db, ctx.backends, ctx.data_dir, notice_s=p.reclaimer.notice_s, grace_s=2.0, health_interval_s=0.0)
-    plug(ctx.loop, reclaimer)
-    return Platform(ctx.loop, reclaimer, p.data_dir)
+    tune(ctx.loop, p.loop.reclaim.notice_s)
+    return Platform(ctx.loop, p.data_dir)

@@ -15,14 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from platform_helpers import ADMIN, Platform, make_platform
-from test_local_reclaim import WORKLOAD, log_lines, starts
 
 from suanli.billing import store
 from suanli.billing.money import price_text, to_micros
 from suanli.billing.pricebook import default_book
 from suanli.control import jobs
 from suanli.inventory import Inventory, NodeDecl
+from tests.event_helpers import events_text
+from tests.local.test_local_reclaim import WORKLOAD, log_lines, starts
+from tests.platform_helpers import ADMIN, Platform, make_platform
 
 H100 = default_book().gpu("H100")
 
@@ -70,7 +71,7 @@ def test_spot_job_waits_while_the_price_is_above_its_bid_and_starts_when_it_drop
     p.until(lambda: p.state(bid, "running"), 20, "spot job started once the price dropped")
     (a,) = p.allocations(bid)
     assert a.gpu_model == "H100" and a.max_price_micros == to_micros("7.00") and held(p, bid) == ""
-    assert [e.to_state for e in p.events("job", bid)] == ["queued", "running"]
+    assert [e.to_state for e in p.events("job", bid)] == ["queued", "running"], events_text(p.events("job", bid))
 
 
 def test_held_spot_job_starts_when_an_operator_lowers_the_price_on_an_idle_cluster(platform: Platform) -> None:
@@ -133,5 +134,6 @@ def test_running_spot_job_is_reclaimed_with_notice_when_the_price_passes_its_bid
     term = [x for x in log_lines(p, spot) if x.startswith("TERM")]
     assert term and float(term[0].split("at=")[1]) >= noticed.ts.timestamp() + 2 - 0.25
     states = [e.to_state for e in p.events("job", spot)]
-    assert states == ["queued", "running", "noticed", "requeued", "queued", "running"], states
-    assert [e.to_state for e in p.events("job", free)] == ["queued", "running"]  # no bid: never reclaimed for price
+    assert states == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", spot))
+    unbid = p.events("job", free)
+    assert [e.to_state for e in unbid] == ["queued", "running"], events_text(unbid)  # no bid: never reclaimed for price

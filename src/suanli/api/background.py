@@ -1,0 +1,53 @@
+"""Every thread a server runs besides the API's own, listed in one place (dstack's
+``scheduled_tasks`` is the model): what it does, how often, and how it starts and
+stops. ``serve`` starts them in this order and stops them in reverse.
+
+================  ============================  =========================================
+thread            every                         does
+================  ============================  =========================================
+control loop      ``--interval`` (0.5 s), and   the tick: health, reconcile, failover,
+                  at once on ``wake()``         notices, outbid, admit, preempt,
+                                                schedule, launch (``control.loop``)
+billing           10 s (``SUANLI_BILLING_       a rating run, then budgets and the hard
+                  INTERVAL_S``), and on         cap (``control.billing_worker``)
+                  ``wake()``
+port proxy        a listener                    renters' published ports, one origin each
+                                                (``api.proxy_app``)
+================  ============================  =========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from suanli.api.context import ServerContext
+
+
+@dataclass
+class Background:
+    name: str
+    start: Callable[[], None]
+    stop: Callable[[], None]
+
+
+def background(ctx: ServerContext, start_proxy: Callable[[], object]) -> list[Background]:
+    """The server's threads in start order; ``start_proxy`` starts the port proxy's
+    listener and returns its uvicorn server."""
+    assert ctx.loop is not None and ctx.billing is not None
+    proxy: list[object] = []
+    return [
+        Background("control loop", ctx.loop.start, ctx.loop.stop),
+        Background("billing", ctx.billing.start, ctx.billing.stop),
+        Background("port proxy", lambda: proxy.append(start_proxy()), lambda: [setattr(p, "should_exit", True) for p in proxy]),
+    ]
+
+
+def start_all(tasks: list[Background]) -> None:
+    for t in tasks:
+        t.start()
+
+
+def stop_all(tasks: list[Background]) -> None:
+    for t in reversed(tasks):
+        t.stop()

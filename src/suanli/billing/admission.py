@@ -1,0 +1,141 @@
+"""Admission decisions: may this waiting work start now, under its tenant's grants,
+budget and spot bid? Billing decides; the control plane acts (``control.admission``
+holds what is held and fails what is rejected, in its own transaction).
+
+``decide(session, work)`` reads only, in the caller's session. Each work item has
+``kind``, ``id``, ``request`` (a scheduler Request) and ``num_nodes``. Its answer:
+
+- **held** ``{(kind, id): reason}``: not now (a grant's GPUs in use, a hard cap
+  reached, a bid below the spot price); the reason is shown to the user;
+- **rejected** ``{(kind, id): reason}``: never under the tenant's grants;
+- **narrowed** ``{(kind, id): models}``: spot work whose bid only some of its allowed
+  models meet; it must be placed on those only, so the price check holds for the model
+  it lands on.
+
+Each request is priced with its own GPUs counted as allocated, not with other work
+admitted in the same pass (which may not be placed); if several start together and
+push the price above a bid, reclaim settles it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from suanli.billing import quotas, spending, spot
+from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
+from suanli.billing.tables import Grant
+from suanli.db.models import Allocation, Instance, Job
+
+Key = tuple[str, int]
+
+
+@dataclass
+class Decision:
+    held: dict[Key, str] = field(default_factory=dict)
+    rejected: dict[Key, str] = field(default_factory=dict)
+    narrowed: dict[Key, frozenset[str]] = field(default_factory=dict)
+
+
+def _grants(s: Session, tenant_ids: set[int]) -> list[quotas.Grant]:
+    rows = s.scalars(select(Grant).where(Grant.revoked.is_(False), Grant.tenant_id.in_(tenant_ids)))
+    return [
+        quotas.Grant(
+            g.id,
+            g.tenant_id,
+            g.gpu_model,
+            g.max_gpu_milli,
+            g.gpu_minutes,
+            g.qos,
+            dt_to_ms(g.expires_at) if g.expires_at else None,
+        )
+        for g in rows
+    ]
+
+
+def _grant_usage(s: Session, grants: list[quotas.Grant], at_ms: int) -> tuple[dict[int, int], dict[int, float]]:
+    """Per grant: GPUs (milli) held now and GPU-minutes used since the grant was made."""
+    in_use: dict[int, int] = {}
+    minutes: dict[int, float] = {}
+    if not grants:
+        return in_use, minutes
+    tenants = {g.tenant_id for g in grants}
+    created = {r.id: dt_to_ms(r.created_at) for r in s.scalars(select(Grant).where(Grant.id.in_([g.id for g in grants])))}
+    since = ms_to_dt(min(created.values()))  # nothing that ended before the oldest grant counts
+    rows = list(
+        s.execute(
+            select(
+                Allocation.tenant_id,
+                Allocation.gpu_model,
+                Allocation.gpu_indices,
+                Allocation.milli_per_gpu,
+                Allocation.started_at,
+                Allocation.ended_at,
+            ).where(Allocation.tenant_id.in_(tenants), or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since))
+        )
+    )
+    for g in grants:
+        for r in rows:
+            if r.tenant_id != g.tenant_id or not g.covers_model([r.gpu_model]):
+                continue
+            milli = len(r.gpu_indices) * r.milli_per_gpu
+            if r.ended_at is None:
+                in_use[g.id] = in_use.get(g.id, 0) + milli
+            t0 = max(dt_to_ms(r.started_at), created[g.id])
+            t1 = dt_to_ms(r.ended_at) if r.ended_at else at_ms
+            if t1 > t0:
+                minutes[g.id] = minutes.get(g.id, 0.0) + (t1 - t0) / 60_000 * milli / 1000
+    return in_use, minutes
+
+
+def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
+    """Held, rejected and narrowed work (module docstring); reads only."""
+    out = Decision()
+    if not work:
+        return out
+    at = now_ms() if at_ms is None else at_ms
+    owners = {}
+    bids: dict[Key, int] = {}
+    for w in work:
+        row: Instance | Job | None = s.get(Instance, w.id) if w.kind == "instance" else s.get(Job, w.id)
+        if row is not None:
+            owners[(w.kind, w.id)] = row.tenant_id
+            if row.priority == "spot" and row.max_price_micros is not None:
+                bids[(w.kind, w.id)] = row.max_price_micros
+    mk: spot.Market | None = None
+    tenants = set(owners.values())
+    grants = _grants(s, tenants)
+    in_use, minutes = _grant_usage(s, grants, at)
+    capped = spending.capped(s, tenants, at)
+    for w in work:
+        key = (w.kind, w.id)
+        tid = owners.get(key)
+        if tid is None:
+            continue
+        if tid in capped:
+            out.held[key] = f"billing: {capped[tid]}; top up or raise the budget to start"
+            continue
+        req = w.request
+        milli = (req.gpu_milli or req.gpu_count * 1000) * max(1, w.num_nodes)
+        d = quotas.Demand(tid, tuple(sorted(req.gpu_models)), milli, req.priority.value)
+        dec = quotas.admit(grants, d, in_use, minutes, at)
+        if dec.action == "queue":
+            out.held[key] = dec.reason
+            continue
+        if dec.action == "reject":
+            out.rejected[key] = dec.reason
+            continue
+        if key in bids and milli:
+            mk = mk or spot.market(s, at)
+            models, why = spot.check_bid(mk, req, w.num_nodes, bids[key])
+            if why is not None:
+                out.held[key] = why
+                continue
+            if models and models != (req.gpu_models or frozenset(mk.models())):
+                out.narrowed[key] = models
+        if dec.grant_id is not None:  # admitted: count it against the grant for the rest of this pass
+            in_use[dec.grant_id] = in_use.get(dec.grant_id, 0) + milli
+    return out

@@ -1,0 +1,129 @@
+"""The workload store: the queries and state changes instances and jobs share.
+
+Instances and jobs are two tables with the same scheduling columns, and most of the
+control plane treats them as one thing, a workload keyed by ``(kind, id)``. Phases
+ask here for "the row of this key", "the owner of this allocation", "the running
+work" or "this work is over", so the two kinds are told apart in one module and the
+terminal transition (release the GPUs, move the state, stamp ``finished_at``) is
+written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import cast
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from suanli.control.capacity import give_back
+from suanli.control.lifecycle import transition
+from suanli.db.clock import utcnow
+from suanli.db.models import Allocation, Instance, Job
+
+Workload = Instance | Job
+Key = tuple[str, int]
+
+MODELS: dict[str, type[Instance] | type[Job]] = {"instance": Instance, "job": Job}
+MODELS_IN_ORDER: tuple[tuple[str, type[Instance] | type[Job]], ...] = (("job", Job), ("instance", Instance))
+
+
+def model_of(kind: str) -> type[Instance] | type[Job]:
+    return MODELS[kind]
+
+
+def key_of(row: Workload) -> Key:
+    return ("instance" if isinstance(row, Instance) else "job", row.id)
+
+
+def get(s: Session, kind: str, wid: int) -> Workload | None:
+    return cast("Workload | None", s.get(MODELS[kind], wid))
+
+
+def owner_of(a: Allocation) -> Key:
+    """The workload an allocation belongs to."""
+    return ("job", a.job_id) if a.job_id else ("instance", a.instance_id)  # type: ignore[return-value]
+
+
+def open_allocations(s: Session, kind: str, wid: int) -> list[Allocation]:
+    col = Allocation.job_id if kind == "job" else Allocation.instance_id
+    return list(s.scalars(select(Allocation).where(col == wid, Allocation.ended_at.is_(None))))
+
+
+def running(s: Session) -> Iterable[tuple[str, Workload]]:
+    """Running work that has tasks on a backend: jobs first, then instances, by id."""
+    for kind, model in MODELS_IN_ORDER:
+        for row in s.scalars(select(model).where(model.state == "running", model.handles.is_not(None)).order_by(model.id)):
+            yield kind, cast(Workload, row)
+
+
+def end(s: Session, row: Workload, to: str, message: str = "", exit_code: int | None = None) -> None:
+    """The one terminal transition: free the allocations, move ``row`` to ``to`` (a
+    job also records its exit code and when it finished)."""
+    give_back(s, row)
+    if isinstance(row, Job):
+        if exit_code is not None:
+            row.exit_code = exit_code
+        row.finished_at = utcnow()
+    transition(s, row, to, message)
+
+
+def waiting(s: Session) -> list[tuple[str, Workload]]:
+    """Work that asks to be placed: pending instances meant to run, queued jobs not
+    cancelled, neither claimed by a launch."""
+    insts = s.scalars(select(Instance).where(*_waiting(Instance)))
+    jobs = s.scalars(select(Job).where(*_waiting(Job)))
+    return [("instance", r) for r in insts] + [("job", r) for r in jobs]
+
+
+def _waiting(model: type[Instance] | type[Job]) -> list:
+    if model is Instance:
+        return [Instance.state == "pending", Instance.desired == "running", Instance.launch_owner.is_(None)]
+    return [Job.state == "queued", Job.cancel_requested.is_(False), Job.launch_owner.is_(None)]
+
+
+def claim(s: Session, kind: str, wid: int, owner: str) -> Workload | None:
+    """Mark a waiting row as being launched by ``owner``; None if it is no longer
+    waiting or another server claimed it first (the guarded UPDATE decides)."""
+    model = MODELS[kind]
+    guard = [model.id == wid, *_waiting(model)]
+    res = s.execute(update(model).where(*guard).values(launch_owner=owner).execution_options(synchronize_session=False))
+    return get(s, kind, wid) if res.rowcount == 1 else None  # type: ignore[attr-defined]
+
+
+def with_tasks(s: Session, only_stops: bool = False) -> list[tuple[str, Workload]]:
+    """Work with tasks on a backend (running, or instances stopping); ``only_stops``:
+    just the rows whose owner asked for a cancel, stop or delete."""
+    jq = select(Job).where(Job.state == "running", Job.handles.is_not(None))
+    iq = select(Instance).where(Instance.state.in_(("running", "stopping")), Instance.handles.is_not(None))
+    if only_stops:
+        jq = jq.where(Job.cancel_requested.is_(True))
+        iq = iq.where((Instance.state == "stopping") | (Instance.desired != "running"))
+    return [("job", r) for r in s.scalars(jq)] + [("instance", r) for r in s.scalars(iq)]
+
+
+def launching(s: Session) -> list[tuple[str, Workload]]:
+    """Rows a launch has claimed (``launch_owner`` set)."""
+    return [("job", r) for r in s.scalars(select(Job).where(Job.launch_owner.is_not(None)))] + [
+        ("instance", r) for r in s.scalars(select(Instance).where(Instance.launch_owner.is_not(None)))
+    ]
+
+
+def spot_running(s: Session) -> bool:
+    """Any spot work running (one small read: the reclaim phases' gate)."""
+    spot = "spot"
+    for model in (Job, Instance):
+        if s.scalar(select(model.id).where(model.state == "running", model.priority == spot).limit(1)) is not None:
+            return True
+    return False
+
+
+def active_of_tenant(s: Session, tenant_id: int) -> list[Key]:
+    """A tenant's work that runs or wants to: what a hard cap stops."""
+    insts = s.scalars(
+        select(Instance.id).where(
+            Instance.tenant_id == tenant_id, Instance.state.in_(("pending", "running")), Instance.desired == "running"
+        )
+    )
+    jobs = s.scalars(select(Job.id).where(Job.tenant_id == tenant_id, Job.state.in_(("queued", "running"))))
+    return [("instance", i) for i in insts] + [("job", j) for j in jobs]
