@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from suanli.control.lifecycle import record_event
 from suanli.db.clock import utcnow
-from suanli.db.models import Allocation, Event, Gpu, Instance, Job, Node
+from suanli.db.models import Allocation, Gpu, Instance, Job, Node
 from suanli.scheduler import Allocation as SchedAllocation
 from suanli.scheduler import ClusterState
 from suanli.scheduler import Node as SchedNode
@@ -108,14 +109,13 @@ def give_back(session: Session, owner: Instance | Job) -> list[Allocation]:
         now = utcnow()
         for r in rows:
             r.ended_at = now
-            session.add(
-                Event(
-                    kind="allocation",
-                    object_id=r.id,
-                    from_state="bound",
-                    to_state="released",
-                    message=f"{'job' if r.job_id else 'instance'} {r.job_id or r.instance_id} rank {r.node_rank}",
-                )
+            record_event(
+                session,
+                "allocation",
+                r.id,
+                "bound",
+                "released",
+                f"{'job' if r.job_id else 'instance'} {r.job_id or r.instance_id} rank {r.node_rank}",
             )
         session.flush()
     return rows

@@ -37,8 +37,9 @@ from suanli.backends.base import (
     ReportsPlacements,
 )
 from suanli.control import workloads
+from suanli.control.lifecycle import record_event
 from suanli.control.nodes import last_event_message, mark
-from suanli.db.models import Allocation, Event, Gpu, Node
+from suanli.db.models import Allocation, Gpu, Node
 from suanli.db.session import Database
 
 log = logging.getLogger(__name__)
@@ -143,14 +144,13 @@ def _apply(db: Database, seen: dict[tuple[str, int, int], tuple[str, str, tuple[
             _move(s, alloc, alloc.gpu_indices, -1)
         for alloc, new, backend in fixes:
             _move(s, alloc, new, +1)
-            s.add(
-                Event(
-                    kind="allocation",
-                    object_id=alloc.id,
-                    from_state="bound",
-                    to_state="bound",
-                    message=f"{backend[:1].upper() + backend[1:]} placed it on GPUs {new} (planned {list(alloc.gpu_indices)})",
-                )
+            record_event(
+                s,
+                "allocation",
+                alloc.id,
+                "bound",
+                "bound",
+                f"{backend[:1].upper() + backend[1:]} placed it on GPUs {new} (planned {list(alloc.gpu_indices)})",
             )
             alloc.gpu_indices = new
             moved += 1
