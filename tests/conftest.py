@@ -14,6 +14,7 @@ import pytest
 
 from tests.control.control_helpers import Server, start_server
 from tests.pg_helpers import PG_SKIP, fresh_pg_database
+from tests.sqlite_helpers import migrated_sqlite_url
 
 # The control-plane suites test scheduling, lifecycles and money on the process runtime
 # (fast, no image needed); tests/containers runs the same platform on real Podman
@@ -22,23 +23,68 @@ os.environ.setdefault("SUANLI_RUNTIME", "process")
 os.environ.setdefault("SUANLI_ALLOW_PROCESS_RUNTIME", "1")
 
 
-@pytest.hookimpl(trylast=True)
+def _share_ssl_contexts() -> None:
+    """httpx builds an SSL context for every client (about 40 ms here: it loads the CA
+    bundle of ``$SSL_CERT_FILE``), and the tests make hundreds of clients (``httpx.get``,
+    ``SuanliClient``), none of them for TLS: clients with the same settings share one."""
+    import functools
+
+    import httpx._transports.default as transports
+
+    transports.create_ssl_context = functools.lru_cache(maxsize=16)(transports.create_ssl_context)
+
+
+_share_ssl_contexts()
+
+
+GROUPS = ("slurm", "containers", "browser")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``pytest -n`` (scripts/test): the Slurm tests share one real cluster and run
     one after another on one worker; so do the tests that run containers (two servers
     making and removing container networks at once once let one tenant's container reach
-    the host: see the closing note of issue 10), and the browser tests (one Chromium)."""
+    the host: see the closing note of issue 10), and the browser tests (one Chromium).
+
+    The scheduler groups by test id: a worker's xdist appends ``@GROUP`` to the id of each
+    test with an ``xdist_group`` mark, in its own hook, so this one runs first. Under pytest
+    9 xdist's append (to ``item._nodeid``) no longer changes the id, so the id is written
+    here (``_group_id``). Without both, nothing was grouped: the Slurm tests ran on both
+    workers, and one worker waited up to two minutes for the cluster lock the other held;
+    ``pytest_collection_finish`` now fails the run instead."""
     for item in items:
-        for marker in ("slurm", "containers", "browser"):
+        for marker in GROUPS:
             if item.get_closest_marker(marker):
                 item.add_marker(pytest.mark.xdist_group(marker))
+                _group_id(config, item, marker)
                 break
+
+
+def _group_id(config: pytest.Config, item: pytest.Item, group: str) -> None:
+    """What xdist's ``--dist loadgroup`` does to a grouped test's id, for pytest 9, where
+    the id is ``item._id`` (a ``NodeId``); under pytest 8 xdist's own rename works."""
+    if getattr(config.option, "loadgroup", False) and hasattr(item, "_id") and "@" not in item.nodeid:
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail fast if the groups did not reach xdist's scheduler (see above)."""
+    if not getattr(session.config.option, "loadgroup", False):  # set in xdist's workers under --dist loadgroup
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(f"{len(lost)} grouped tests reached xdist without their group, e.g. {lost[0]}")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of the current schema and no rows, of its own: on SQLite a copy of a
+    migrated file (``sqlite_helpers``), on PostgreSQL a copy of a migrated template."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'suanli.db'}"
+        yield migrated_sqlite_url(tmp_path / "suanli.db")
         return
     yield from _pg()
 

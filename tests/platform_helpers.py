@@ -21,6 +21,7 @@ from suanli.control.task import Task
 from suanli.db.models import Allocation, Event, Job, Node
 from suanli.inventory import Inventory
 from tests.event_helpers import events_text
+from tests.sqlite_helpers import migrated_sqlite_url
 
 T = TypeVar("T")
 ADMIN = Principal(user_id=1, tenant_id=1, name="admin", role="admin")
@@ -105,7 +106,7 @@ def make_platform(
 ) -> Platform:
     ctx, _ = build(
         data_dir,
-        db_url or f"sqlite:///{data_dir / 'suanli.db'}",
+        db_url or migrated_sqlite_url(data_dir / "suanli.db"),
         start_loop=False,
         inventory=inventory,
         interval_s=0.05,

@@ -1,5 +1,9 @@
 """Browser tests drive the web console in a real headless Chromium (Debian's package,
-through Playwright's Python driver) against a real ``suanli server`` process.
+through Playwright's Python driver) against a real server on loopback ports: the app,
+control loop, billing and port proxy that ``suanli server`` runs, in the test process
+(``LiveServer``: the browser sees the same HTTP; a server process per test cost seconds
+of start-up each). The console refreshes its live part every second here instead of
+every 3 s (``console_helpers.REFRESH_MS``).
 
 Where Chromium or Playwright is missing they skip with the reason, unless the run
 requires them (``SUANLI_BROWSER=require``, set by ``.ci/run``): then it is a failure.
@@ -15,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.control.control_helpers import ServerProcess, free_port
+from tests.console.console_helpers import new_context
+from tests.control.control_helpers import LiveServer
 
 #: Flags for a closed network: no background connections, no sandbox (tests run as root).
 CHROMIUM_ARGS = [
@@ -53,17 +58,18 @@ def chromium() -> Iterator[object]:
 
 
 @pytest.fixture
-def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "data", None, free_port()).start()
+def console_server(tmp_path: Path) -> Iterator[LiveServer]:
+    """A server on the process runtime with the demo inventory, of this test alone."""
+    srv = LiveServer(tmp_path / "data").start()
     try:
         yield srv
     finally:
-        srv.stop()
+        srv.close()
 
 
 @pytest.fixture
-def page(chromium, server_process: ServerProcess):  # type: ignore[no-untyped-def]
-    context = chromium.new_context(base_url=server_process.url)
+def page(chromium, console_server: LiveServer):  # type: ignore[no-untyped-def]
+    context = new_context(chromium, console_server.url)
     p = context.new_page()
     p.set_default_timeout(20_000)
     try:

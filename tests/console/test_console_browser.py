@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.control.control_helpers import ServerProcess
+from tests.control.control_helpers import LiveServer
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +24,7 @@ def row(page: Page, text: str):  # type: ignore[no-untyped-def]
     return page.locator("#live tbody tr", has_text=text)
 
 
-def test_sign_in_is_required_and_a_bad_token_is_refused(page: Page, server_process: ServerProcess) -> None:
+def test_sign_in_is_required_and_a_bad_token_is_refused(page: Page, console_server: LiveServer) -> None:
     page.goto("/")
     assert page.url.endswith("/console/")
     expect(page.locator("#login")).to_be_visible()
@@ -32,13 +32,13 @@ def test_sign_in_is_required_and_a_bad_token_is_refused(page: Page, server_proce
     expect(page.locator("#flash")).to_contain_text("not accepted")
     expect(page.locator("#login")).to_be_visible()
     expect(page.locator("#tabs")).to_be_hidden()
-    sign_in(page, server_process.token)
+    sign_in(page, console_server.token)
     expect(page.locator("#who")).to_contain_text("admin (admin)")
     expect(row(page, "H100")).to_contain_text("virtual")  # the demo inventory's GPUs, said to be virtual
 
 
-def test_rent_an_instance_then_stop_and_delete_it(page: Page, server_process: ServerProcess) -> None:
-    sign_in(page, server_process.token)
+def test_rent_an_instance_then_stop_and_delete_it(page: Page, console_server: LiveServer) -> None:
+    sign_in(page, console_server.token)
     page.click("a[href='#instances']")
     form = page.locator("#create-instance")
     form.locator("input[name=name]").fill("console-box")
@@ -51,18 +51,18 @@ def test_rent_an_instance_then_stop_and_delete_it(page: Page, server_process: Se
     expect(box.locator(".state")).to_have_text("running")
     expect(box).to_contain_text("RTX4090 × 0.5")
     assert "false" not in box.inner_text()  # a left-out button leaves nothing behind
-    [inst] = server_process.client().instances()
+    [inst] = console_server.client().instances()
     assert inst["gpu_milli"] == 500 and inst["allocations"][0]["milli_per_gpu"] == 500
     box.get_by_role("button", name="Stop").click()
     expect(box.locator(".state")).to_have_text("stopped")
     page.once("dialog", lambda d: d.accept())
     box.get_by_role("button", name="Delete").click()
     expect(box).to_have_count(0)
-    assert [i["state"] for i in server_process.client().instances(include_deleted=True)] == ["deleted"]
+    assert [i["state"] for i in console_server.client().instances(include_deleted=True)] == ["deleted"]
 
 
-def test_rent_a_spot_instance_with_a_max_price(page: Page, server_process: ServerProcess) -> None:
-    sign_in(page, server_process.token)
+def test_rent_a_spot_instance_with_a_max_price(page: Page, console_server: LiveServer) -> None:
+    sign_in(page, console_server.token)
     page.click("a[href='#instances']")
     form = page.locator("#create-instance")
     bid = form.locator("input[name=max_price]")
@@ -74,7 +74,7 @@ def test_rent_a_spot_instance_with_a_max_price(page: Page, server_process: Serve
     bid.fill("-1")
     form.locator("button[type=submit]").click()
     expect(page.locator("#flash")).to_contain_text("max_price: must not be negative")
-    assert server_process.client().instances() == []
+    assert console_server.client().instances() == []
     bid.fill("0.01")  # below any RTX 4090 spot price: it waits
     bid.dispatch_event("change")
     expect(page.locator("#instance-price")).to_contain_text("above max_price ¥0.01: it would wait")
@@ -83,12 +83,12 @@ def test_rent_a_spot_instance_with_a_max_price(page: Page, server_process: Serve
     box = row(page, "spot-box")
     expect(box).to_contain_text("spot ≤ 0.01/GPU-h")
     expect(box).to_contain_text("waiting: spot price")
-    [inst] = server_process.client().instances()
+    [inst] = console_server.client().instances()
     assert inst["max_price"] == "0.01" and inst["state"] == "pending"
 
 
-def test_launch_a_job_and_read_its_logs(page: Page, server_process: ServerProcess) -> None:
-    sign_in(page, server_process.token)
+def test_launch_a_job_and_read_its_logs(page: Page, console_server: LiveServer) -> None:
+    sign_in(page, console_server.token)
     page.click("a[href='#jobs']")
     form = page.locator("#launch-job")
     form.locator("input[name=name]").fill("<img src=x onerror=alert(1)>")  # shown as text, never as HTML
@@ -103,8 +103,8 @@ def test_launch_a_job_and_read_its_logs(page: Page, server_process: ServerProces
     expect(page.locator("pre.logs")).to_contain_text(re.compile(r"hello from h100-\d with \d,\d"))
 
 
-def test_bad_input_gets_the_api_message_and_changes_nothing(page: Page, server_process: ServerProcess) -> None:
-    sign_in(page, server_process.token)
+def test_bad_input_gets_the_api_message_and_changes_nothing(page: Page, console_server: LiveServer) -> None:
+    sign_in(page, console_server.token)
     page.click("a[href='#jobs']")
     form = page.locator("#launch-job")
     form.locator("select[name=gpu_model]").select_option("RTX4090")
@@ -112,11 +112,11 @@ def test_bad_input_gets_the_api_message_and_changes_nothing(page: Page, server_p
     form.locator("textarea[name=run]").fill("true")
     form.locator("button[type=submit]").click()
     expect(page.locator("#flash")).to_contain_text("never fits")
-    assert server_process.client().jobs() == []
+    assert console_server.client().jobs() == []
 
 
-def test_a_member_sees_billing_but_not_operator_controls(page: Page, server_process: ServerProcess) -> None:
-    admin = server_process.client()
+def test_a_member_sees_billing_but_not_operator_controls(page: Page, console_server: LiveServer) -> None:
+    admin = console_server.client()
     admin.create_tenant("lab")
     member = admin.create_user("renter", role="member", tenant="lab")
     sign_in(page, member["token"])
@@ -131,8 +131,8 @@ def test_a_member_sees_billing_but_not_operator_controls(page: Page, server_proc
     expect(page.locator("#flash")).to_contain_text("(forbidden)")
 
 
-def test_the_advisor_says_what_fits_here_and_what_it_costs(page: Page, server_process: ServerProcess) -> None:
-    sign_in(page, server_process.token)
+def test_the_advisor_says_what_fits_here_and_what_it_costs(page: Page, console_server: LiveServer) -> None:
+    sign_in(page, console_server.token)
     page.click("a[href='#advisor']")
     form = page.locator("#advise")
     form.locator("input[name=model]").fill("no-such-model")
@@ -146,12 +146,12 @@ def test_the_advisor_says_what_fits_here_and_what_it_costs(page: Page, server_pr
     expect(h100).to_contain_text("16 of 16 (virtual)")
 
 
-def test_an_operator_cordons_a_node(page: Page, server_process: ServerProcess) -> None:
-    sign_in(page, server_process.token)
+def test_an_operator_cordons_a_node(page: Page, console_server: LiveServer) -> None:
+    sign_in(page, console_server.token)
     page.click("a[href='#nodes']")
     node = row(page, "rtx4090-0")
     node.get_by_role("button", name="Cordon").click()
     expect(node.locator(".state")).to_have_text("cordoned")
-    assert next(n for n in server_process.client().nodes() if n["name"] == "rtx4090-0")["state"] == "cordoned"
+    assert next(n for n in console_server.client().nodes() if n["name"] == "rtx4090-0")["state"] == "cordoned"
     page.click("a[href='#events']")
     expect(page.locator("#live")).to_contain_text("by admin")

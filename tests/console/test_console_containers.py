@@ -21,8 +21,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.console.console_helpers import container_server_process
-from tests.control.control_helpers import ServerProcess, free_port, wait_until
+from tests.console.console_helpers import container_live_server, new_context
+from tests.control.control_helpers import LiveServer, free_port, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -76,9 +76,9 @@ def via_loopback(url: str) -> tuple[str, dict[str, str]]:
 # -- SSH keys -------------------------------------------------------------------------------
 
 
-def test_add_refuse_and_remove_ssh_keys(page: Page, server_process: ServerProcess, tmp_path: Path) -> None:
+def test_add_refuse_and_remove_ssh_keys(page: Page, console_server: LiveServer, tmp_path: Path) -> None:
     priv, pub, fp = keypair(tmp_path, "renter")
-    sign_in(page, server_process.token)
+    sign_in(page, console_server.token)
     page.click("a[href='#keys']")
     expect(page.locator("#live")).to_contain_text("No SSH keys yet")
     posts = api_calls(page, "POST", "/v1/keys")
@@ -89,17 +89,17 @@ def test_add_refuse_and_remove_ssh_keys(page: Page, server_process: ServerProces
     form.get_by_role("button", name="Add key").click()
     expect(page.locator("#flash")).to_contain_text("looks like a PRIVATE key; nothing was sent or stored")
     expect(text).to_have_value("")
-    assert posts == [] and server_process.client().request("GET", "/v1/keys") == []
+    assert posts == [] and console_server.client().request("GET", "/v1/keys") == []
 
     text.fill("ssh-ed25519 not-base64 x@y")  # the server's refusal, shown as the server words it
     form.get_by_role("button", name="Add key").click()
     said = httpx.post(
-        server_process.url + "/v1/keys",
+        console_server.url + "/v1/keys",
         json={"public_key": "ssh-ed25519 not-base64 x@y"},
-        headers={"Authorization": f"Bearer {server_process.token}"},
+        headers={"Authorization": f"Bearer {console_server.token}"},
     ).json()["error"]
     expect(page.locator("#flash")).to_have_text(f"{said['message']} ({said['code']})")
-    assert len(posts) == 1 and server_process.client().request("GET", "/v1/keys") == []
+    assert len(posts) == 1 and console_server.client().request("GET", "/v1/keys") == []
 
     form.locator("input[type=file]").set_input_files(f"{priv}.pub")  # read from the .pub file
     expect(text).to_have_value(pub + "\n")
@@ -110,14 +110,14 @@ def test_add_refuse_and_remove_ssh_keys(page: Page, server_process: ServerProces
     expect(key).to_contain_text("ssh-ed25519")
     expect(key).to_contain_text(fp)  # as `ssh-keygen -lf` prints it
     expect(text).to_have_value("")
-    [stored] = server_process.client().request("GET", "/v1/keys")
+    [stored] = console_server.client().request("GET", "/v1/keys")
     assert stored["fingerprint"] == fp and stored["name"] == "laptop"
 
     page.once("dialog", lambda d: d.accept())
     key.get_by_role("button", name="Remove").click()
     expect(key).to_have_count(0)
     expect(page.locator("#live")).to_contain_text("No SSH keys yet")
-    assert server_process.client().request("GET", "/v1/keys") == []
+    assert console_server.client().request("GET", "/v1/keys") == []
 
 
 # -- renting with an image and ports (process runtime: no images needed) ----------------------
@@ -156,12 +156,12 @@ def service() -> Iterator[tuple[int, list[tuple[str, str]]]]:
 
 
 def test_rent_with_an_image_and_a_port_then_open_it(
-    page: Page, server_process: ServerProcess, service: tuple[int, list[tuple[str, str]]]
+    page: Page, console_server: LiveServer, service: tuple[int, list[tuple[str, str]]]
 ) -> None:
     port, seen = service
-    catalog = server_process.client().request("GET", "/v1/images")
+    catalog = console_server.client().request("GET", "/v1/images")
     default = next(i for i in catalog if i["default"])
-    sign_in(page, server_process.token)
+    sign_in(page, console_server.token)
     page.click("a[href='#instances']")
     form = page.locator("#create-instance")
     image = form.locator("select[name=image]")
@@ -183,10 +183,10 @@ def test_rent_with_an_image_and_a_port_then_open_it(
     expect(page.locator("#flash")).to_have_text("Instance requested.")
     box = row(page, "web-box")
     expect(box.locator(".state")).to_have_text("running")
-    [inst] = server_process.client().instances()
+    [inst] = console_server.client().instances()
     assert inst["image"] == default["name"] and inst["runtime"] == "process" and inst["ssh"] is None
     url = inst["ports"][str(port)]
-    assert url == f"http://{inst['id']}-{port}.localhost:{server_process.proxy_port}/"  # an origin of its own
+    assert url == f"http://{inst['id']}-{port}.localhost:{console_server.proxy_port}/"  # an origin of its own
     expect(box).to_contain_text(default["name"])
     runtime = box.locator("[data-runtime]")
     expect(runtime).to_have_text("process (no isolation)")
@@ -217,12 +217,12 @@ def test_rent_with_an_image_and_a_port_then_open_it(
         "/",
         True,
     )  # host-only: no other port gets it
-    assert server_process.token not in cookie["value"]  # a pass for this port, not the console's token
+    assert console_server.token not in cookie["value"]  # a pass for this port, not the console's token
     tab.close()
 
 
-def test_bad_ports_are_refused_in_the_page_and_nothing_is_created(page: Page, server_process: ServerProcess) -> None:
-    sign_in(page, server_process.token)
+def test_bad_ports_are_refused_in_the_page_and_nothing_is_created(page: Page, console_server: LiveServer) -> None:
+    sign_in(page, console_server.token)
     page.click("a[href='#instances']")
     posts = api_calls(page, "POST", "/v1/instances")
     form = page.locator("#create-instance")
@@ -240,20 +240,20 @@ def test_bad_ports_are_refused_in_the_page_and_nothing_is_created(page: Page, se
         expect(page.locator("#flash")).to_contain_text(said)
         expect(page.locator("#flash")).to_contain_text("Nothing was sent.")
         expect(ports).to_have_attribute("aria-invalid", "true")
-    assert posts == [] and server_process.client().instances() == []
+    assert posts == [] and console_server.client().instances() == []
     ports.fill("8888, 6006")
     form.locator("button[type=submit]").click()
     expect(page.locator("#flash")).to_have_text("Instance requested.")
     expect(ports).not_to_have_attribute("aria-invalid", "true")
-    [inst] = server_process.client().instances()
+    [inst] = console_server.client().instances()
     assert sorted(inst["ports"]) == ["6006", "8888"] and len(posts) == 1
 
 
 # -- images (operators) -------------------------------------------------------------------------
 
 
-def test_operators_curate_images_and_members_only_read_them(page: Page, server_process: ServerProcess) -> None:
-    sign_in(page, server_process.token)
+def test_operators_curate_images_and_members_only_read_them(page: Page, console_server: LiveServer) -> None:
+    sign_in(page, console_server.token)
     page.click("a[href='#images']")
     form = page.locator("#add-image")
     form.locator("input[name=name]").fill("<b>torch</b>")  # refused by the server, shown as text
@@ -270,14 +270,14 @@ def test_operators_curate_images_and_members_only_read_them(page: Page, server_p
     expect(page.locator("#flash")).to_have_text("Image torch offered.")
     torch = row(page, "torch")
     expect(torch.locator(".tag")).to_have_text(["Python 3.11", "CUDA 12.4", "JupyterLab"])
-    added = next(i for i in server_process.client().request("GET", "/v1/images") if i["name"] == "torch")
+    added = next(i for i in console_server.client().request("GET", "/v1/images") if i["name"] == "torch")
     assert added["contents"] == {"python": "3.11", "cuda": "12.4", "jupyterlab": True, "sshd": False}
     page.once("dialog", lambda d: d.accept())
     torch.get_by_role("button", name="Remove").click()
     expect(torch).to_have_count(0)
-    assert "torch" not in [i["name"] for i in server_process.client().request("GET", "/v1/images")]
+    assert "torch" not in [i["name"] for i in console_server.client().request("GET", "/v1/images")]
 
-    admin = server_process.client()
+    admin = console_server.client()
     admin.create_tenant("lab")
     member = admin.create_user("renter", role="member", tenant="lab")
     page.get_by_role("button", name="Sign out").click()
@@ -292,19 +292,19 @@ def test_operators_curate_images_and_members_only_read_them(page: Page, server_p
 
 
 @pytest.fixture
-def container_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    with container_server_process(tmp_path, "python") as srv:
+def container_server(tmp_path: Path) -> Iterator[LiveServer]:
+    with container_live_server(tmp_path, "python") as srv:
         yield srv
 
 
 @pytest.mark.containers
 def test_a_container_instance_shows_an_ssh_command_that_works(
     chromium,
-    container_server: ServerProcess,  # type: ignore[no-untyped-def]
+    container_server: LiveServer,  # type: ignore[no-untyped-def]
     tmp_path: Path,
 ) -> None:
     srv = container_server
-    context = chromium.new_context(base_url=srv.url)
+    context = new_context(chromium, srv.url)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=srv.url)
     page = context.new_page()
     page.set_default_timeout(60_000)
@@ -326,7 +326,9 @@ def test_a_container_instance_shows_an_ssh_command_that_works(
         form.locator("button[type=submit]").click()
         expect(page.locator("#flash")).to_have_text("Instance requested.")
         box = row(page, "ssh-box")
-        expect(box.locator(".state")).to_have_text("running")
+        # a container with sshd: seconds on a loaded machine, past expect's own 5 s default
+        # (the page's 60 s above does not apply to expect)
+        expect(box.locator(".state")).to_have_text("running", timeout=60_000)
         expect(box.locator("[data-runtime]")).to_contain_text("container")
         expect(box.locator("[data-runtime]")).not_to_contain_text("no isolation")
         ssh = box.locator(".ssh code")

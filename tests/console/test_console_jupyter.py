@@ -7,26 +7,28 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.console.console_helpers import container_server_process
-from tests.control.control_helpers import ServerProcess
+from tests.console.console_helpers import container_live_server, new_context
+from tests.containers.test_container_ports import via_loopback
+from tests.control.control_helpers import LiveServer, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.containers]
 
 
 @pytest.fixture
-def jupyter_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    with container_server_process(tmp_path, "jupyter") as srv:
+def jupyter_server(tmp_path: Path) -> Iterator[LiveServer]:
+    with container_live_server(tmp_path, "jupyter") as srv:
         yield srv
 
 
-def test_jupyterlab_from_the_console_runs_a_notebook(chromium, jupyter_server: ServerProcess) -> None:  # type: ignore[no-untyped-def]
+def test_jupyterlab_from_the_console_runs_a_notebook(chromium, jupyter_server: LiveServer) -> None:  # type: ignore[no-untyped-def]
     srv = jupyter_server
     inst = srv.client().create_instance(name="lab-box", gpu_milli=500, image="jupyter", ports=[8888])
     url = f"http://{inst['id']}-8888.localhost:{srv.proxy_port}/"
-    context = chromium.new_context(base_url=srv.url)
+    context = new_context(chromium, srv.url)
     page = context.new_page()
     page.set_default_timeout(90_000)
     refused: list[tuple[int, str]] = []
@@ -39,8 +41,12 @@ def test_jupyterlab_from_the_console_runs_a_notebook(chromium, jupyter_server: S
         expect(box.locator(".state")).to_have_text("running", timeout=90_000)
         link = box.locator("a[data-port='8888']")
         expect(link).to_have_attribute("href", url)
+        # JupyterLab needs a few seconds after the instance runs: ask it through the proxy
+        # (bearer header, 127.0.0.1 with the port's Host) until it answers, then open the link
+        base, host = via_loopback(url)
+        wait_until(lambda: _answers(base + "lab", {**host, "Authorization": f"Bearer {srv.token}"}), 90, 0.25)
         lab = None
-        for _ in range(30):  # JupyterLab needs a few seconds after the instance runs: reopen until it answers
+        for _ in range(30):  # and should a page still come too early: reopen until it answers
             with context.expect_page() as opened:
                 link.click()
             lab = opened.value
@@ -68,3 +74,10 @@ def test_jupyterlab_from_the_console_runs_a_notebook(chromium, jupyter_server: S
         assert all(ck["domain"] == f"{inst['id']}-8888.localhost" for ck in context.cookies())
     finally:
         context.close()
+
+
+def _answers(url: str, headers: dict[str, str]) -> bool:
+    try:
+        return httpx.get(url, headers=headers, timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False

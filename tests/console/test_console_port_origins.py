@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.control.control_helpers import ServerProcess, free_port
+from tests.control.control_helpers import LiveServer, free_port
 
 pytestmark = pytest.mark.browser
 
@@ -95,12 +95,12 @@ def open_port(page: Page, name: str, port: int) -> Any:
     return tab
 
 
-def test_a_page_of_one_instance_cannot_read_another(page: Page, server_process: ServerProcess, services: Any) -> None:
+def test_a_page_of_one_instance_cannot_read_another(page: Page, console_server: LiveServer, services: Any) -> None:
     (pa, a), (pb, b) = services
-    c = server_process.client()
+    c = console_server.client()
     ia = c.create_instance(name="tenant-a-box", gpu_milli=100, ports=[pa])
     ib = c.create_instance(name="tenant-b-box", gpu_milli=100, ports=[pb])
-    proxy = server_process.proxy_port
+    proxy = console_server.proxy_port
     b_url = f"http://{ib['id']}-{pb}.localhost:{proxy}/"
     targets = [
         {"name": "b_host", "url": b_url + "data"},
@@ -112,7 +112,7 @@ def test_a_page_of_one_instance_cannot_read_another(page: Page, server_process: 
     a.page = (ATTACK % json.dumps(targets)).encode()
 
     page.goto("/")
-    page.fill("#login input[name=token]", server_process.token)
+    page.fill("#login input[name=token]", console_server.token)
     page.click("#login button")
     page.click("a[href='#instances']")
     tab_b = open_port(page, "tenant-b-box", pb)  # the user opened B: the browser holds B's pass

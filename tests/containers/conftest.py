@@ -17,19 +17,21 @@ import pytest
 
 from suanli.backends.local import imagebuild
 from suanli.backends.local.engine import detect
-from tests.containers.container_helpers import make_server, release_data_dir
-from tests.control.control_helpers import Server, ServerProcess, free_port
+from tests.containers.container_helpers import make_server
+from tests.control.control_helpers import LiveServer, Server, ServerProcess, free_port
 
 MODE = os.environ.get("SUANLI_CONTAINERS", "auto")
 ENGINE = detect("podman")
 SKIP = None if ENGINE is not None else "no Podman answers on this machine (scripts/images installs it)"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.containers)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The tests here that run containers (they all take ``images``) are marked
+    ``containers`` as they are collected, before tests/conftest.py groups the marked tests;
+    one that only starts a process-runtime server is not, so it need not wait for the
+    container tests' worker."""
+    if Path(__file__).parent in Path(str(item.fspath)).parents and "images" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.containers)
 
 
 @pytest.fixture(scope="session")
@@ -58,13 +60,24 @@ def csrv(images: list[str], tmp_path: Path) -> Iterator[Server]:
 
 @pytest.fixture
 def proc(images: list[str], tmp_path: Path) -> Iterator[ServerProcess]:
-    """A real ``suanli server`` process on the container runtime (the real CLI drives it)."""
+    """A real ``suanli server`` process on the container runtime (the real CLI drives it),
+    for the tests about the process (``kill -9``, a restart)."""
     srv = ServerProcess(tmp_path / "data", None, free_port(), args=("--runtime", "container")).start()
     try:
         yield srv
     finally:
-        srv.stop()
-        release_data_dir(srv.data_dir)
+        srv.close()
+
+
+@pytest.fixture
+def live(images: list[str], tmp_path: Path) -> Iterator[LiveServer]:
+    """The same server on real loopback ports (API and port proxy), in this process: for
+    tests that need its HTTP, the real CLI or a WebSocket, not the process itself."""
+    srv = LiveServer(tmp_path / "data", options={"runtime": "container", "allow_process_runtime": False}).start()
+    try:
+        yield srv
+    finally:
+        srv.close()
 
 
 @pytest.fixture

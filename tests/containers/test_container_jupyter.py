@@ -14,7 +14,7 @@ import pytest
 
 from suanli.backends.local import imagebuild
 from tests.containers.test_container_ports import via_loopback
-from tests.control.control_helpers import ServerProcess, wait_until
+from tests.control.control_helpers import LiveServer, wait_until
 
 
 @pytest.fixture
@@ -22,16 +22,16 @@ def jupyter_image(images: list[str]) -> None:
     imagebuild.pull_or_build("jupyter", "podman")
 
 
-def test_jupyterlab_runs_a_kernel_through_the_proxy(jupyter_image: None, proc: ServerProcess) -> None:
+def test_jupyterlab_runs_a_kernel_through_the_proxy(jupyter_image: None, live: LiveServer) -> None:
     from websockets.sync.client import connect
 
-    c = proc.client()
+    c = live.client()
     inst = c.create_instance(gpu_milli=500, image="jupyter", ports=[8888])
     wait_until(lambda: c.instance(inst["id"])["state"] == "running", 60)
     url = c.instance(inst["id"])["ports"]["8888"]
-    assert url == f"http://{inst['id']}-8888.localhost:{proc.proxy_port}/"
+    assert url == f"http://{inst['id']}-8888.localhost:{live.proxy_port}/"
     base, host = via_loopback(url)
-    auth = {"Authorization": f"Bearer {proc.token}"}
+    auth = {"Authorization": f"Bearer {live.token}"}
     with httpx.Client(base_url=base, headers={**host, **auth}) as client:
         page = wait_until(lambda: _get(client, "lab"), 60)
         assert "JupyterLab" in page.text and '"baseUrl": "/"' in page.text
@@ -40,13 +40,13 @@ def test_jupyterlab_runs_a_kernel_through_the_proxy(jupyter_image: None, proc: S
         assert kernel.status_code == 201, kernel.text
     assert httpx.get(base + "lab", headers=host).status_code == 401  # Jupyter has no token of its own: the proxy is the door
     with httpx.Client(base_url=base, headers=host) as browser:  # a browser: the link's token, then the pass alone
-        assert browser.get(f"lab?token={proc.token}").status_code == 307
+        assert browser.get(f"lab?token={live.token}").status_code == 307
         assert "JupyterLab" in browser.get("lab").text
         api = browser.get("api/kernels")
         assert api.status_code == 200 and kernel.json()["id"] in {k["id"] for k in api.json()}
         cookies = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
     # the kernel's socket as JupyterLab's page opens it: the pass cookie, from the port's own origin
-    sock = socket.create_connection(("127.0.0.1", proc.proxy_port))
+    sock = socket.create_connection(("127.0.0.1", live.proxy_port))
     with connect(
         url.replace("http://", "ws://") + f"api/kernels/{kernel.json()['id']}/channels",
         sock=sock,

@@ -173,7 +173,8 @@ def test_a_job_fails_over_to_another_node_from_its_checkpoint(images: list[str],
         run_ = (
             'ckpt="$SUANLI_CHECKPOINT_DIR/step"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
             'echo "start from=$step on=$SUANLI_NODE_NAME"; '
-            'while true; do step=$((step + 1)); echo "$step" > "$ckpt"; sleep 0.1; done'
+            # written aside and renamed: the kill must not leave an empty checkpoint to resume from
+            'while true; do step=$((step + 1)); echo "$step" > "$ckpt.new" && mv "$ckpt.new" "$ckpt"; sleep 0.1; done'
         )
         job = srv.post(
             "/v1/jobs",

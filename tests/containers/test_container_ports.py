@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from suanli.client import SuanliClient
-from tests.control.control_helpers import ServerProcess, cli_command, wait_until
+from tests.control.control_helpers import LiveServer, cli_command, wait_until
 
 #: A stdlib-only HTTP + WebSocket echo service, run inside the instance (no pip there).
 ECHO = r"""
@@ -61,20 +61,20 @@ def via_loopback(url: str) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(netloc=f"127.0.0.1:{parts.port}")), {"Host": parts.netloc}
 
 
-def test_http_and_websocket_reach_the_instance_through_the_proxy(proc: ServerProcess) -> None:
+def test_http_and_websocket_reach_the_instance_through_the_proxy(live: LiveServer) -> None:
     from websockets.sync.client import connect
 
-    admin = proc.client()
+    admin = live.client()
     r = subprocess.run(
         cli_command("instances", "create", "--gpu", "h100:1", "--port", "8888", "--wait", "--json"),
         capture_output=True,
         text=True,
-        env=proc.cli_env(),
+        env=live.cli_env(),
         timeout=120,
     )
     inst = json.loads(r.stdout)
     url = inst["ports"]["8888"]
-    assert url == f"http://{inst['id']}-8888.localhost:{proc.proxy_port}/"
+    assert url == f"http://{inst['id']}-8888.localhost:{live.proxy_port}/"
     start = admin.exec(
         inst["id"],
         f"cat > /workspace/echo.py <<'EOF'\n{ECHO}\nEOF\n"
@@ -83,28 +83,28 @@ def test_http_and_websocket_reach_the_instance_through_the_proxy(proc: ServerPro
     )
     assert start["exit_code"] == 0, start
     base, host = via_loopback(url)
-    auth = {"Authorization": f"Bearer {proc.token}"}
+    auth = {"Authorization": f"Bearer {live.token}"}
     page = wait_until(lambda: (x := httpx.get(base + "lab?x=1", headers={**host, **auth})).status_code == 200 and x, 20)
     assert page.text == f"hello from instance-{inst['id']} path=/lab?x=1"  # the path reaches the service unchanged
     assert httpx.get(base, headers=host).status_code == 401  # no credential
     admin.request("POST", "/v1/tenants", json={"name": "other"})
     stranger = admin.request("POST", "/v1/users", json={"name": "s", "tenant": "other"})["token"]
     assert httpx.get(base, headers={**host, "Authorization": f"Bearer {stranger}"}).status_code == 404
-    assert SuanliClient(proc.url, stranger).instances() == []
+    assert SuanliClient(live.url, stranger).instances() == []
 
     # a browser's link: ?token= traded for a host-only pass, which then opens this port alone
-    link = httpx.get(base + f"lab?token={proc.token}", headers=host)
+    link = httpx.get(base + f"lab?token={live.token}", headers=host)
     assert link.status_code == 307 and link.headers["location"] == "/lab" and "Domain" not in link.headers["set-cookie"]
     cookie = {"Cookie": link.headers["set-cookie"].split(";")[0]}
     assert httpx.get(base + "lab", headers={**host, **cookie}).text.endswith("path=/lab")
     # the path form (API clients): the bearer header opens it, the browser's cookie does not
-    path_form = f"http://127.0.0.1:{proc.proxy_port}/proxy/instances/{inst['id']}/8888/"
+    path_form = f"http://127.0.0.1:{live.proxy_port}/proxy/instances/{inst['id']}/8888/"
     assert httpx.get(path_form + "x", headers=auth).text.endswith("path=/x")
     assert httpx.get(path_form + "x", headers=cookie).status_code == 401
     # the API's own origin serves no proxy: renters' pages never share the console's origin
-    assert httpx.get(f"{proc.url}/proxy/instances/{inst['id']}/8888/", headers=auth).status_code == 404
+    assert httpx.get(f"{live.url}/proxy/instances/{inst['id']}/8888/", headers=auth).status_code == 404
 
-    sock = socket.create_connection(("127.0.0.1", proc.proxy_port))
+    sock = socket.create_connection(("127.0.0.1", live.proxy_port))
     with connect(url.replace("http://", "ws://") + "ws", sock=sock, additional_headers=auth, proxy=None) as ws:
         ws.send("ping")
         assert ws.recv(timeout=10) == "ping"

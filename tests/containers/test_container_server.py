@@ -1,6 +1,8 @@
-"""A real ``suanli server`` process on containers, driven by the real CLI: the interface
-contract scripts rely on, ``suanli ssh``, adoption of running containers after ``kill -9``
-of the server, the unknown image, and the process runtime's refusal of strangers."""
+"""The server on containers, driven by the real CLI: the interface contract scripts rely
+on, ``suanli ssh`` and adoption of running containers after ``kill -9`` of a real
+``suanli server`` process; the unknown image and a job's shipped workdir (against the
+same server in the test process, ``live``); and the process runtime's refusal of
+strangers by a real server process."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ import pytest
 
 from suanli.backends.local.container_runtime import root_label
 from suanli.backends.local.engine import detect
-from tests.control.control_helpers import ServerProcess, cli_command, free_port, wait_until
+from tests.control.control_helpers import LiveServer, ServerProcess, cli_command, free_port, wait_until
 
 
-def suanli(srv: ServerProcess, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
+def suanli(srv: ServerProcess | LiveServer, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(cli_command(*args), capture_output=True, text=True, env=srv.cli_env(), timeout=120)
     if code is not None:
         assert r.returncode == code, (args, r.stdout, r.stderr)
@@ -69,15 +71,15 @@ def test_contract_ssh_and_adoption_after_kill_9(proc: ServerProcess, keypair) ->
     wait_until(lambda: container_ids(proc.data_dir) == {}, 30)
 
 
-def test_unknown_image_is_refused_with_the_offered_list_and_creates_nothing(proc: ServerProcess) -> None:
-    r = suanli(proc, "instances", "create", "--gpu", "h100:1", "--image", "ubuntu:22.04", code=None)
+def test_unknown_image_is_refused_with_the_offered_list_and_creates_nothing(live: LiveServer) -> None:
+    r = suanli(live, "instances", "create", "--gpu", "h100:1", "--image", "ubuntu:22.04", code=None)
     assert r.returncode != 0 and "ubuntu:22.04" in r.stdout + r.stderr and "python" in r.stdout + r.stderr, r
-    assert json.loads(suanli(proc, "instances", "list", "--json").stdout) == []
-    task = proc.data_dir / "t.yaml"
+    assert json.loads(suanli(live, "instances", "list", "--json").stdout) == []
+    task = live.data_dir / "t.yaml"
     task.write_text("image: nosuch\nrun: echo hi\n")
-    r = suanli(proc, "launch", str(task), code=None)
+    r = suanli(live, "launch", str(task), code=None)
     assert r.returncode != 0 and "nosuch" in r.stdout + r.stderr
-    assert json.loads(suanli(proc, "jobs", "list", "--json").stdout) == []
+    assert json.loads(suanli(live, "jobs", "list", "--json").stdout) == []
 
 
 def test_process_runtime_is_named_and_refused_to_other_tenants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,22 +103,22 @@ def test_process_runtime_is_named_and_refused_to_other_tenants(tmp_path: Path, m
         assert "--allow-process-runtime" in refused.value.message
         assert len(c.instances()) == 1  # nothing was created for the stranger
     finally:
-        srv.stop()
+        srv.close()
 
 
-def test_launch_ships_the_workdir_and_the_job_runs_it_in_its_container(proc: ServerProcess, tmp_path: Path) -> None:
+def test_launch_ships_the_workdir_and_the_job_runs_it_in_its_container(live: LiveServer, tmp_path: Path) -> None:
     work = tmp_path / "proj"
     work.mkdir()
     (work / "train.py").write_text("import os, sys\nprint('trained in', os.getcwd(), sys.version_info[:2])\n")
     task = tmp_path / "task.yaml"
     task.write_text("name: t\nimage: python\nworkdir: proj\nresources: {accelerators: 'H100:1'}\nrun: python3 train.py\n")
-    job = json.loads(suanli(proc, "launch", str(task), "--json").stdout)
-    c = proc.client()
+    job = json.loads(suanli(live, "launch", str(task), "--json").stdout)
+    c = live.client()
     done = wait_until(lambda: (j := c.job(job["id"]))["state"] in ("succeeded", "failed") and j, 60)
     logs = c.request("GET", f"/v1/jobs/{job['id']}/logs")["text"]
     assert done["state"] == "succeeded" and done["runtime"] == "container", (done, logs)
     assert "trained in /workspace/code (3, 11)" in logs, logs
     (tmp_path / "gone.yaml").write_text("workdir: nowhere\nrun: python3 train.py\n")
-    r = suanli(proc, "launch", str(tmp_path / "gone.yaml"), code=None)
+    r = suanli(live, "launch", str(tmp_path / "gone.yaml"), code=None)
     assert r.returncode == 2 and "nowhere" in r.stdout + r.stderr
     assert [j["id"] for j in c.jobs()] == [job["id"]]  # nothing was created

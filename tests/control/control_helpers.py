@@ -78,6 +78,22 @@ def release_host(backends: dict, data_dir: Path) -> None:
                 volumes.unmount(Path(where))
 
 
+def release_data_dir(data_dir: Path) -> None:
+    """What a server process of ``data_dir`` left on the host: its workloads' host
+    processes, containers, networks and mounts."""
+    from suanli.backends.local import LocalBackend
+    from suanli.backends.local.engine import detect
+
+    workloads = Path(data_dir) / "workloads"
+    if not workloads.is_dir():
+        return
+    engine = detect("podman")
+    local = LocalBackend(workloads, "container" if engine is not None else "process", engine)
+    for h in local.processes.list_running():
+        local.processes.stop(h, grace_s=1)
+    release_host({"local": local}, data_dir)
+
+
 def start_server(data_dir: Path, db_url: str, **kw: Any) -> Server:
     kw.setdefault("interval_s", 0.1)
     kw.setdefault("stop_grace_s", 2.0)
@@ -176,12 +192,19 @@ class ServerProcess:
         self.proc.wait(10)
 
     def stop(self) -> None:
+        """Stop the server as an operator would; its workloads keep running (a restart adopts them)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(15)
             except _subprocess.TimeoutExpired:
                 self.proc.kill()
+
+    def close(self) -> None:
+        """The end of a test: stop the server, then what its workloads left on the host
+        (processes, containers, networks, mounts); left running, they outlived the test run."""
+        self.stop()
+        release_data_dir(self.data_dir)
 
     def client(self) -> SuanliClient:
         return SuanliClient(self.url, self.token)
@@ -198,6 +221,86 @@ class ServerProcess:
 
     def cli_json(self, *args: str) -> Any:
         return _json.loads(self.cli(*args).stdout)
+
+
+@dataclass
+class LiveServer:
+    """The server ``suanli server`` wires (``api.server.build``, its app, the threads of
+    ``api.background``: control loop, billing, the port proxy on its own listener), on
+    real loopback ports, but in this test process: for tests that need a real HTTP server
+    (a browser, the CLI, a WebSocket) and are not about the process. Starting one costs
+    about a tenth of a second; a ``suanli server`` process costs seconds of imports and
+    migrations, more on a loaded machine. Same attributes as ``ServerProcess``; ``close``
+    also stops its workloads and gives back what they held on the host."""
+
+    data_dir: Path
+    db_url: str | None = None  #: None: SQLite in the data dir, migrated from a copy
+    #: ``build``'s options (runtime, allow_process_runtime, heartbeat_timeout_s, ...)
+    options: dict[str, Any] | None = None
+    port: int = 0
+    proxy_port: int = 0
+    ctx: ServerContext | None = None
+    _threads: list[Any] | None = None
+    _http: Any = None
+    _thread: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.data_dir / "admin-token").read_text().strip()
+
+    def start(self) -> LiveServer:
+        import threading
+
+        import uvicorn
+
+        from suanli.api.background import background, start_all
+        from suanli.api.server import start_proxy
+        from tests.sqlite_helpers import migrated_sqlite_url
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.db_url is None:
+            self.db_url = migrated_sqlite_url(self.data_dir / "suanli.db")
+        opts = {"interval_s": 0.1, "stop_grace_s": 2.0, **(self.options or {})}
+        self.ctx, boot = build(self.data_dir, self.db_url, start_loop=False, **opts)
+        self.proxy_port = self.proxy_port or free_port()
+        ctx = self.ctx
+        self._threads = background(ctx, lambda: start_proxy(ctx, "127.0.0.1", self.proxy_port, lambda line: None))
+        start_all(self._threads)
+        self._http = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=self.port, log_level="warning"))
+        self._thread = threading.Thread(target=self._http.run, name="suanli-api", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._http.started:
+            assert self._thread.is_alive() and time.monotonic() < deadline, "the API did not start listening"
+            time.sleep(0.01)
+        self.port = self._http.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def close(self) -> None:
+        from suanli.api.background import stop_all
+
+        if self._http is not None:
+            self._http.should_exit = True
+            self._thread.join(10)
+        if self._threads is not None:
+            stop_all(self._threads)
+        if self.ctx is not None:
+            for backend in self.ctx.backends.values():
+                for h in backend.list_running():
+                    backend.stop(h, grace_s=1)
+            release_host(self.ctx.backends, self.data_dir)
+            self.ctx.db.dispose()
+
+    def client(self) -> SuanliClient:
+        return SuanliClient(self.url, self.token)
+
+    def cli_env(self) -> dict[str, str]:
+        """The environment of a CLI logged in to this server."""
+        return dict(_os.environ, SUANLI_URL=self.url, SUANLI_TOKEN=self.token, SUANLI_CONFIG=str(self.data_dir / "cli.json"))
 
 
 def cli_command(*args: str) -> list[str]:

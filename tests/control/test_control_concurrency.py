@@ -24,6 +24,7 @@ from suanli.db.models import Allocation, Gpu, Instance, Node
 from suanli.db.session import Database
 from suanli.inventory import Inventory
 from tests.control.control_helpers import start_server, wait_until
+from tests.sqlite_helpers import migrated_sqlite_url
 
 SMALL = Inventory.model_validate(
     {"nodes": [{"name": f"h100-{i}", "gpu_model": "H100", "gpu_count": 2, "cpu_cores": 64, "memory_gib": 256} for i in range(2)]}
@@ -46,7 +47,7 @@ def _check_no_overallocation(db: Database) -> int:
 
 @pytest.mark.parametrize("which", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_racing_clients_and_two_schedulers(which: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    url = f"sqlite:///{tmp_path / 'race.db'}" if which == "sqlite" else request.getfixturevalue("pg_url")
+    url = migrated_sqlite_url(tmp_path / "race.db") if which == "sqlite" else request.getfixturevalue("pg_url")
     srv = start_server(tmp_path / "a", url, inventory=SMALL, interval_s=0.02)
     # a second "server": its own engine, backend workspace and owner id
     other_db = Database(url)
@@ -92,7 +93,7 @@ def test_racing_clients_and_two_schedulers(which: str, tmp_path: Path, request: 
 def test_stale_snapshots_cannot_double_allocate(which: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Eight writers plan on the same snapshot and all pick the same last GPU;
     the database lets exactly one commit."""
-    url = f"sqlite:///{tmp_path / 'stale.db'}" if which == "sqlite" else request.getfixturevalue("pg_url")
+    url = migrated_sqlite_url(tmp_path / "stale.db") if which == "sqlite" else request.getfixturevalue("pg_url")
     srv = start_server(tmp_path / "b", url, inventory=SMALL, start_loop=False)
     db = srv.ctx.db
     try:
@@ -143,7 +144,7 @@ def test_unchanged_cluster_skips_what_just_failed(tmp_path: Path, monkeypatch: p
     from suanli.control.scheduling import PassMemo, schedule_pass
     from suanli.scheduler import make_policy
 
-    srv = start_server(tmp_path / "c", f"sqlite:///{tmp_path / 'memo.db'}", inventory=SMALL, start_loop=False)
+    srv = start_server(tmp_path / "c", migrated_sqlite_url(tmp_path / "memo.db"), inventory=SMALL, start_loop=False)
     try:
         for _ in range(6):
             srv.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 2}, expect=201)
@@ -171,7 +172,7 @@ def test_a_failing_policy_falls_back_and_leaves_state_clean(tmp_path: Path) -> N
     from suanli.control.scheduling import schedule_pass
     from suanli.scheduler import make_policy
 
-    srv = start_server(tmp_path / "d", f"sqlite:///{tmp_path / 'fb.db'}", inventory=SMALL, start_loop=False)
+    srv = start_server(tmp_path / "d", migrated_sqlite_url(tmp_path / "fb.db"), inventory=SMALL, start_loop=False)
     try:
         srv.post("/v1/jobs", {"resources": {"accelerators": "H100:1"}, "num_nodes": 2, "run": "true"}, expect=201)
         broken = make_policy("best_fit")

@@ -13,10 +13,13 @@ from sqlalchemy.exc import IntegrityError
 import suanli.billing.tables  # noqa: F401  (registers the billing tables on Base.metadata)
 from suanli.db.migrate import alembic_config
 from suanli.db.models import Base, Gpu, Node, Tenant
-from suanli.db.session import Database
+from suanli.db.session import Database, sqlite_path
 
 
 def test_migrations_match_models_and_rerun(db_url: str) -> None:
+    path = sqlite_path(db_url)
+    if path is not None:
+        path.unlink()  # from nothing: db_url hands out a migrated copy
     db = Database(db_url)
     try:
         db.migrate()

@@ -86,10 +86,12 @@ def test_heartbeats_need_an_operator_and_a_known_node(db: Database) -> None:
 
 # -- the whole path --------------------------------------------------------------------
 
+# A periodic checkpoint is written aside and renamed: a kill mid-write must leave the last
+# whole one, not an empty file (read back as "start from=" with no step: seen under load).
 CHECKPOINTING = (
     'ckpt="$SUANLI_CHECKPOINT_DIR/step"; log="$SUANLI_CHECKPOINT_DIR/log"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
     'echo "start from=$step resume=${SUANLI_RESUME_FROM:-none} node=$SUANLI_NODE_NAME at=$(date +%s.%N)" >> "$log"; '
-    'while true; do step=$((step + 1)); [ $((step % 3)) = 0 ] && echo "$step" > "$ckpt"; sleep 0.1; done'
+    'while true; do step=$((step + 1)); [ $((step % 3)) = 0 ] && echo "$step" > "$ckpt.new" && mv "$ckpt.new" "$ckpt"; sleep 0.1; done'
 )
 
 

@@ -22,6 +22,7 @@ from suanli.db.models import Allocation, Event, Gpu, Job
 from suanli.db.session import Database
 from suanli.scheduler import Scheduler, make_policy
 from tests.control.control_helpers import ServerProcess, free_port, start_server, wait_until
+from tests.sqlite_helpers import migrated_sqlite_url
 
 
 def _active_gpu_milli(url: str) -> int:
@@ -164,7 +165,7 @@ def test_shutdown_gives_back_claims_it_will_not_launch(db_url: str, tmp_path: Pa
 
 
 def test_a_failing_phase_is_logged_and_does_not_stop_the_tick(tmp_path: Path, monkeypatch) -> None:
-    srv = start_server(tmp_path / "data", f"sqlite:///{tmp_path / 's.db'}", start_loop=False)
+    srv = start_server(tmp_path / "data", migrated_sqlite_url(tmp_path / "s.db"), start_loop=False)
     try:
         calls: list[int] = []
 

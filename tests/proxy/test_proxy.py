@@ -73,23 +73,36 @@ def run_async(coro) -> None:  # type: ignore[no-untyped-def]
 class Uvicorn:
     """An ASGI app under uvicorn on an ephemeral loopback port, in a thread."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, wait: bool = True) -> None:
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> Uvicorn:
         deadline = time.monotonic() + 20
         while not self.server.started:
             assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
+            time.sleep(0.01)
         self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        close_all(self)
+
+
+def close_all(*servers: Uvicorn) -> None:
+    """Stop them together: each takes a main-loop turn (0.1 s) and its connections' close
+    to notice, so one after the other cost half a second a test."""
+    for s in servers:
+        s.server.should_exit = True
+    for s in servers:
+        s.thread.join(10)
 
 
 def service_app(seen: dict[str, Any]) -> Starlette:
@@ -206,11 +219,12 @@ class Env:
 @pytest.fixture
 def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
     seen: dict[str, Any] = {}
-    service = Uvicorn(service_app(seen))
+    service = Uvicorn(service_app(seen), wait=False)
     ctx, boot = build(tmp_path / "data", db_url, start_loop=False)
     assert boot.admin_token
-    suanli = Uvicorn(create_app(ctx))
-    proxy = Uvicorn(create_proxy_app(ctx))
+    suanli, proxy = Uvicorn(create_app(ctx), wait=False), Uvicorn(create_proxy_app(ctx), wait=False)
+    for started in (service, suanli, proxy):  # started together, waited for together
+        started.wait_started()
     ctx.proxy_port = proxy.port  # what start_proxy records: the listing's URLs name it
     try:
         with httpx.Client(base_url=suanli.url, headers={"Authorization": f"Bearer {boot.admin_token}"}) as api:
@@ -227,9 +241,7 @@ def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
             s.get(Instance, ids[2]).ports = [8888]
         yield Env(proxy.url, boot.admin_token, ids[0], ids[1], ids[2], seen, ctx, suanli.url)
     finally:
-        proxy.close()
-        suanli.close()
-        service.close()
+        close_all(proxy, suanli, service)
         ctx.db.dispose()
 
 

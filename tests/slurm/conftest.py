@@ -6,7 +6,9 @@ there is none they skip with the reason, unless the test command started the clu
 controller is a failure, not a skip, so CI cannot go green without real daemons.
 
 Several test runs may share one cluster on a developer machine; a file lock under the
-cluster's root serialises their Slurm tests, because the tests count free GPUs.
+cluster's root serialises their Slurm tests, because the tests count free GPUs. Each test
+holds it from its setup to the end of its teardown (its jobs gone): held for a whole
+session, another run's Slurm tests waited for every other test of that session too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,8 +35,8 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def slurm() -> Iterator[SlurmClient]:
-    """The test cluster's client; the session holds the cluster's test lock."""
+def slurm() -> SlurmClient:
+    """The test cluster's client (``_cluster_lock`` keeps other runs off while a test uses it)."""
     why = os.environ.get("SUANLI_SLURM_SKIP")
     if why:
         pytest.skip(f"no Slurm cluster: {why}")
@@ -46,7 +49,13 @@ def slurm() -> Iterator[SlurmClient]:
     client = SlurmClient(slurm_conf=Path(conf))
     if not client.ping():
         _unavailable(f"the controller of {conf} does not answer `scontrol ping`")
-    root = Path(os.environ.get("SUANLI_SLURM_ROOT") or Path(conf).parent.parent)
+    return client
+
+
+@contextmanager
+def _cluster_lock(client: SlurmClient) -> Iterator[None]:
+    assert client.slurm_conf is not None
+    root = Path(os.environ.get("SUANLI_SLURM_ROOT") or client.slurm_conf.parent.parent)
     with open(root / "tests.lock", "w") as lock:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:
@@ -56,14 +65,19 @@ def slurm() -> Iterator[SlurmClient]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     pytest.fail(f"another test run held {root / 'tests.lock'} for {LOCK_WAIT_S:.0f}s")
-                time.sleep(0.5)
-        yield client
+                time.sleep(0.1)
+        yield
 
 
 @pytest.fixture(autouse=True)
-def _slurm_marked_tests_need_the_cluster(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("slurm"):
-        request.getfixturevalue("slurm")
+def _slurm_marked_tests_need_the_cluster(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that uses the cluster holds its lock; first of the test's own fixtures, it
+    is torn down last, after theirs have cancelled what the test started."""
+    if not (request.node.get_closest_marker("slurm") or "slurm" in request.fixturenames):
+        yield
+        return
+    with _cluster_lock(request.getfixturevalue("slurm")):
+        yield
 
 
 @pytest.fixture

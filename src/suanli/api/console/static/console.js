@@ -4,7 +4,9 @@
 "use strict";
 
 const TOKEN_KEY = "suanli.token";
-const REFRESH_MS = 3000;
+// How often the live part is fetched again. Tests shorten it (localStorage "suanli.refresh_ms",
+// set before the page loads) so a page shows a change within a fraction of a second.
+const REFRESH_MS = Number(localStorage.getItem("suanli.refresh_ms")) || 3000;
 let me = null;
 let timer = null;
 
