@@ -136,8 +136,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _Served:
+    """What a test reads off any running server: its URL and the admin token it wrote."""
+
+    port: int
+    data_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.data_dir / "admin-token").read_text().strip()
+
+
 @dataclass
-class ServerProcess:
+class ServerProcess(_Served):
     """``suanli server`` as a real process on a free loopback port."""
 
     data_dir: Path
@@ -150,14 +165,6 @@ class ServerProcess:
     args: tuple[str, ...] = ()
     #: the port proxy's listener
     proxy_port: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def token(self) -> str:
-        return (self.data_dir / "admin-token").read_text().strip()
 
     def start(self) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -224,7 +231,7 @@ class ServerProcess:
 
 
 @dataclass
-class LiveServer:
+class LiveServer(_Served):
     """The server ``suanli server`` wires (``api.server.build``, its app, the threads of
     ``api.background``: control loop, billing, the port proxy on its own listener), on
     real loopback ports, but in this test process: for tests that need a real HTTP server
@@ -243,14 +250,6 @@ class LiveServer:
     _threads: list[Any] | None = None
     _http: Any = None
     _thread: Any = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def token(self) -> str:
-        return (self.data_dir / "admin-token").read_text().strip()
 
     def start(self) -> LiveServer:
         import threading
