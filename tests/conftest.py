@@ -119,14 +119,10 @@ def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
 def cli(server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[..., str]]:
     """``cli("jobs", "list", code=0, token=None)``: the control-plane and billing commands
     against the suite's in-process ``server``, as its admin or as ``token``; returns the output."""
-    import typer
     from typer.testing import CliRunner
 
-    from suanli.cli import billing, controlplane, remote
+    from suanli.cli import app, remote
 
-    app = typer.Typer()
-    controlplane.register(app)
-    billing.register(app)
     state = {"token": server.token}
     monkeypatch.setattr(remote, "client_factory", lambda: server.client(state["token"]))
     monkeypatch.setenv("SUANLI_CONFIG", str(tmp_path / "config.json"))

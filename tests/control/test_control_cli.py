@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from suanli.cli import controlplane
+from suanli.cli import app
 from suanli.control.launcher import job_volume
 from tests.control.control_helpers import Server, wait_until
 
@@ -106,8 +105,6 @@ def test_login_saves_config_and_env_overrides(server: Server, monkeypatch: pytes
         real_init(self, url, token, http=server.http)
 
     monkeypatch.setattr(client_mod.SuanliClient, "__init__", bound)
-    app = typer.Typer()
-    controlplane.register(app)
     result = runner.invoke(app, ["login", "--url", "http://testserver", "--token", server.token])
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "cfg" / "config.json").read_text())

@@ -8,14 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import typer
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from suanli.api.app import create_app
 from suanli.api.server import build
 from suanli.backends.slurm import SlurmBackend, SlurmClient
-from suanli.cli import controlplane, remote
+from suanli.cli import app, remote
 from suanli.client import SuanliClient
 from tests.slurm.slurm_helpers import wait_until
 
@@ -71,8 +70,6 @@ def test_cli_nodes_add_backend_slurm(slurm: SlurmClient, tmp_path: Path, monkeyp
     http = TestClient(create_app(ctx))
     monkeypatch.setattr(remote, "client_factory", lambda: SuanliClient("http://testserver", boot.admin_token, http=http))
     monkeypatch.setenv("SUANLI_CONFIG", str(tmp_path / "config.json"))
-    app = typer.Typer()
-    controlplane.register(app)
     runner = CliRunner()
     try:
         out = runner.invoke(app, ["nodes", "add", "--backend", "slurm", "--slurm-conf", str(slurm.slurm_conf), "--json"])

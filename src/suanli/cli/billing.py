@@ -362,20 +362,7 @@ def rate(
     cutoff_ms: int = typer.Option(None, help="Rate up to this epoch-ms (default: now - 60 s)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run a rating run now (operators; the server also runs one every minute)."""
+    """Run a rating run now (operators; the server also runs one every 10 seconds)."""
     with api_errors():
         r = _req("POST", "/v1/billing/rate", json={"cutoff_ms": cutoff_ms})
     print_json(r) if as_json else typer.echo(f"run {r['run_id']}: {r['inserted']} records posted, {r['skipped']} already there")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("usage")(usage)
-    app.command("bill")(bill)
-    app.command("invoice")(invoice)
-    app.add_typer(prices_app, name="prices")
-    app.command("topup")(topup)
-    app.add_typer(grants_app, name="grants")
-    app.add_typer(budget_app, name="budget")
-    app.add_typer(subs_app, name="subscriptions")
-    app.command("quote")(quote)
-    app.command("rate")(rate)
