@@ -140,7 +140,10 @@ def test_requeue_moves_the_job_to_another_node_under_the_same_id(slurm: SlurmCli
 
 def test_exec_runs_inside_the_job_with_its_environment_gpus_and_notice(slurm: SlurmClient, backend: SlurmBackend) -> None:
     node = nodes_with_gpu(slurm, "a100")[-1].name
-    h = backend.submit(spec("instance-7", node, (0, 1), run='trap "" USR1; sleep 60'))  # an instance's keeper
+    # The wrapper ends the job notice_s after the notice; the fixture's 5 s ran out before the
+    # last exec when each srun took seconds on a loaded machine ("instance-7 is not running").
+    backend.notice_s = 120
+    h = backend.submit(spec("instance-7", node, (0, 1), run='trap "" USR1; sleep 300'))  # an instance's keeper
     _, indices = running_placement(backend, h)
     done = backend.exec(h, 'echo "cvd=$CUDA_VISIBLE_DEVICES job=$SUANLI_JOB_ID node=$SLURMD_NODENAME pwd=$PWD"; exit 3')
     assert done.exit_code == 3
