@@ -161,6 +161,10 @@ class SuanliClient:
     def create_tenant(self, name: str) -> dict:
         return self.request("POST", "/v1/tenants", json={"name": name})
 
+    def topup(self, tenant: str, amount: str, key: str | None = None) -> dict:
+        """Credit a tenant's prepaid balance (operators); a repeated ``key`` posts nothing."""
+        return self.request("POST", "/v1/billing/topups", json={"tenant": tenant, "amount": amount, "key": key})
+
     def add_key(self, public_key: str, name: str = "") -> dict:
         return self.request("POST", "/v1/keys", json={"public_key": public_key, "name": name})
 

@@ -45,6 +45,12 @@ class Unauthorized(DomainError):
     code = "unauthorized"
 
 
+class PaymentRequired(DomainError):
+    """Refused for money: a prepaid balance that does not cover the work."""
+
+    code = "insufficient_funds"
+
+
 def field_path(loc: tuple | list) -> str:
     """Pydantic's error location as the user wrote it: ``resources.accelerators``."""
     parts = [str(p) for p in loc if p not in ("body", "query", "path")]
@@ -60,4 +66,14 @@ def describe_validation(errors: list[dict]) -> str:
     return "; ".join(msgs)
 
 
-__all__ = ["Conflict", "DomainError", "Forbidden", "Invalid", "NotFound", "Unauthorized", "describe_validation", "field_path"]
+__all__ = [
+    "Conflict",
+    "DomainError",
+    "Forbidden",
+    "Invalid",
+    "NotFound",
+    "PaymentRequired",
+    "Unauthorized",
+    "describe_validation",
+    "field_path",
+]

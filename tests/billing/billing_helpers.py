@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from suanli.billing.store import ms_to_dt
+from suanli.billing.tables import TermsRow
 from suanli.db.models import Allocation, Instance, Job, Node, Tenant, User
 from suanli.db.session import Database
 
@@ -21,13 +22,16 @@ class World:
     instance_id: int
 
 
-def world(url: str, tenant: str = "acme", disk_gib: int = 0, created_ms: int = 0) -> World:
+def world(url: str, tenant: str = "acme", disk_gib: int = 0, created_ms: int = 0, terms: str = "postpaid") -> World:
+    """A tenant with a user, an H100 node and an instance. Post-paid by default: these
+    suites are about rating and budgets, not the prepaid rule (tests/billing/test_prepaid.py)."""
     db = Database(url)
     db.migrate()
     with db.transaction() as s:
         t = Tenant(name=tenant)
         s.add(t)
         s.flush()
+        s.add(TermsRow(tenant_id=t.id, terms=terms, credit_limit_micros=0, grace_s=300, low_alerted=False))
         u = User(tenant_id=t.id, name=f"{tenant}-user", role="member")
         n = Node(name=f"{tenant}-n0", gpu_model="H100", gpu_count=8, cpu_milli=64_000, memory_mib=512_000)
         s.add_all([u, n])
@@ -52,6 +56,8 @@ def add_tenant(w: World, name: str) -> int:
     with w.db.transaction() as s:
         t = Tenant(name=name)
         s.add(t)
+        s.flush()
+        s.add(TermsRow(tenant_id=t.id, terms="postpaid", credit_limit_micros=0, grace_s=300, low_alerted=False))
         s.flush()
         return t.id
 

@@ -19,13 +19,16 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _member(server: Server, name: str = "alice", tenant: str = "lab") -> str:
+def _member(server: Server, name: str = "alice", tenant: str = "lab", funds: str | None = "1000") -> str:
+    """A member of a new (prepaid) tenant, topped up with ``funds``."""
     server.post("/v1/tenants", {"name": tenant})
+    if funds:
+        server.post("/v1/billing/topups", {"tenant": tenant, "amount": funds, "key": f"start-{tenant}"})
     return server.post("/v1/users", {"name": name, "tenant": tenant}, expect=201).json()["token"]
 
 
 def test_usage_and_bill_end_to_end(server: Server, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    alice = _member(server)
+    alice = _member(server, funds=None)
     assert "posted" in cli("topup", "lab", "100", "--key", "wire-7")
     assert "already posted" in cli("topup", "lab", "100", "--key", "wire-7")
     inst = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 1, "disk_gib": 10}, expect=201, token=alice).json()

@@ -118,6 +118,7 @@ def test_bad_input_gets_the_api_message_and_changes_nothing(page: Page, console_
 def test_a_member_sees_billing_but_not_operator_controls(page: Page, console_server: LiveServer) -> None:
     admin = console_server.client()
     admin.create_tenant("lab")
+    admin.topup("lab", "1000")  # prepaid: a new tenant rents nothing without a balance
     member = admin.create_user("renter", role="member", tenant="lab")
     sign_in(page, member["token"])
     expect(page.locator("#who")).to_contain_text("renter (member)")

@@ -279,6 +279,7 @@ def test_operators_curate_images_and_members_only_read_them(page: Page, console_
 
     admin = console_server.client()
     admin.create_tenant("lab")
+    admin.topup("lab", "1000")  # prepaid: a new tenant rents nothing without a balance
     member = admin.create_user("renter", role="member", tenant="lab")
     page.get_by_role("button", name="Sign out").click()
     sign_in(page, member["token"])

@@ -88,6 +88,7 @@ def test_http_and_websocket_reach_the_instance_through_the_proxy(live: LiveServe
     assert page.text == f"hello from instance-{inst['id']} path=/lab?x=1"  # the path reaches the service unchanged
     assert httpx.get(base, headers=host).status_code == 401  # no credential
     admin.request("POST", "/v1/tenants", json={"name": "other"})
+    admin.topup("other", "1000")  # prepaid: a new tenant rents nothing without a balance
     stranger = admin.request("POST", "/v1/users", json={"name": "s", "tenant": "other"})["token"]
     assert httpx.get(base, headers={**host, "Authorization": f"Bearer {stranger}"}).status_code == 404
     assert SuanliClient(live.url, stranger).instances() == []

@@ -90,6 +90,7 @@ def test_process_runtime_is_named_and_refused_to_other_tenants(tmp_path: Path, m
         env = srv.cli_env()
         c = srv.client()
         c.request("POST", "/v1/tenants", json={"name": "strangers"})
+        c.topup("strangers", "1000")  # prepaid: a new tenant rents nothing without a balance
         member = c.request("POST", "/v1/users", json={"name": "m", "tenant": "strangers"})["token"]
         mine = c.create_instance(gpu_model="h100", gpu_count=1)
         assert mine["runtime"] == "process"

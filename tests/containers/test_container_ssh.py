@@ -40,6 +40,7 @@ def ssh_ready(inst: dict, key: Path) -> subprocess.CompletedProcess[str]:
 def user(srv: Server, name: str, tenant: str | None = None) -> str:
     if tenant and tenant not in {t["name"] for t in srv.get("/v1/tenants")}:
         srv.post("/v1/tenants", {"name": tenant}, expect=201)
+        srv.post("/v1/billing/topups", {"tenant": tenant, "amount": "1000"}, expect=201)  # prepaid
     return srv.post("/v1/users", {"name": name, "role": "member", "tenant": tenant}, expect=201).json()["token"]
 
 

@@ -213,6 +213,7 @@ def test_rejected_requests_change_nothing(server: Server) -> None:
 
 def test_members_see_only_their_tenant(server: Server) -> None:
     server.post("/v1/tenants", {"name": "lab"}, expect=201)
+    server.post("/v1/billing/topups", {"tenant": "lab", "amount": "1000"}, expect=201)  # prepaid
     alice = server.post("/v1/users", {"name": "alice", "tenant": "lab"}, expect=201).json()["token"]
     mine = server.post("/v1/jobs", {"run": "true", "resources": {"accelerators": "RTX4090:1"}}, expect=201, token=alice).json()
     server.post("/v1/jobs", {"run": "true"}, expect=201)  # the admin's, CPU only

@@ -50,6 +50,7 @@ def call(srv: Server, method: str, path: str, token: str | None = None, **kw: An
 def user(srv: Server, name: str, tenant: str | None = None) -> dict:
     if tenant and tenant not in {t["name"] for t in srv.get("/v1/tenants")}:
         assert call(srv, "POST", "/v1/tenants", json={"name": tenant})[0] == 201
+        assert call(srv, "POST", "/v1/billing/topups", json={"tenant": tenant, "amount": "1000"})[0] == 201  # prepaid
     code, body = call(srv, "POST", "/v1/users", json={"name": name, "role": "member", "tenant": tenant})
     assert code == 201, body
     return body

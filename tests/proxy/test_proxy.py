@@ -249,6 +249,7 @@ def new_user(env: Env, name: str, tenant: str | None = None) -> str:
     with httpx.Client(base_url=env.api, headers=env.auth()) as api:
         if tenant:
             assert api.post("/v1/tenants", json={"name": tenant}).status_code == 201
+            assert api.post("/v1/billing/topups", json={"tenant": tenant, "amount": "1000"}).status_code == 201  # prepaid
         r = api.post("/v1/users", json={"name": name, "tenant": tenant})
         assert r.status_code == 201, r.text
         return r.json()["token"]

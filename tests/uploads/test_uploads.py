@@ -59,6 +59,7 @@ def stored(server: Server) -> list[str]:
 
 def member_token(server: Server, name: str, tenant: str) -> str:
     server.post("/v1/tenants", {"name": tenant}, expect=201)
+    server.post("/v1/billing/topups", {"tenant": tenant, "amount": "1000"}, expect=201)  # prepaid
     return server.post("/v1/users", {"name": name, "tenant": tenant}, expect=201).json()["token"]
 
 

@@ -19,7 +19,17 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from suanli.control.uploads import TooLarge
-from suanli.errors import Conflict, DomainError, Forbidden, Invalid, NotFound, Unauthorized, describe_validation, field_path
+from suanli.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    PaymentRequired,
+    Unauthorized,
+    describe_validation,
+    field_path,
+)
 
 E = TypeVar("E", bound=type[DomainError])
 
@@ -31,6 +41,7 @@ STATUS: dict[type[DomainError], int] = {
     Invalid: 422,
     Forbidden: 403,
     Unauthorized: 401,
+    PaymentRequired: 402,
     TooLarge: 413,  # over the server's upload cap
 }
 

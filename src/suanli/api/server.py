@@ -17,6 +17,7 @@ from suanli.api.context import ServerContext
 from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
+from suanli.billing import store as billing_store
 from suanli.billing.rater import SETTLE_MS
 from suanli.control import auth, heartbeat, images, nodes
 from suanli.control.billing_worker import BillingWorker
@@ -51,8 +52,11 @@ def slurm_tag_prefix(data_dir: Path) -> str:
 
 def bootstrap(db: Database, data_dir: Path, inventory: Inventory | None = None) -> Bootstrap:
     """First start on an empty database: an admin and an inventory (this host's
-    NVML GPUs if there are any, else the demo inventory of virtual GPUs)."""
+    NVML GPUs if there are any, else the demo inventory of virtual GPUs). The operator's
+    own tenant is post-paid (every tenant created later is prepaid)."""
     token = auth.bootstrap_admin(db, data_dir)
+    if token is not None:
+        billing_store.set_terms(db, auth.DEFAULT_TENANT, "first start", terms="postpaid")
     added: list[str] = []
     virtual = True
     if not nodes.list_nodes(db):

@@ -6,7 +6,8 @@ holds what is held and fails what is rejected, in its own transaction).
 ``kind``, ``id``, ``request`` (a scheduler Request) and ``num_nodes``. Its answer:
 
 - **held** ``{(kind, id): reason}``: not now (a grant's GPUs in use, a hard cap
-  reached, a bid below the spot price); the reason is shown to the user;
+  reached, a prepaid balance that does not cover the first billing unit, a bid below
+  the spot price); the reason is shown to the user;
 - **rejected** ``{(kind, id): reason}``: never under the tenant's grants;
 - **narrowed** ``{(kind, id): models}``: spot work whose bid only some of its allowed
   models meet; it must be placed on those only, so the price check holds for the model
@@ -25,8 +26,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from suanli.billing import quotas, spending, spot
-from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
+from suanli.billing import funds, quotas, rater, spending, spot
+from suanli.billing.store import balance, current_book, dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import Grant
 from suanli.db.models import Allocation, Instance, Job
 
@@ -99,10 +100,12 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
     at = now_ms() if at_ms is None else at_ms
     owners = {}
     bids: dict[Key, int] = {}
+    disks: dict[Key, int] = {}
     for w in work:
         row: Instance | Job | None = s.get(Instance, w.id) if w.kind == "instance" else s.get(Job, w.id)
         if row is not None:
             owners[(w.kind, w.id)] = row.tenant_id
+            disks[(w.kind, w.id)] = getattr(row, "disk_gib", 0) or 0
             if row.priority == "spot" and row.max_price_micros is not None:
                 bids[(w.kind, w.id)] = row.max_price_micros
     mk: spot.Market | None = None
@@ -110,6 +113,9 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
     grants = _grants(s, tenants)
     in_use, minutes = _grant_usage(s, grants, at)
     capped = spending.capped(s, tenants, at)
+    terms = funds.terms_of(s, tenants)
+    left: dict[int, tuple[int, int]] = {}  # tenant -> (balance, accruing), read once per pass
+    currency = current_book(s, at)[1].currency
     for w in work:
         key = (w.kind, w.id)
         tid = owners.get(key)
@@ -136,6 +142,14 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
                 continue
             if models and models != (req.gpu_models or frozenset(mk.models())):
                 out.narrowed[key] = models
+        if terms[tid].terms != "postpaid":
+            if tid not in left:
+                left[tid] = (balance(s, tid), rater.accruing(None, tid, at, session=s))
+            cost = funds.per_hour(s, req, w.num_nodes, disks[key], bids.get(key))
+            why = funds.refusal(terms[tid], *left[tid], cost, currency)
+            if why is not None:
+                out.held[key] = f"billing: {why}"
+                continue
         if dec.grant_id is not None:  # admitted: count it against the grant for the rest of this pass
             in_use[dec.grant_id] = in_use.get(dec.grant_id, 0) + milli
     return out

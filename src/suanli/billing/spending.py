@@ -13,6 +13,7 @@ cap acts within a rating interval rather than when the hour closes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -23,6 +24,8 @@ from suanli.billing import budgets, rater
 from suanli.billing.store import balance, current_book, now_ms
 from suanli.billing.tables import BudgetRow, Notice, Subscription, Usage
 from suanli.db.session import Database
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,17 +62,24 @@ def apply_budgets(db: Database, at_ms: int | None = None) -> BudgetRun:
     with db.sessions() as s:
         tenants = list(s.scalars(select(BudgetRow.tenant_id)))
     # work running now counts before it is rated: a cap must not wait for the hour to close
-    pending = {t: rater.accruing(db, t, at) for t in tenants}
+    pending: dict[int, int] = {}
+    for t in tenants:
+        try:
+            pending[t] = rater.accruing(db, t, at)
+        except Exception:  # one tenant's odd data must not switch off every other cap
+            log.exception("budgets: cannot read tenant %s's accruing usage; its budget is skipped this pass", t)
     with db.transaction() as s:
         currency = current_book(s)[1].currency
         for row in s.scalars(
             select(BudgetRow).order_by(BudgetRow.tenant_id).with_for_update()
         ):  # one alert per threshold, even with concurrent runs
+            if row.tenant_id not in pending:
+                continue
             period = budgets.period_of(at)
             if row.period != period:
                 row.period, row.alerted = period, []
             b = _budget(row)
-            extra = pending.get(row.tenant_id, 0)
+            extra = pending[row.tenant_id]
             spent, bal = spent_this_month(s, row.tenant_id, at) + extra, balance(s, row.tenant_id) - extra
             for t in budgets.alerts_due(b, spent, row.alerted or []):
                 s.add(
@@ -101,7 +111,12 @@ def capped(s: Session, tenant_ids: Iterable[int], at_ms: int) -> dict[int, str]:
     out: dict[int, str] = {}
     ids = set(tenant_ids)
     for row in s.scalars(select(BudgetRow).where(BudgetRow.tenant_id.in_(ids), BudgetRow.hard_cap.is_(True))):
-        extra = rater.accruing(None, row.tenant_id, at_ms, session=s)
+        try:
+            extra = rater.accruing(None, row.tenant_id, at_ms, session=s)
+        except Exception:  # fail closed for this tenant only: a cap that cannot be read holds
+            log.exception("hard cap: cannot read tenant %s's accruing usage", row.tenant_id)
+            out[row.tenant_id] = "the hard cap's figures cannot be read now; new work waits"
+            continue
         why = budgets.exhausted(
             _budget(row), spent_this_month(s, row.tenant_id, at_ms) + extra, balance(s, row.tenant_id) - extra
         )

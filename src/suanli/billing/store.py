@@ -18,11 +18,23 @@ from suanli.billing import ledger, plans
 from suanli.billing.money import MoneyError, fmt, to_micros
 from suanli.billing.pricebook import PriceBook, PriceBookError, default_book, parse
 from suanli.billing.quotas import QOS_RANK
-from suanli.billing.tables import BudgetRow, Grant, LedgerEntry, Posting, PriceVersion, Subscription, Transfer
+from suanli.billing.tables import (
+    DEFAULT_GRACE_S,
+    TERMS,
+    BudgetChange,
+    BudgetRow,
+    Grant,
+    LedgerEntry,
+    Posting,
+    PriceVersion,
+    Subscription,
+    TermsRow,
+    Transfer,
+)
 from suanli.clock import SYSTEM
 from suanli.db.models import Tenant
 from suanli.db.session import Database
-from suanli.errors import Conflict, Invalid, NotFound
+from suanli.errors import Conflict, Forbidden, Invalid, NotFound
 
 
 class BillingError(Invalid):
@@ -221,9 +233,52 @@ def revoke_grant(db: Database, grant_id: int) -> None:
 
 
 # -- budgets -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Editor:
+    """Who changes a budget: an operator's budget is a floor a member may only tighten."""
+
+    name: str
+    role: str  # admin | operator | member
+
+    @property
+    def operator(self) -> bool:
+        return self.role in ("admin", "operator")
+
+
+def _budget_doc(row: BudgetRow | None) -> dict | None:
+    if row is None:
+        return None
+    return {
+        "limit_micros": row.limit_micros,
+        "thresholds": list(row.thresholds or []),
+        "hard_cap": row.hard_cap,
+        "notice_s": row.notice_s,
+    }
+
+
+def _looser(floor: dict, limit: int | None, hard_cap: bool, notice_s: int) -> str | None:
+    """How a member's budget would loosen the operator's ``floor``, or None."""
+    if floor.get("hard_cap") and not hard_cap:
+        return "turn off the hard cap"
+    if floor.get("limit_micros") is not None and (limit is None or limit > floor["limit_micros"]):
+        return f"raise or remove the limit of {fmt(floor['limit_micros'])}"
+    if floor.get("hard_cap") and notice_s > floor.get("notice_s", notice_s):
+        return f"lengthen the notice beyond {floor['notice_s']} s"
+    return None
+
+
 def set_budget(
-    db: Database, tenant: str | int, limit: str | None, thresholds: list[int], hard_cap: bool, notice_s: int
+    db: Database,
+    tenant: str | int,
+    limit: str | None,
+    thresholds: list[int],
+    hard_cap: bool,
+    notice_s: int,
+    editor: Editor = Editor("operator", "operator"),
 ) -> BudgetRow:
+    """Set a tenant's budget. An operator's budget becomes the floor; a member may set a
+    stricter one of their own (never looser than that floor). Every change is recorded
+    with who made it (``billing_budget_changes``)."""
     if any(not 0 < t <= 1000 for t in thresholds):
         raise BillingError("thresholds are percentages between 1 and 1000")
     if notice_s < 0:
@@ -234,16 +289,76 @@ def set_budget(
         raise BillingError(f"limit: {exc}") from None
     with db.transaction() as s:
         tid = tenant_id_of(s, tenant)
-        row = s.get(BudgetRow, tid) or BudgetRow(tenant_id=tid, alerted=[], period="")
+        row = s.get(BudgetRow, tid, with_for_update=True)
+        before = _budget_doc(row)
+        if row is None:
+            row = BudgetRow(tenant_id=tid, alerted=[], period="")
+        if not editor.operator and row.operator_floor:
+            why = _looser(row.operator_floor, micros, hard_cap, notice_s)
+            if why:
+                raise Forbidden(f"an operator set this budget; a member may make it stricter, not {why}", code="operator_budget")
         row.limit_micros, row.thresholds, row.hard_cap, row.notice_s = micros, sorted(set(thresholds)), hard_cap, notice_s
+        row.set_by = editor.name
+        if editor.operator:
+            row.operator_floor = {"limit_micros": micros, "hard_cap": hard_cap, "notice_s": notice_s}
         s.add(row)
         s.flush()
+        s.add(BudgetChange(tenant_id=tid, user_name=editor.name, role=editor.role, before=before, after=_budget_doc(row)))
         return row
+
+
+def budget_changes(db: Database, tenant_id: int) -> list[BudgetChange]:
+    with db.sessions() as s:
+        return list(s.scalars(select(BudgetChange).where(BudgetChange.tenant_id == tenant_id).order_by(BudgetChange.id)))
 
 
 def get_budget(db: Database, tenant_id: int) -> BudgetRow | None:
     with db.sessions() as s:
         return s.get(BudgetRow, tenant_id)
+
+
+# -- payment terms ---------------------------------------------------------------------------
+def set_terms(
+    db: Database,
+    tenant: str | int,
+    by: str,
+    terms: str | None = None,
+    credit_limit: str | None = None,
+    grace_s: int | None = None,
+    low_balance: str | None = None,
+    clear_low_balance: bool = False,
+) -> TermsRow:
+    """Change what is given (the rest stays); ``terms`` is ``prepaid``, ``credit`` or
+    ``postpaid``. Who may change what is the caller's rule (operators: everything;
+    members: their own low-balance alert)."""
+    if terms is not None and terms not in TERMS:
+        raise BillingError(f"terms must be one of {', '.join(TERMS)}, not {terms!r}")
+    if grace_s is not None and not 0 <= grace_s <= 7 * 86_400:
+        raise BillingError("grace_s must be between 0 and 604800 (a week)")
+    try:
+        credit = to_micros(credit_limit) if credit_limit is not None else None
+        low = to_micros(low_balance) if low_balance is not None else None
+    except MoneyError as exc:
+        raise BillingError(f"amount: {exc}") from None
+    with db.transaction() as s:
+        tid = tenant_id_of(s, tenant)
+        row = s.get(TermsRow, tid, with_for_update=True) or TermsRow(
+            tenant_id=tid, terms="prepaid", credit_limit_micros=0, grace_s=DEFAULT_GRACE_S, low_alerted=False
+        )
+        if terms is not None:
+            row.terms = terms
+        if credit is not None:
+            row.credit_limit_micros = credit
+        if grace_s is not None:
+            row.grace_s = grace_s
+        if low is not None or clear_low_balance:
+            row.low_balance_micros, row.low_alerted = low, False
+        if row.terms == "credit" and not row.credit_limit_micros:
+            raise BillingError("credit terms need a credit limit above zero (credit_limit)")
+        row.set_by, row.updated_at = by, datetime.now(UTC)
+        s.add(row)
+        s.flush()
+        return row
 
 
 # -- subscriptions ---------------------------------------------------------------------------

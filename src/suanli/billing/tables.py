@@ -1,4 +1,4 @@
-"""Billing tables, declared on the control plane's Base (migration 0002_billing).
+"""Billing tables, declared on the control plane's Base (migrations 0002_billing, 0007).
 
 Times the rater computes with are integer epoch milliseconds (``*_ms``); money is
 integer micro-units (``BigInteger``). ``billing_usage`` has one row per (kind,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, CheckConstraint, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from suanli.db.clock import utcnow
@@ -91,6 +91,47 @@ class BudgetRow(Base):
     period: Mapped[str] = mapped_column(String(7), default="")
     alerted: Mapped[list] = mapped_column(JSON, default=list)
     notice_since_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The budget an operator set (limit_micros, hard_cap, notice_s), kept as the floor a
+    # member's own budget may tighten but never loosen (migration 0007); None: none set.
+    operator_floor: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    set_by: Mapped[str] = mapped_column(String(100), default="")
+
+
+class BudgetChange(Base):
+    """Who changed a tenant's budget, when, from what to what (migration 0007)."""
+
+    __tablename__ = "billing_budget_changes"
+    __table_args__ = (Index("ix_billing_budget_changes_tenant", "tenant_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(Integer)
+    user_name: Mapped[str] = mapped_column(String(100))
+    role: Mapped[str] = mapped_column(String(20))
+    before: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    after: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+TERMS = ("prepaid", "credit", "postpaid")
+DEFAULT_GRACE_S = 300  # seconds of notice before running work of a tenant out of funds stops
+
+
+class TermsRow(Base):
+    """A tenant's payment terms (migration 0007). No row: prepaid with the defaults of
+    ``billing.funds.Terms``, what every tenant an operator creates gets."""
+
+    __tablename__ = "billing_terms"
+    __table_args__ = (
+        CheckConstraint("terms IN ('prepaid', 'credit', 'postpaid')", name="ck_billing_terms_terms"),
+        CheckConstraint("credit_limit_micros >= 0", name="ck_billing_terms_credit"),
+    )
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    terms: Mapped[str] = mapped_column(String(10), default="prepaid")  # prepaid | credit | postpaid
+    credit_limit_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    grace_s: Mapped[int] = mapped_column(Integer, default=DEFAULT_GRACE_S)
+    low_balance_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    low_alerted: Mapped[bool] = mapped_column(Boolean, default=False)
+    set_by: Mapped[str] = mapped_column(String(100), default="")
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 

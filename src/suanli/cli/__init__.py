@@ -59,6 +59,11 @@ COMMANDS: dict[str, Entry] = {
         "suanli.cli.billing", "grants_app", "Quotas: GPU grants per tenant (model, concurrent GPUs, GPU-minutes, QoS, expiry)."
     ),
     "budget": Entry("suanli.cli.billing", "budget_app", "A tenant's monthly budget: alert thresholds and an optional hard cap."),
+    "terms": Entry(
+        "suanli.cli.billing",
+        "terms_app",
+        "Payment terms: prepaid (the default), credit or post-paid; grace period; low-balance alert.",
+    ),
     "subscriptions": Entry("suanli.cli.billing", "subs_app", "Monthly (包月) and one-year reserved subscriptions."),
     "rate": Entry("suanli.cli.billing", "rate", "Run a rating run now (operators; the server also runs one every 10 seconds)."),
     "sim": Entry("suanli.cli.sim", "app", "Simulate scheduling policies on real cluster traces."),

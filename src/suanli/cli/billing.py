@@ -15,6 +15,10 @@ grants_app = typer.Typer(
     help="Quotas: GPU grants per tenant (model, concurrent GPUs, GPU-minutes, QoS, expiry).", no_args_is_help=True
 )
 budget_app = typer.Typer(help="A tenant's monthly budget: alert thresholds and an optional hard cap.", no_args_is_help=True)
+terms_app = typer.Typer(
+    help="Payment terms: prepaid (the default), credit or post-paid; grace period; low-balance alert.",
+    no_args_is_help=True,
+)
 subs_app = typer.Typer(help="Monthly (包月) and one-year reserved subscriptions.", no_args_is_help=True)
 
 
@@ -77,6 +81,8 @@ def bill(
         f"balance: {b['balance_text']}    charges this month: {b['current_period_total_text']}"
         f"    accruing, not yet rated: {b['accruing_text']}"
     )
+    if b.get("terms"):
+        typer.echo(f"terms: {_terms_text(b['terms'])}")
     if b["budget"]:
         bd = b["budget"]
         limit = f"{bd['limit']:.2f} {b['currency']}/month" if bd["limit"] is not None else "no monthly limit"
@@ -270,6 +276,57 @@ def budget_set(
             json={"tenant": tenant, "limit": limit, "thresholds": alert, "hard_cap": hard_cap, "notice_s": notice},
         )
     typer.echo(b)
+
+
+@budget_app.command("changes")
+def budget_changes(tenant: str = typer.Option(None), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Who changed the budget, when, from what to what."""
+    with api_errors():
+        rows = _req("GET", "/v1/billing/budget/changes", params=_params(tenant=tenant))
+    if as_json:
+        return print_json(rows)
+    table("Budget changes", ["AT", "BY", "ROLE", "AFTER"], [[r["at"], r["user"], r["role"], r["after"]] for r in rows])
+
+
+def _terms_text(t: dict) -> str:
+    credit = f", credit {t['credit_limit']:.2f}" if t["terms"] == "credit" else ""
+    low = f"{t['low_balance']:.2f}" if t["low_balance"] is not None else "off"
+    return (
+        f"{t['terms']}{credit}; balance {t['balance']:.2f} {t['currency']}, accruing {t['accruing']:.2f}, "
+        f"left: {t['left_text']}; grace {t['grace_s']} s; low-balance alert: {low}"
+    )
+
+
+@terms_app.command("show")
+def terms_show(
+    tenant: str = typer.Option(None, help="Tenant (operators)."), as_json: bool = typer.Option(False, "--json")
+) -> None:
+    """A tenant's terms and what it has left to spend."""
+    with api_errors():
+        t = _req("GET", "/v1/billing/terms", params=_params(tenant=tenant))
+    print_json(t) if as_json else typer.echo(_terms_text(t))
+
+
+@terms_app.command("set")
+def terms_set(
+    tenant: str = typer.Option(None, help="Tenant name or id (default: yours)."),
+    prepaid: bool = typer.Option(False, "--prepaid", help="Pay in advance: work needs a balance (operators)."),
+    postpaid: bool = typer.Option(False, "--postpaid", help="No balance limit; billed by invoice (operators)."),
+    credit: str = typer.Option(None, "--credit", help="Credit terms: the balance may go this far below zero (operators)."),
+    grace: int = typer.Option(None, "--grace", help="Seconds of notice before running work stops (operators)."),
+    low_balance: str = typer.Option(None, "--low-balance", help='Alert when less than this is left ("" turns it off).'),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Change payment terms (operators) or your low-balance alert (members too)."""
+    chosen = [name for name, on in (("prepaid", prepaid), ("postpaid", postpaid), ("credit", credit is not None)) if on]
+    if len(chosen) > 1:
+        err_console.print(f"choose one of --prepaid, --postpaid, --credit (got {', '.join(chosen)})")
+        raise typer.Exit(2)
+    body = {"tenant": tenant, "terms": chosen[0] if chosen else None, "credit_limit": credit, "grace_s": grace}
+    body["low_balance"] = low_balance
+    with api_errors():
+        t = _req("PUT", "/v1/billing/terms", json=body)
+    print_json(t) if as_json else typer.echo(_terms_text(t))
 
 
 @subs_app.command("list")

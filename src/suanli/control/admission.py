@@ -8,7 +8,8 @@
 - **The hard cap** (the billing worker, after each rating run): ``enforce_budgets``
   asks ``billing.spending.apply_budgets`` for its decision (alerts and notices are
   billing's to write) and stops the tenants it names through the instance and job
-  services, as their owner would.
+  services, as their owner would; then the low-balance alerts (``billing.funds``).
+  Prepaid balances running out are the loop's ``funds`` phase (``control.funds``).
 
 Billing never changes a workload; only this module turns its answers into stops and
 failures.
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
+from suanli.billing import funds
 from suanli.billing.admission import Decision, Key, decide
 from suanli.billing.spending import apply_budgets
 from suanli.control import instances, jobs, workloads
@@ -96,4 +98,6 @@ def enforce_budgets(db: Database, at_ms: int | None = None) -> list[str]:
     run = apply_budgets(db, at_ms)
     for tid in run.stop:
         stop_tenant(db, tid)
-    return run.actions
+    with db.transaction() as s:
+        low = funds.low_balance_alerts(s, at_ms)
+    return run.actions + low

@@ -95,13 +95,17 @@ def _lookup(db: Database, token_hash: str) -> Principal:
         return Principal(row.id, row.tenant_id, row.name, row.role)
 
 
+#: the operator's own tenant, made on first start
+DEFAULT_TENANT = "default"
+
+
 def bootstrap_admin(db: Database, data_dir: Path) -> str | None:
     """On an empty database: create tenant ``default`` and user ``admin``, write
     the token to ``<data-dir>/admin-token`` (0600) and return it; else None."""
     with db.transaction() as s:
         if s.scalar(select(func.count()).select_from(User)):
             return None
-        tenant = Tenant(name="default")
+        tenant = Tenant(name=DEFAULT_TENANT)
         s.add(tenant)
         s.flush()
         admin = User(tenant_id=tenant.id, name="admin", role="admin")

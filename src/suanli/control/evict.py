@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 def evict(plane: Plane, kind: str, wid: int, cause: str, why: str) -> bool:
     """Stop every task of the row, then release and requeue it. ``cause`` is
     ``failover`` (stopped at once; a job without ``checkpoint_dir`` and any instance
-    fail) or ``reclaim`` (SIGTERM with the grace period; requeued). False if the row
-    is no longer running or a stop failed (the next tick tries again)."""
+    fail), ``reclaim`` (SIGTERM with the grace period; requeued) or ``funds`` (as
+    reclaim, but an instance stops, disk kept, until its owner starts it). False if
+    the row is no longer running or a stop failed (the next tick tries again)."""
     with plane.db.transaction() as s:
         row = workloads.get(s, kind, wid)
         if row is None or row.state != "running":
@@ -36,7 +37,7 @@ def evict(plane: Plane, kind: str, wid: int, cause: str, why: str) -> bool:
         b = plane.backends.get(h.backend)
         if b is not None:
             try:
-                b.stop(h, grace_s=plane.reclaim.grace_s if cause == "reclaim" else 0.0)
+                b.stop(h, grace_s=0.0 if cause == "failover" else plane.reclaim.grace_s)
             except BackendError as exc:
                 # Not known to be stopped: releasing now could hand its GPUs out twice
                 # and a resubmission would be refused as already running. Keep it as
@@ -54,6 +55,11 @@ def evict(plane: Plane, kind: str, wid: int, cause: str, why: str) -> bool:
         give_back(s, row)
         row.handles = None
         clear_notice(row)
+        if isinstance(row, Instance) and cause == "funds":
+            row.desired = "stopped"
+            transition(s, row, "stopping", why)
+            transition(s, row, "stopped", f"{why}; its disk is kept: top up, then start it")
+            return True
         if isinstance(row, Instance):
             transition(s, row, "failed" if cause == "failover" else "preempted", why)
             if cause != "failover":

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
 from suanli.billing.money import to_micros
-from suanli.control import images
+from suanli.control import funds, images
 from suanli.control.auth import Principal
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
@@ -80,6 +80,7 @@ def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
             max_price_micros=None if bid is None else to_micros(bid),
             ports=sorted(req.ports),
         )
+        funds.check_start(s, row)  # refused (nothing created) if its tenant cannot pay
         s.add(row)
         s.flush()
         record_event(s, "instance", row.id, None, "pending", "created")
@@ -126,6 +127,7 @@ def start(db: Database, who: Principal, instance_id: int) -> Instance:
             return row
         if row.state not in ("stopped", "failed", "preempted"):
             raise Conflict(f"instance {instance_id} is {row.state}; start it once it has stopped", code="invalid_state")
+        funds.check_start(s, row)
         row.desired = "running"
         row.reason = ""
         transition(s, row, "pending", "start requested")

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle
 from suanli.billing.money import to_micros
-from suanli.control import uploads, workloads
+from suanli.control import funds, uploads, workloads
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import JOB_FINAL, record_event
 from suanli.control.sizing import size
@@ -71,6 +71,7 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
             priority=r.priority,
             max_price_micros=None if r.max_price is None else to_micros(r.max_price),
         )
+        funds.check_start(s, row)  # refused (nothing queued) if its tenant cannot pay
         s.add(row)
         s.flush()
         record_event(s, "job", row.id, None, "queued", "submitted")

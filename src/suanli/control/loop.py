@@ -8,8 +8,11 @@ this order, each in a module of its own:
 2. **reconcile** (``reconcile``): the backends' view of running work: exits every
    ``poll_interval_s``, stop and cancel requests every tick;
 3. **failover** (``failover``): work on a down node requeued from its checkpoint;
-4. **notices** (``expiry``): spot victims whose notice ran out evicted and requeued;
-5. **outbid** (``outbid``): spot work bidding below the spot price noticed;
+4. **notices** (``expiry``): work whose notice ran out evicted and requeued (spot
+   victims), or stopped and requeued (a tenant out of funds);
+5. **outbid** (``outbid``): spot work bidding below the spot price noticed; then
+   (5b, every ``poll_interval_s``) **funds** (``funds``): the running work of a
+   prepaid tenant whose balance is spent noticed, a notice withdrawn after a top-up;
 6. **admit** (``admission``): waiting work judged once against quotas, budgets and
    bids; what can never run fails, what may not run yet is held with its reason;
 7. **preempt** (``preempt``): spot victims noticed for admitted higher-class work
@@ -18,7 +21,7 @@ this order, each in a module of its own:
 9. **launch** (``launcher``): what was claimed started, several at once (a
    container start is mostly waiting on the engine; rows are independent).
 
-Phases 3-5 and 7 run only when a node is down or spot work runs (one small read;
+Phases 3-5 and 7 run only when a node is down, spot work runs or a notice is pending (small reads;
 on SQLite every transaction takes the write lock). A failing phase among 1-5 and 7 is
 logged and does not stop the others. On start the loop first repairs what a previous
 (possibly killed) server left behind: adopt or fail its in-flight launches, stop tasks
@@ -41,7 +44,7 @@ from sqlalchemy import select
 
 from suanli.backends.base import Backend
 from suanli.clock import SYSTEM, Clock
-from suanli.control import admission, health, heartbeat, reconcile, workloads
+from suanli.control import admission, funds, health, heartbeat, reconcile, workloads
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
@@ -153,6 +156,8 @@ class ControlLoop:
                 ended |= bool(self._guarded(failover, self.plane))  # 3
                 ended |= bool(self._guarded(expire_notices, self.plane))  # 4
                 self._guarded(outbid, self.plane)  # 5
+            if poll:
+                self._guarded(funds.notice_unfunded, self.plane)  # 5b
             if ended:
                 self.work_ended()
             work, held = self.admit()  # 6
@@ -197,9 +202,13 @@ class ControlLoop:
             self._last_health = time.monotonic()
 
     def _reclaim_due(self) -> bool:
-        """A node is down, or spot work runs (a victim to notice, or a notice to expire)."""
+        """A node is down, spot work runs (a victim to notice), or a notice is pending."""
         with self.db.transaction() as s:
-            return s.scalar(select(Node.id).where(Node.state == "down").limit(1)) is not None or workloads.spot_running(s)
+            return (
+                s.scalar(select(Node.id).where(Node.state == "down").limit(1)) is not None
+                or workloads.spot_running(s)
+                or workloads.noticed_running(s)
+            )
 
     def admit(self) -> tuple[list[Waiting], dict[tuple[str, int], str]]:
         """Phase 6: the waiting work that may run now (in scheduling order, spot bids'

@@ -79,11 +79,21 @@ def deliver_notice(backend: Backend, handle: Handle, deadline: float, send_signa
         backend.signal(handle, signal.SIGUSR1)
 
 
-def notify(plane: Plane, kind: str, wid: int, handles: list[Handle], beneficiary: str, node: str, why: str | None = None) -> bool:
+def notify(
+    plane: Plane,
+    kind: str,
+    wid: int,
+    handles: list[Handle],
+    beneficiary: str,
+    node: str,
+    why: str | None = None,
+    notice_s: float | None = None,
+) -> bool:
     """Record the notice (transaction), then deliver SIGUSR1 (no transaction). False if
     the row stopped running or is under notice already (a notice is final, as on AWS).
-    ``why`` replaces "spot reclaim for <beneficiary> on <node>" in the events."""
-    notice_s = plane.reclaim.notice_s
+    ``why`` replaces "spot reclaim for <beneficiary> on <node>" in the events;
+    ``notice_s`` the platform's reclaim notice (a tenant's grace when funds run out)."""
+    notice_s = plane.reclaim.notice_s if notice_s is None else notice_s
     now = plane.clock.now()
     deadline = now + notice_s
     notice = Notice(deadline, now, notice_s, beneficiary, why)

@@ -118,6 +118,14 @@ def spot_running(s: Session) -> bool:
     return False
 
 
+def noticed_running(s: Session) -> bool:
+    """Any running work under a notice (spot reclaim or funds): the notices phase's gate."""
+    for model in (Job, Instance):
+        if s.scalar(select(model.id).where(model.state == "running", model.notice_deadline.is_not(None)).limit(1)) is not None:
+            return True
+    return False
+
+
 def active_of_tenant(s: Session, tenant_id: int) -> list[Key]:
     """A tenant's work that runs or wants to: what a hard cap stops."""
     insts = s.scalars(

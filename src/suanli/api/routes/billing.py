@@ -16,13 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.billing import funds, rater, reports, spot, store
 from suanli.billing import quote as quoting
-from suanli.billing import rater, reports, spot, store
 from suanli.billing.money import MoneyError
 from suanli.billing.store import BillingError, dt_to_ms, tenant_id_of
 from suanli.control import admission
 from suanli.control.auth import Principal
 from suanli.control.task import Task, check_max_price
+from suanli.errors import Forbidden
 
 router = APIRouter(prefix="/v1/billing", tags=["billing"])
 OPERATOR = ("admin", "operator")
@@ -62,6 +63,16 @@ class BudgetIn(Strict):
     thresholds: list[int] = Field(default_factory=lambda: [50, 80, 100])
     hard_cap: bool = False
     notice_s: int = Field(default=300, ge=0, le=86_400 * 7)
+
+
+class TermsIn(Strict):
+    tenant: str | None = None
+    terms: Literal["prepaid", "credit", "postpaid"] | None = None
+    credit_limit: str | None = Field(
+        default=None, max_length=30, description="credit terms: how far below zero the balance may go"
+    )
+    grace_s: int | None = Field(default=None, ge=0, le=86_400 * 7, description="notice before running work stops")
+    low_balance: str | None = Field(default=None, max_length=30, description='alert below this amount; "" turns it off')
 
 
 class SubscriptionIn(Strict):
@@ -122,7 +133,43 @@ def usage(
 
 @router.get("/bill")
 def bill(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
-    return reports.bill(ctx.db, _tenant(ctx, who, tenant))
+    tid = _tenant(ctx, who, tenant)
+    out = reports.bill(ctx.db, tid)
+    with ctx.db.sessions() as s:
+        out["terms"] = funds.terms_doc(s, tid)
+    return out
+
+
+@router.get("/terms")
+def terms(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    """Payment terms (prepaid, credit, post-paid), grace period, low-balance alert and
+    what the tenant has left."""
+    tid = _tenant(ctx, who, tenant)
+    with ctx.db.sessions() as s:
+        return funds.terms_doc(s, tid)
+
+
+@router.put("/terms")
+def set_terms(body: TermsIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+    """Operators set a tenant's terms; a member may set only its own low-balance alert."""
+    tid = _tenant(ctx, who, body.tenant)
+    if who.role not in OPERATOR and (body.terms, body.credit_limit, body.grace_s) != (None, None, None):
+        raise Forbidden("only operators set payment terms; a member may set its own low_balance alert", code="forbidden")
+    store.set_terms(
+        ctx.db,
+        tid,
+        who.name,
+        terms=body.terms,
+        credit_limit=body.credit_limit,
+        grace_s=body.grace_s,
+        low_balance=body.low_balance or None,
+        clear_low_balance=body.low_balance == "",
+    )
+    ctx.wake()  # held work may start now
+    if ctx.billing is not None:
+        ctx.billing.wake()
+    with ctx.db.sessions() as s:
+        return funds.terms_doc(s, tid)
 
 
 @router.get("/invoice", response_model=None)
@@ -216,9 +263,24 @@ def revoke_grant(grant_id: int, ctx: ServerContext = Depends(context), who: Prin
 
 @router.put("/budget")
 def set_budget(body: BudgetIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
-    tid = _tenant(ctx, who, body.tenant)  # a tenant sets its own; operators anyone's
-    store.set_budget(ctx.db, tid, body.limit, body.thresholds, body.hard_cap, body.notice_s)
+    """A tenant sets its own budget, operators anyone's; an operator's budget is a floor a
+    member may tighten, never loosen; every change records who made it."""
+    tid = _tenant(ctx, who, body.tenant)
+    editor = store.Editor(who.name, who.role)
+    store.set_budget(ctx.db, tid, body.limit, body.thresholds, body.hard_cap, body.notice_s, editor)
     return reports.bill(ctx.db, tid)["budget"] or {}
+
+
+@router.get("/budget/changes")
+def budget_changes(
+    tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> list[dict]:
+    """Who changed the budget, when, from what to what."""
+    tid = _tenant(ctx, who, tenant)
+    return [
+        {"at": c.created_at.isoformat(), "user": c.user_name, "role": c.role, "before": c.before, "after": c.after}
+        for c in store.budget_changes(ctx.db, tid)
+    ]
 
 
 def _sub_out(r) -> dict:  # type: ignore[no-untyped-def]

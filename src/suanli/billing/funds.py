@@ -1,0 +1,194 @@
+"""Prepaid means prepaid: may a tenant start work, and must its running work stop?
+
+Every tenant an operator creates pays in advance (``prepaid``): new work starts only
+if what the tenant has left covers its first billing unit (6 s of its hourly rate),
+and once running work has spent the balance it gets a notice of ``grace_s`` and is
+then stopped (the control plane acts: instances stop and keep their disk, jobs are
+requeued from their checkpoint). An operator may give a tenant ``credit`` (its balance
+may go down to minus the credit limit) or ``postpaid`` terms (no limit; billed by
+invoice). The operator's own tenant, created on first start, is post-paid.
+
+"Left" is the balance less what is accruing and not yet rated (``rater.accruing``), so
+the rule acts within seconds, not when a rating run posts. Reads only, except
+``low_balance_alerts``, which writes billing's own notices.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from suanli.billing import rater, spot
+from suanli.billing.metering import UNIT_MS
+from suanli.billing.money import as_text, fmt, fmt_price
+from suanli.billing.quote import quote
+from suanli.billing.store import balance, current_book, now_ms
+from suanli.billing.tables import DEFAULT_GRACE_S, Notice, TermsRow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Terms:
+    tenant_id: int
+    terms: str = "prepaid"
+    credit_limit: int = 0  # micro-units the balance may go below zero (credit terms)
+    grace_s: int = DEFAULT_GRACE_S
+    low_balance: int | None = None  # alert when what is left drops below this
+    low_alerted: bool = False
+
+    def left(self, bal: int, accruing: int) -> int | None:
+        """What the tenant may still spend; None when post-paid (no limit)."""
+        if self.terms == "postpaid":
+            return None
+        return bal - accruing + (self.credit_limit if self.terms == "credit" else 0)
+
+
+def first_unit(per_hour: int) -> int:
+    """The charge for one billing unit at ``per_hour`` micro-units an hour, rounded up."""
+    return -(-per_hour * UNIT_MS // 3_600_000)
+
+
+def refusal(terms: Terms, bal: int, accruing: int, per_hour: int, currency: str) -> str | None:
+    """Why new work at ``per_hour`` may not start under ``terms``, or None. Pure."""
+    left = terms.left(bal, accruing)
+    need = first_unit(per_hour)
+    if left is None or need == 0 or left >= need:
+        return None
+    owed = f" after {fmt_price(accruing, currency)} accruing" if accruing > 0 else ""
+    credit = f" plus credit {fmt(terms.credit_limit, currency)}" if terms.terms == "credit" else ""
+    return (
+        f"prepaid balance {fmt(bal, currency)}{credit} leaves {fmt(left, currency)}{owed}; this work costs "
+        f"{fmt(per_hour, currency)}/h, its first {UNIT_MS // 1000}-second unit {fmt_price(need, currency)}: "
+        "ask an operator to top up (suanli topup TENANT AMOUNT)"
+    )
+
+
+def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
+    """Each tenant's terms; a tenant without a row is prepaid with the defaults."""
+    ids = set(tenant_ids)
+    out = {t: Terms(t) for t in ids}
+    for r in s.scalars(select(TermsRow).where(TermsRow.tenant_id.in_(ids))):
+        out[r.tenant_id] = Terms(r.tenant_id, r.terms, r.credit_limit_micros, r.grace_s, r.low_balance_micros, r.low_alerted)
+    return out
+
+
+def per_hour(s: Session, request: Any, num_nodes: int, disk_gib: int = 0, bid: int | None = None) -> int:
+    """The most ``request`` (a scheduler Request) can cost an hour wherever it may land:
+    its GPUs at the current price book (spot at the market now, capped by the bid)
+    plus its disk."""
+    mk = spot.market(s)
+    models = sorted(request.gpu_models) or mk.models()
+    milli = spot.demand_milli(request, num_nodes)
+    lines = quote(
+        mk.book,
+        models,
+        request.gpu_count,
+        request.gpu_milli,
+        num_nodes,
+        request.priority.value,
+        None,
+        disk_gib,
+        None if bid is None else as_text(bid),
+        utilisation={m: mk.utilisation(m, milli) for m in models},
+    )
+    return max((q.per_hour for q in lines), default=0)
+
+
+def start_refusal(s: Session, tenant_id: int, cost_per_hour: int, at_ms: int | None = None) -> str | None:
+    """Why this tenant may not start new work costing ``cost_per_hour``, or None."""
+    at = now_ms() if at_ms is None else at_ms
+    terms = terms_of(s, [tenant_id])[tenant_id]
+    if terms.terms == "postpaid":
+        return None
+    currency = current_book(s, at)[1].currency
+    return refusal(terms, balance(s, tenant_id), rater.accruing(None, tenant_id, at, session=s), cost_per_hour, currency)
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    tenant_id: int
+    reason: str
+    grace_s: int
+
+
+def out_of_funds(s: Session, tenant_ids: Iterable[int], at_ms: int | None = None) -> list[Shortfall]:
+    """Tenants among ``tenant_ids`` (those with running work) whose prepaid balance (or
+    credit) is spent, running work counted. A tenant whose figures cannot be read is
+    logged and skipped: one tenant's odd data must not lift everyone's limit."""
+    at = now_ms() if at_ms is None else at_ms
+    currency = current_book(s, at)[1].currency
+    out = []
+    for tid, terms in sorted(terms_of(s, tenant_ids).items()):
+        if terms.terms == "postpaid":
+            continue
+        try:
+            bal, acc = balance(s, tid), rater.accruing(None, tid, at, session=s)
+        except Exception:
+            log.exception("funds: cannot read tenant %s's balance; skipped this pass", tid)
+            continue
+        left = terms.left(bal, acc)
+        if left is not None and left <= 0:
+            out.append(
+                Shortfall(
+                    tid,
+                    f"prepaid balance spent ({fmt(bal, currency)}, {fmt(acc, currency)} accruing); "
+                    f"top up within {terms.grace_s} s or running work stops",
+                    terms.grace_s,
+                )
+            )
+    return out
+
+
+def low_balance_alerts(s: Session, at_ms: int | None = None) -> list[str]:
+    """One alert each time a tenant's remaining funds drop below its threshold (re-armed
+    once they are above it again); writes billing notices, returns them as text."""
+    at = now_ms() if at_ms is None else at_ms
+    currency = current_book(s, at)[1].currency
+    actions = []
+    for row in s.scalars(select(TermsRow).where(TermsRow.low_balance_micros.is_not(None)).order_by(TermsRow.tenant_id)):
+        try:
+            bal, acc = balance(s, row.tenant_id), rater.accruing(None, row.tenant_id, at, session=s)
+        except Exception:
+            log.exception("low balance: cannot read tenant %s's balance; skipped this pass", row.tenant_id)
+            continue
+        left, threshold = bal - acc, row.low_balance_micros or 0
+        low = left < threshold
+        if low and not row.low_alerted:
+            s.add(
+                Notice(
+                    tenant_id=row.tenant_id,
+                    kind="alert",
+                    message=f"balance low: {fmt(left, currency)} left, below your alert at {fmt(threshold, currency)}",
+                )
+            )
+            actions.append(f"tenant {row.tenant_id}: low balance")
+        row.low_alerted = low
+    return actions
+
+
+def terms_doc(s: Session, tenant_id: int, at_ms: int | None = None) -> dict:
+    """A tenant's terms and what it has left, as the API shows them."""
+    at = now_ms() if at_ms is None else at_ms
+    t = terms_of(s, [tenant_id])[tenant_id]
+    currency = current_book(s, at)[1].currency
+    bal, acc = balance(s, tenant_id), rater.accruing(None, tenant_id, at, session=s)
+    left = t.left(bal, acc)
+    money = lambda m: None if m is None else float(as_text(m))  # noqa: E731
+    return {
+        "tenant_id": tenant_id,
+        "terms": t.terms,
+        "credit_limit": money(t.credit_limit),
+        "grace_s": t.grace_s,
+        "low_balance": money(t.low_balance),
+        "balance": money(bal),
+        "accruing": money(acc),
+        "left": money(left),
+        "left_text": "no limit (post-paid)" if left is None else fmt(left, currency),
+        "currency": currency,
+    }
