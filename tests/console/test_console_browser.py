@@ -132,6 +132,29 @@ def test_a_member_sees_billing_but_not_operator_controls(page: Page, console_ser
     expect(page.locator("#flash")).to_contain_text("(forbidden)")
 
 
+def test_an_operator_tops_up_a_prepaid_tenant_and_its_member_sees_what_is_left(page: Page, console_server: LiveServer) -> None:
+    admin = console_server.client()
+    admin.create_tenant("lab")
+    member = admin.create_user("renter", role="member", tenant="lab")
+    sign_in(page, console_server.token)
+    page.click("a[href='#billing']")
+    form = page.locator("#topup")
+    form.locator("input[name=tenant]").fill("lab")
+    form.locator("input[name=amount]").fill("12.50")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("Topped up lab by 12.50")
+    expect(page.locator("#left")).to_have_text("post-paid")  # the operator's own tenant
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(page, member["token"])
+    page.click("a[href='#billing']")
+    expect(page.locator("#left")).to_have_text("¥12.50 left")
+    assert page.locator("#topup").count() == 0  # members do not top up
+    page.locator("#low-balance input[name=low_balance]").fill("5")
+    page.locator("#low-balance button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("Low-balance alert set at 5")
+    assert admin.request("GET", "/v1/billing/terms", params={"tenant": "lab"})["low_balance"] == 5.0
+
+
 def test_the_advisor_says_what_fits_here_and_what_it_costs(page: Page, console_server: LiveServer) -> None:
     sign_in(page, console_server.token)
     page.click("a[href='#advisor']")

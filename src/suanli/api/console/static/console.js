@@ -423,8 +423,50 @@ async function liveImages() {
       "No images offered: operators add them here or with `suanli images add`."));
 }
 
+async function formBilling() {
+  // Everyone: an alert when the balance runs low. Operators: top-ups and payment terms.
+  const alert = el("form", { class: "inline", id: "low-balance" },
+    el("label", {}, "Alert me when less than this is left", el("input", { name: "low_balance", placeholder: "e.g. 50 (empty: off)", style: "width:10em" })),
+    el("button", { type: "submit" }, "Set alert"));
+  alert.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const v = String(new FormData(alert).get("low_balance") || "").trim();
+    await act(v ? `Low-balance alert set at ${v}.` : "Low-balance alert off.", () => api("PUT", "/v1/billing/terms", { low_balance: v }));
+  });
+  if (!isOperator()) return el("section", {}, el("h2", {}, "Low-balance alert"), alert);
+  const topup = el("form", { class: "inline", id: "topup" },
+    el("label", {}, "Tenant", el("input", { name: "tenant", required: true, style: "width:9em" })),
+    el("label", {}, "Amount", el("input", { name: "amount", required: true, placeholder: "500", style: "width:7em" })),
+    el("label", {}, "Memo", el("input", { name: "memo", placeholder: "bank transfer 7731" })),
+    el("button", { type: "submit" }, "Top up"));
+  topup.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(topup);
+    const body = { tenant: String(f.get("tenant")), amount: String(f.get("amount")), memo: String(f.get("memo") || "") };
+    if (await act(`Topped up ${body.tenant} by ${body.amount}.`, () => api("POST", "/v1/billing/topups", body))) topup.reset();
+  });
+  const terms = el("form", { class: "inline", id: "terms" },
+    el("label", {}, "Tenant", el("input", { name: "tenant", required: true, style: "width:9em" })),
+    el("label", {}, "Terms", el("select", { name: "terms" }, ...["prepaid", "credit", "postpaid"].map((t) => el("option", { value: t }, t)))),
+    el("label", {}, "Credit limit", el("input", { name: "credit_limit", placeholder: "credit only", style: "width:7em" })),
+    el("label", {}, "Grace (s)", el("input", { name: "grace_s", type: "number", min: 0, placeholder: "300", style: "width:6em" })),
+    el("button", { type: "submit" }, "Set terms"));
+  terms.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(terms);
+    const body = { tenant: String(f.get("tenant")), terms: String(f.get("terms")) };
+    if (String(f.get("credit_limit") || "").trim()) body.credit_limit = String(f.get("credit_limit")).trim();
+    if (String(f.get("grace_s") || "").trim()) body.grace_s = Number(f.get("grace_s"));
+    await act(`Terms of ${body.tenant}: ${body.terms}.`, () => api("PUT", "/v1/billing/terms", body));
+  });
+  return el("section", {}, el("h2", {}, "Top-ups and payment terms"),
+    el("p", { class: "muted" }, "New tenants pay in advance: work starts only while their balance covers it."),
+    topup, terms, el("h2", {}, "Low-balance alert (your tenant)"), alert);
+}
+
 async function viewBilling() {
   const b = await api("GET", "/v1/billing/bill");
+  const t = b.terms;
   const hours = (s) => (s / 3600).toFixed(2);
   return [
     el("section", {}, el("h2", {}, `Account of ${b.tenant} — ${b.period}`),
@@ -432,6 +474,8 @@ async function viewBilling() {
         el("div", {}, el("div", { class: "muted" }, "Balance"), el("div", { class: "big", id: "balance" }, b.balance_text)),
         el("div", {}, el("div", { class: "muted" }, "This month"), el("div", { class: "big" }, b.current_period_total_text)),
         el("div", {}, el("div", { class: "muted" }, "Running now, not yet billed"), el("div", { class: "big" }, b.accruing_text)),
+        t && el("div", {}, el("div", { class: "muted" }, `Terms: ${t.terms}${t.low_balance !== null ? `, alert below ${t.low_balance}` : ""}`),
+          el("div", { class: "big", id: "left" }, t.terms === "postpaid" ? "post-paid" : `${t.left_text} left`)),
         b.budget && b.budget.limit !== null && el("div", {}, el("div", { class: "muted" }, "Budget"),
           el("div", { class: "big" }, `${b.budget.limit} ${b.currency}${b.budget.hard_cap ? " (hard cap)" : ""}`)))),
     el("section", {}, el("h2", {}, "Charges this month"),
@@ -529,7 +573,7 @@ const VIEWS = {
   jobs: { form: formJob, live: liveJobs },
   keys: { form: formKeys, live: liveKeys },
   images: { form: formImages, live: liveImages },
-  billing: { live: viewBilling },
+  billing: { form: formBilling, live: viewBilling },
   nodes: { live: viewNodes },
   events: { live: viewEvents },
   advisor: { form: formAdvisor, live: async () => [] },
