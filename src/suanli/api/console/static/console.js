@@ -581,7 +581,13 @@ const VIEWS = {
 
 // -- the page --------------------------------------------------------------------------
 
+// Renders overlap (a tab click while the refresh timer's render waits on the API): only
+// the newest may touch the page, or an older one rebuilds a form the user is typing into.
+let renderGen = 0;
+
 async function render() {
+  const gen = ++renderGen;
+  const stale = () => gen !== renderGen;
   clearTimeout(timer);
   const view = document.getElementById("view");
   const tabs = document.getElementById("tabs");
@@ -595,7 +601,9 @@ async function render() {
   }
   try {
     me = me || await api("GET", "/v1/me");
+    if (stale()) return;
   } catch (e) {
+    if (stale()) return;
     if (e.status === 401) {
       localStorage.removeItem(TOKEN_KEY);
       flash("That token was not accepted: " + e.message);
@@ -618,11 +626,15 @@ async function render() {
   try {
     if (view.dataset.view !== name) {
       const form = VIEWS[name].form ? await VIEWS[name].form() : "";
+      if (stale()) return;
       view.replaceChildren(form, el("div", { id: "live" }), el("section", { id: "logs", hidden: true }));
       view.dataset.view = name;
     }
-    document.getElementById("live").replaceChildren(...[await VIEWS[name].live()].flat());
+    const live = [await VIEWS[name].live()].flat();
+    if (stale()) return;
+    document.getElementById("live").replaceChildren(...live);
   } catch (e) {
+    if (stale()) return;
     flash(e instanceof ApiError ? `${e.message} (${e.code})` : String(e));
   }
   timer = setTimeout(render, REFRESH_MS);
