@@ -14,13 +14,14 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from suanli import gpu_names
 from suanli.billing import ledger, plans
 from suanli.billing.money import MoneyError, fmt, to_micros
 from suanli.billing.pricebook import PriceBook, PriceBookError, default_book, parse
 from suanli.billing.quotas import QOS_RANK
 from suanli.billing.tables import BudgetRow, Grant, LedgerEntry, Posting, PriceVersion, Subscription, Transfer
 from suanli.clock import SYSTEM
-from suanli.db.models import Tenant
+from suanli.db.models import Node, Tenant
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
 
@@ -193,7 +194,7 @@ def create_grant(db: Database, spec: GrantSpec) -> Grant:
     with db.transaction() as s:
         row = Grant(
             tenant_id=tenant_id_of(s, spec.tenant),
-            gpu_model=spec.gpu_model or None,
+            gpu_model=grant_model(s, spec.gpu_model),
             max_gpu_milli=int(round(spec.max_gpus * 1000)),
             gpu_minutes=spec.gpu_minutes,
             qos=spec.qos,
@@ -202,6 +203,19 @@ def create_grant(db: Database, spec: GrantSpec) -> Grant:
         s.add(row)
         s.flush()
         return row
+
+
+def grant_model(s: Session, name: str | None) -> str | None:
+    """A grant's model as a node registered it (``a100`` -> ``A100-80G``), so the grant
+    lists the name the platform shows; a catalog GPU no node has yet keeps the catalog's
+    name; anything else is refused with the choices (a grant for a typo covers nothing)."""
+    if not name:
+        return None
+    registered = tuple(sorted(set(s.scalars(select(Node.gpu_model).distinct()))))
+    hit = gpu_names.lookup(name, registered) or gpu_names.canonical_or_none(name)
+    if hit is None:
+        raise BillingError(f"gpu_model: unknown GPU model {name!r}; choose one of: {', '.join(registered) or 'none registered'}")
+    return hit
 
 
 def list_grants(db: Database, tenant_id: int | None = None) -> list[Grant]:
