@@ -154,3 +154,5 @@ def test_prices_set_takes_every_spelling_for_one_book_entry(server: Server, cli)
         assert next(g for g in gpus if g["model"] == row)["on_demand"].startswith(price), (spelling, row)
     cli("prices", "set", "h200", "on-demand", "30")  # a GPU no node has yet is priced under the catalog's name
     assert "H200 SXM 141GB" in [g["model"] for g in json.loads(cli("prices", "list", "--json"))["book"]["gpus"]]
+    out = cli("prices", "set", "voodoo5", "on-demand", "1", code=1)
+    assert "unknown GPU model 'voodoo5'" in out and "A100-80G" in out and "RTX 4090" in out, out
