@@ -7,8 +7,12 @@ name; else through ``ALIASES`` (names that match several rows on purpose: "H100"
 means the SXM part); else when every token of it occurs in exactly one row's name
 (the SXM/OAM part preferred among several).
 
-Both the advisor (``catalog.find_gpu``) and billing (a price book keyed by catalog
-names, looked up by node model names) resolve names here. The catalog's names are
+Every place that takes a GPU model from a user resolves it here, so ``a100``, ``A100``,
+``A100-80G`` and ``A100 80GB SXM4`` mean one GPU everywhere: the advisor's catalog
+(``catalog.find_gpu``, through ``resolve``), billing's price book (keyed by catalog names,
+looked up by node model names, through ``lookup``), the control plane's requests (a
+renter's spelling to the model a node registered, through ``match``) and grants
+(``same``). The catalog's names are
 read from the CSV as data; this module imports nothing from ``suanli``, so anything
 may import it.
 """
@@ -89,4 +93,57 @@ def canonical(name: str) -> str:
     return resolve(name, catalog_names())
 
 
-__all__ = ["ALIASES", "UnknownGpu", "canonical", "catalog_names", "norm", "resolve"]
+@lru_cache(maxsize=4096)
+def canonical_or_none(name: str) -> str | None:
+    """``canonical(name)``, or None for a name the catalog does not know (any name may
+    be registered or priced: a model the datasheets lack is still a model)."""
+    try:
+        return canonical(name)
+    except UnknownGpu:
+        return None
+
+
+def lookup(name: str, names: Sequence[str]) -> str | None:
+    """The one of ``names`` (node models, price-book keys: any spellings) that means the
+    same GPU as ``name``: itself, then the same letters and digits, then the same catalog
+    row (``a100`` finds ``A100-80G``; ``910b`` finds ``Ascend-910B``). The first in
+    ``names`` order when several spellings mean that row; None when none does."""
+    if name in names:
+        return name
+    key = norm(name)
+    for n in names:
+        if norm(n) == key:
+            return n
+    want = canonical_or_none(name)
+    if want is None:
+        return None
+    return next((n for n in names if canonical_or_none(n) == want), None)
+
+
+def match(name: str, names: Sequence[str]) -> str:
+    """``lookup``, or ``UnknownGpu`` naming the choices: what a command says to a renter
+    who asked for a model the platform does not have."""
+    hit = lookup(name, names)
+    if hit is None:
+        known = ", ".join(sorted(names)) or "none"
+        raise UnknownGpu(f"unknown GPU model {name!r}; choose one of: {known}")
+    return hit
+
+
+def same(a: str, b: str) -> bool:
+    """Whether two spellings name one GPU (a grant's model and a request's)."""
+    return lookup(a, (b,)) is not None
+
+
+__all__ = [
+    "ALIASES",
+    "UnknownGpu",
+    "canonical",
+    "canonical_or_none",
+    "catalog_names",
+    "lookup",
+    "match",
+    "norm",
+    "resolve",
+    "same",
+]

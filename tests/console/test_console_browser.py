@@ -165,9 +165,14 @@ def test_the_advisor_says_what_fits_here_and_what_it_costs(page: Page, console_s
     form.locator("input[name=model]").fill("llama-3.1-70b")
     form.locator("button[type=submit]").click()
     expect(page.locator("#memory-total")).to_contain_text("GiB")
+    expect(page.locator("#advice h2").first).to_contain_text("On this platform: on-demand")
     h100 = page.locator("#advice table").first.locator("tr", has_text="H100")
     expect(h100).to_contain_text("TP=2")
     expect(h100).to_contain_text("16 of 16 (virtual)")
+    expect(h100).to_contain_text("on-demand")
+    expect(h100).to_contain_text("19.07")  # this platform's price book, per GPU-hour
+    expect(h100).to_contain_text("38.13")  # 2 x 19.07, not the market's monthly 117.33
+    expect(page.locator("#advice h2").nth(1)).to_contain_text("Market reference prices")
 
 
 def test_an_operator_cordons_a_node(page: Page, console_server: LiveServer) -> None:

@@ -50,6 +50,7 @@ class FitOption:
     training_hours: float | None = None
     total_cost: float | None = None
     rank: int = 0
+    billed_gpus: int | None = None  # GPUs the hourly cost pays for: whole 8-GPU nodes where sold so
 
 
 def _price(book: PriceBook, gpu: GPU) -> Offer | None:
@@ -184,7 +185,7 @@ def fit_training(
 
 def _option(gpu: GPU, count: int, tp: int, pp: int, dp: int, zero: int | None, per_gpu: float, book: PriceBook) -> FitOption:
     offer = _price(book, gpu)
-    hourly = None
+    hourly, billed = None, None
     if offer:  # an 8-GPU bare-metal offer is rented in whole nodes
         billed = -(-count // offer.gpus_per_unit) * offer.gpus_per_unit
         hourly = offer.price_per_gpu_hour * billed
@@ -202,6 +203,7 @@ def _option(gpu: GPU, count: int, tp: int, pp: int, dp: int, zero: int | None, p
         price_plan=offer.plan if offer else None,
         price_source=offer.source if offer else None,
         hourly_cost=hourly,
+        billed_gpus=billed,
     )
 
 

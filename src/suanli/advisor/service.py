@@ -18,6 +18,7 @@ from suanli.advisor.errors import AdvisorError
 from suanli.advisor.fit import FitOption, fit_inference, fit_training
 from suanli.advisor.memory import InferenceEstimate, estimate_inference
 from suanli.advisor.models import ModelArch, resolve_model
+from suanli.advisor.platform import PlatformGpu, on_platform, plan_name, sorted_by
 from suanli.advisor.pricebook import PLANS, PriceBook, load_pricebook
 from suanli.advisor.tco import TCOAssumptions, TCOResult, compute_tco
 from suanli.advisor.timing import DecodeThroughput, TrainingTime, decode_throughput, training_time
@@ -85,6 +86,23 @@ def fit(
     if method == "inference":
         return fit_inference(arch, precision, context, batch, book=book)
     return fit_training(arch, method, seq_len=context, micro_batch=batch, tokens=tokens, book=book, **training)
+
+
+def platform(*, here: list[PlatformGpu], plan: str = "on-demand", **fit_args: Any) -> dict[str, Any]:
+    """The fitting configurations this platform can run, priced from its own book on
+    ``plan`` (``here``: its GPUs, read by the caller from billing and the nodes), and
+    what they are sorted by. ``fit_args`` are ``fit``'s."""
+    options = fit(**fit_args)
+    return {"plan": plan_name(plan), "sorted_by": sorted_by(options), "answers": on_platform(options, here, plan)}
+
+
+def market_ranking(task: str, tokens: float | None = None) -> str:
+    """What the catalog search (``fit``) ranks by, in words a column header can say."""
+    if task_method(task) == "inference":
+        return "price per hour of one replica"
+    if tokens:
+        return "total cost of the run"
+    return "price per unit of work (price per hour / (GPUs x dense BF16 TFLOPS x MFU))"
 
 
 def time(

@@ -12,7 +12,6 @@ plans a seed did not quote are derived with the seed's plan rules and say so.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import lru_cache
@@ -106,6 +105,7 @@ class PriceBook:
     def with_price(self, model: str | None, plan: str, value: str | int | float | Decimal, note: str = "") -> PriceBook:
         """A new book with one price changed (``model`` None for storage/transfer).
         A new model needs ``on_demand`` or ``monthly``; its other plans are derived."""
+        plan = plan.replace("-", "_")  # the CLI's spelling (on-demand) is the book's key (on_demand)
         micros = to_micros(value)
         src = note or "set by operator"
         if model is None or plan in BOOK_FIELDS:
@@ -120,6 +120,7 @@ class PriceBook:
         if key is None:
             if field_ not in ("on_demand", "monthly"):
                 raise PriceBookError(f"{model!r} has no prices yet: set its on_demand or monthly price first")
+            model = gpu_names.canonical_or_none(model) or model  # one name per GPU: the catalog's
             gpus[model] = _derive(model, {field_: micros}, self._rules(), {field_: src})
         else:
             g = gpus[key]
@@ -140,29 +141,17 @@ class PriceBook:
         }
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
-
-
 def resolve_model(name: str, keys: tuple[str, ...]) -> str | None:
-    """A node's model name (``H100``, ``RTX4090``) to the book's key: exact, then
-    spelling-insensitive, then through the GPU catalog's names (``suanli.gpu_names``,
-    the rule the advisor uses: ``H100`` is the book's ``H100 SXM5 80GB``)."""
+    """A node's model name (``H100``, ``RTX4090``) or a renter's (``h100``, ``4090``) to
+    the book's key, by the one rule every command uses (``suanli.gpu_names.lookup``:
+    exact, spelling-insensitive, then the same catalog row: ``H100`` is the book's
+    ``H100 SXM5 80GB``)."""
     return _resolve(name, keys)
 
 
 @lru_cache(maxsize=4096)
 def _resolve(name: str, keys: tuple[str, ...]) -> str | None:
-    if name in keys:
-        return name
-    by_norm = {_norm(k): k for k in keys}
-    if _norm(name) in by_norm:
-        return by_norm[_norm(name)]
-    try:
-        canonical = gpu_names.canonical(name)
-    except Exception:  # unknown to the catalog: no price
-        return None
-    return by_norm.get(_norm(canonical))
+    return gpu_names.lookup(name, keys)
 
 
 def _ratio(value: Any, what: str) -> Decimal:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from suanli import gpu_names
+
 QOS_RANK = {"spot": 0, "on-demand": 1, "reserved": 2}
 
 
@@ -53,8 +55,8 @@ class Decision:
 
 
 def _same(a: str, b: str) -> bool:
-    norm = lambda s: "".join(ch for ch in s.lower() if ch.isalnum())  # noqa: E731
-    return norm(a) == norm(b)
+    """A grant for ``a100`` covers work on the ``A100-80G`` nodes: one rule, ``gpu_names``."""
+    return gpu_names.same(a, b)
 
 
 def _gpus(milli: int) -> str:

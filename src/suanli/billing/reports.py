@@ -167,7 +167,16 @@ def price_list(db: Database) -> dict:
         vid, book = current_book(s)
         versions(s)  # makes sure version 1 exists
         hist = [
-            {"version": r.id, "effective_at": iso(r.effective_ms), "author": r.author, "note": r.note}
+            {
+                "version": r.id,
+                "effective_at": iso(r.effective_ms),
+                # version 1 is effective from the epoch on purpose (usage of any age has a
+                # price); ``since_start`` says so, ``created_at`` when it was written
+                "since_start": r.effective_ms == 0,
+                "created_at": r.created_at.isoformat(timespec="seconds").replace("+00:00", "Z") if r.created_at else None,
+                "author": r.author,
+                "note": r.note,
+            }
             for r in s.scalars(select(PriceVersion).order_by(PriceVersion.id))
         ]
     return {"version": vid, "book": book.to_dict(), "versions": hist}

@@ -14,9 +14,10 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from suanli import gpu_names
 from suanli.billing import ledger, plans
 from suanli.billing.money import MoneyError, fmt, to_micros
-from suanli.billing.pricebook import PriceBook, PriceBookError, default_book, parse
+from suanli.billing.pricebook import BOOK_FIELDS, PriceBook, PriceBookError, default_book, parse, resolve_model
 from suanli.billing.quotas import QOS_RANK
 from suanli.billing.tables import (
     DEFAULT_GRACE_S,
@@ -32,7 +33,7 @@ from suanli.billing.tables import (
     Transfer,
 )
 from suanli.clock import SYSTEM
-from suanli.db.models import Tenant
+from suanli.db.models import Node, Tenant
 from suanli.db.session import Database
 from suanli.errors import Conflict, Forbidden, Invalid, NotFound
 
@@ -98,12 +99,28 @@ def current_book(s: Session, at_ms: int | None = None) -> tuple[int, PriceBook]:
     return live[-1] if live else versions(s)[0][::2]
 
 
+def priced_model(s: Session, book: PriceBook, name: str) -> str:
+    """The model a price is for: one the book prices (any spelling), else one a node
+    registered, else a catalog GPU (by the catalog's name); a name that is none of these
+    is a typo, refused with the choices rather than priced as a new GPU nobody has."""
+    if resolve_model(name, tuple(book.gpus)) is not None:
+        return name
+    registered = tuple(sorted(set(s.scalars(select(Node.gpu_model).distinct()))))
+    hit = gpu_names.lookup(name, registered) or gpu_names.canonical_or_none(name)
+    if hit is None:
+        known = ", ".join(sorted({*book.gpus, *registered}))
+        raise BillingError(f"unknown GPU model {name!r}; choose one of: {known} (or any GPU of the catalog)")
+    return hit
+
+
 def set_price(
     db: Database, author: str, model: str | None, plan: str, value: str, note: str = "", effective_ms: int | None = None
 ) -> int:
     """A new version with one price changed, effective now (or later); returns its id."""
     with db.transaction() as s:
         _, book = current_book(s)
+        if model is not None and plan.replace("-", "_") not in BOOK_FIELDS:
+            model = priced_model(s, book, model)
         try:
             new = book.with_price(model, plan, value, note or f"set by {author}")
         except (PriceBookError, MoneyError) as exc:
@@ -205,7 +222,7 @@ def create_grant(db: Database, spec: GrantSpec) -> Grant:
     with db.transaction() as s:
         row = Grant(
             tenant_id=tenant_id_of(s, spec.tenant),
-            gpu_model=spec.gpu_model or None,
+            gpu_model=grant_model(s, spec.gpu_model),
             max_gpu_milli=int(round(spec.max_gpus * 1000)),
             gpu_minutes=spec.gpu_minutes,
             qos=spec.qos,
@@ -214,6 +231,19 @@ def create_grant(db: Database, spec: GrantSpec) -> Grant:
         s.add(row)
         s.flush()
         return row
+
+
+def grant_model(s: Session, name: str | None) -> str | None:
+    """A grant's model as a node registered it (``a100`` -> ``A100-80G``), so the grant
+    lists the name the platform shows; a catalog GPU no node has yet keeps the catalog's
+    name; anything else is refused with the choices (a grant for a typo covers nothing)."""
+    if not name:
+        return None
+    registered = tuple(sorted(set(s.scalars(select(Node.gpu_model).distinct()))))
+    hit = gpu_names.lookup(name, registered) or gpu_names.canonical_or_none(name)
+    if hit is None:
+        raise BillingError(f"gpu_model: unknown GPU model {name!r}; choose one of: {', '.join(registered) or 'none registered'}")
+    return hit
 
 
 def list_grants(db: Database, tenant_id: int | None = None) -> list[Grant]:

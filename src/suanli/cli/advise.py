@@ -21,6 +21,7 @@ from rich.table import Table
 from suanli.advisor import AdvisorError, service, to_jsonable
 from suanli.advisor.catalog import find_gpu
 from suanli.advisor.memory import InferenceEstimate, fit_on_gpu
+from suanli.advisor.platform import PLAN_NAMES, plan_name
 from suanli.advisor.pricebook import PLANS, load_pricebook
 from suanli.advisor.timing import DecodeThroughput
 
@@ -217,14 +218,22 @@ def fit(
     tokens: str | None = typer.Option(None, help="Training tokens (e.g. 2T) to rank by total cost"),
     mfu: float | None = typer.Option(None, help="Override the default MFU per GPU class"),
     top: int = typer.Option(12, help="Rows to show"),
-    pricebook: Path | None = typer.Option(None, help="Price book YAML (default: seed prices)"),
+    pricebook: Path | None = typer.Option(None, help="Market price book YAML (default: the seed articles' prices)"),
+    plan: str = typer.Option("on-demand", help="This platform's plan to price: on-demand | spot | monthly | reserved"),
+    here: bool | None = typer.Option(
+        None,
+        "--platform/--no-platform",
+        help="Ask the server you logged in to what it can rent and at what price [default: when logged in]",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Which GPU models x counts fit, with the parallelism implied, ranked by cost."""
+    """Which GPU models x counts fit: on this platform (its price book, its nodes) and
+    across the catalog at market reference prices."""
     book = load_pricebook(pricebook)
     training = (
         {} if service.task_method(task) == "inference" else dict(zero=zero, offload=offload, checkpointing=checkpointing, mfu=mfu)
     )
+    n_tokens = parse_count(tokens, "tokens") if tokens else None
     options = service.fit(
         model=model,
         config=config,
@@ -233,16 +242,34 @@ def fit(
         precision=precision,
         context=context,
         batch=batch,
-        tokens=parse_count(tokens, "tokens") if tokens else None,
+        tokens=n_tokens,
         book=book,
         **training,
     )
     name = service.model_of(model, config, params).name
+    query = {"model": model, "params": params, "task": task, "precision": precision, "context": context, "batch": batch}
+    query |= {"tokens": n_tokens, "plan": plan_name(plan), "training": {k: v for k, v in training.items() if v is not None}}
+    platform, note = platform_answers({k: v for k, v in query.items() if v is not None}, here, config is not None)
+    ranking = service.market_ranking(task, n_tokens)
     if json_out:
-        return emit_json({"model": name, "task": task, "options": options})
-    table = Table(title=f"{name} {task}: smallest fitting configuration per GPU")
-    for col in ("#", "GPU", "GPUs", "parallelism", "per GPU", "used", "price/GPU-h", "per hour"):
-        table.add_column(col, justify="right" if col not in ("GPU", "parallelism") else "left")
+        return emit_json(
+            {
+                "model": name,
+                "task": task,
+                "platform": platform,
+                "platform_note": note,
+                "options": options,
+                "options_are": f"market reference prices ({MARKET}), not this platform's",
+                "options_ranked_by": ranking,
+            }
+        )
+    if platform is not None:
+        print_platform(name, task, platform)
+    elif note:
+        console.print(f"[dim]this platform: {note}[/dim]")
+    table = Table(title=f"{name} {task}: every catalog GPU at market reference prices ({MARKET}), by {ranking}")
+    for col in ("#", "GPU", "GPUs", "parallelism", "per GPU", "used", "price/GPU-h", "plan", "per hour"):
+        table.add_column(col, justify="right" if col not in ("GPU", "parallelism", "plan") else "left")
     if tokens:
         table.add_column("hours", justify="right")
         table.add_column("total", justify="right")
@@ -255,7 +282,8 @@ def fit(
             f"{o.per_gpu_bytes / 1e9:,.1f} GB",
             f"{o.memory_used_fraction:.0%}",
             money(o.price_per_gpu_hour, book.currency),
-            money(o.hourly_cost, book.currency),
+            plan_name(o.price_plan) if o.price_plan else "—",
+            money(o.hourly_cost, book.currency) + _billed_note(o.gpus, o.billed_gpus),
         ]
         if tokens:
             row += [f"{o.training_hours:,.1f}" if o.training_hours else "—", money(o.total_cost, book.currency)]
@@ -263,6 +291,72 @@ def fit(
     console.print(table)
     if not options:
         console.print("nothing in the catalog fits; try a lower precision, ZeRO-3 or offload")
+
+
+MARKET = "the seed articles' providers"
+
+
+def _billed_note(gpus: int, billed: int | None) -> str:
+    """Why 2 GPUs cost what 8 do: the offer is a bare-metal node rented whole."""
+    return f" ({billed} GPUs billed: whole nodes)" if billed and billed != gpus else ""
+
+
+def _book_plan(plan: str) -> str:
+    """A plan as the flags take it (``on-demand``) to the market book's key (``on_demand``)."""
+    return plan_name(plan).replace("-", "_")
+
+
+def platform_answers(query: dict[str, Any], want: bool | None, has_config: bool) -> tuple[dict[str, Any] | None, str]:
+    """This platform's answer to ``query`` (``POST /v1/advise/platform``) and, when there
+    is none, why. Asked when ``want`` is True, or by default when a token is configured;
+    a server that does not answer is an error only when it was asked for by name."""
+    from suanli.cli import remote
+    from suanli.client import ApiError, load_settings
+
+    if want is False:
+        return None, "not asked (--no-platform)"
+    if has_config:
+        return None, "a local config.json is not sent to the server; give --model or --params"
+    if want is None and not load_settings().token:
+        return None, "not logged in (suanli login): market reference prices only"
+    try:
+        return remote.client().request("POST", "/v1/advise/platform", json=query), ""
+    except ApiError as exc:
+        if want:
+            raise AdvisorError(f"this platform did not answer ({exc.code}): {exc.message}") from None
+        return None, f"the server did not answer ({exc.code}): {exc.message}"
+
+
+def print_platform(name: str, task: str, platform: dict[str, Any]) -> None:
+    """The platform's answers as a table whose title says the plan and the order."""
+    by = "total cost of the run" if platform["sorted_by"] == "total_cost" else "price per hour"
+    table = Table(title=f"{name} {task} on this platform ({platform['plan']}, its price book), cheapest first by {by}")
+    cols = ("#", "GPU", "GPUs", "nodes", "parallelism", "used", "plan", "price/GPU-h", "per hour", "free now")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("GPU", "parallelism", "plan", "free now") else "right")
+    with_total = platform["sorted_by"] == "total_cost"
+    if with_total:
+        table.add_column("hours", justify="right")
+        table.add_column("total", justify="right")
+    for a in platform["answers"]:
+        row = [
+            str(a["rank"]),
+            a["model"],
+            str(a["gpus"]),
+            str(a["nodes"]),
+            a["parallelism"],
+            f"{a['memory_used_fraction']:.0%}",
+            a["plan"],
+            money(a["price_per_gpu_hour"], a["currency"]),
+            money(a["price_per_hour"], a["currency"]),
+            f"yes ({a['free']} of {a['total']} free)" if a["free_now"] else f"no ({a['free']} of {a['total']} free)",
+        ]
+        if with_total:
+            row += [f"{a['training_hours']:,.1f}", money(a["total_cost"], a["currency"])]
+        table.add_row(*row)
+    console.print(table)
+    if not platform["answers"]:
+        console.print("no GPU on this platform can hold it (or its nodes are too few for the GPUs it needs)")
 
 
 # ---- time --------------------------------------------------------------------------------
@@ -329,7 +423,7 @@ def cost(
     gpu: str | None = typer.Option(None, help="GPU model, e.g. H100 (or give --model)"),
     gpus: int = typer.Option(1, help="Number of GPUs"),
     hours: float | None = typer.Option(None, help="Hours of work (serving hours for inference)"),
-    plan: list[str] = typer.Option(list(PLANS), help="Plans to price (repeat the option)"),
+    plan: list[str] = typer.Option(list(PLAN_NAMES), help="Plans to price (repeat the option)"),
     model: str | None = ModelOpt,
     config: Path | None = ConfigOpt,
     params: str | None = ParamsOpt,
@@ -363,7 +457,7 @@ def cost(
         if json_out:
             return emit_json({"currency": book.currency, "configurations": rows})
         table = Table(title=f"cost per fitting configuration ({book.currency})")
-        for col in ("#", "configuration", "hours", *PLANS):
+        for col in ("#", "configuration", "hours", *map(plan_name, PLANS)):
             table.add_column(col, justify="left" if col == "configuration" else "right")
         for row in rows:
             o, best = row["option"], row["best_per_plan"]
@@ -377,7 +471,7 @@ def cost(
         return None
     if gpu is None or hours is None:
         raise AdvisorError("give --gpu and --hours, or --model (with --tokens or --hours)")
-    result = service.cost(gpu=gpu, gpus=gpus, hours=hours, plans=tuple(plan), book=book)
+    result = service.cost(gpu=gpu, gpus=gpus, hours=hours, plans=tuple(_book_plan(p) for p in plan), book=book)
     if json_out:
         return emit_json(result)
     table = Table(title=f"{gpus} x {result['gpu']} for {hours:g} h")
@@ -387,7 +481,7 @@ def cost(
         tag = " (derived)" if line.derived else ""
         table.add_row(
             line.provider,
-            line.plan + tag,
+            plan_name(line.plan) + tag,
             money(line.rate_per_gpu_hour, line.currency),
             f"{line.billed_gpu_hours:,.0f}",
             money(line.total, line.currency),

@@ -32,6 +32,12 @@ def _dec(text: str, places: int) -> str:
     return f"{Decimal(text):,.{places}f}"
 
 
+def _plan(plan: str | None) -> str:
+    """A plan as the flags take it (``on-demand``), not as the API's JSON keys it
+    (``on_demand``): a table should print what a renter can type back."""
+    return (plan or "").replace("_", "-")
+
+
 def _params(**kw) -> dict:  # type: ignore[no-untyped-def]
     return {k: v for k, v in kw.items() if v not in (None, False)}
 
@@ -56,7 +62,7 @@ def usage(
                 f"{r['workload_kind'] or '-'} {r['workload_id'] or ''}",
                 r["kind"],
                 r["gpu_model"] or "-",
-                r["plan"],
+                _plan(r["plan"]),
                 r["started_at"],
                 r["ended_at"],
                 r["billed_seconds"],
@@ -90,7 +96,7 @@ def bill(
     table(
         "Charges this month",
         ["KIND", "GPU", "PLAN", "BILLED S", "AMOUNT"],
-        [[c["kind"], c["gpu_model"] or "-", c["plan"], c["billed_seconds"], f"{c['amount']:.4f}"] for c in b["charges"]],
+        [[c["kind"], c["gpu_model"] or "-", _plan(c["plan"]), c["billed_seconds"], f"{c['amount']:.4f}"] for c in b["charges"]],
     )
     for n in b["notices"][:5]:
         typer.echo(f"[{n['kind']}] {n['message']}")
@@ -123,14 +129,17 @@ def invoice(
     table(
         f"Invoice {doc['month']} - {doc['tenant']['name']}",
         ["KIND", "GPU", "PLAN", "QUANTITY", "AMOUNT"],
-        [[ln["kind"], ln["gpu_model"] or "-", ln["plan"], ln["quantity"], ln["amount_text"]] for ln in doc["lines"]],
+        [[ln["kind"], ln["gpu_model"] or "-", _plan(ln["plan"]), ln["quantity"], ln["amount_text"]] for ln in doc["lines"]],
     )
     typer.echo(f"total {doc['total_text']}   balance {doc['balance_text']}")
 
 
 @prices_app.command("list")
-def prices_list(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Current prices per GPU model and plan, with sources."""
+def prices_list(
+    as_json: bool = typer.Option(False, "--json"),
+    sources: bool = typer.Option(False, "--sources", help="Also show where each price comes from (seed quotes, rules)."),
+) -> None:
+    """Current prices per GPU model and plan (``--sources``: where each comes from)."""
     with api_errors():
         p = _req("GET", "/v1/billing/prices")
     if as_json:
@@ -138,7 +147,7 @@ def prices_list(as_json: bool = typer.Option(False, "--json")) -> None:
     b = p["book"]
     table(
         f"Price book v{p['version']} ({b['currency']})",
-        ["GPU", "ON-DEMAND /h", "MONTHLY /GPU", "RESERVED /GPU-yr", "SPOT /h", "SOURCE"],
+        ["GPU", "ON-DEMAND /h", "MONTHLY /GPU", "RESERVED /GPU-yr", "SPOT /h", *(["SOURCE"] if sources else [])],
         [
             [
                 g["model"],
@@ -146,7 +155,7 @@ def prices_list(as_json: bool = typer.Option(False, "--json")) -> None:
                 _dec(g["monthly"], 2),
                 _dec(g["reserved"], 2),
                 f"{_dec(g['spot_floor'], 4)}..{_dec(g['spot_cap'], 4)}",
-                g["sources"].get("on_demand", "")[:60],
+                *([g["sources"].get("on_demand", "")[:60]] if sources else []),
             ]
             for g in b["gpus"]
         ],
@@ -156,14 +165,24 @@ def prices_list(as_json: bool = typer.Option(False, "--json")) -> None:
         f"transfer {b['transfer']['per_gib']}/GiB"
     )
     for v in p["versions"][-5:]:
-        typer.echo(f"  v{v['version']} from {v['effective_at']} by {v['author']}: {v['note']}")
+        typer.echo(f"  v{v['version']} {_since(v)} by {v['author']}: {v['note']}")
+
+
+def _since(v: dict) -> str:
+    """When a version took effect. The first version applies from the start of the
+    platform's history (its effective time is the epoch, so usage of any age has a
+    price): say that, and when it was written, rather than print 1970-01-01."""
+    if v.get("since_start"):
+        created = f", written {v['created_at']}" if v.get("created_at") else ""
+        return f"since the platform started{created}"
+    return f"from {v['effective_at']}"
 
 
 @prices_app.command("set")
 def prices_set(
     model: str = typer.Argument(..., help="GPU model, or '-' for storage/storage_stopped/transfer."),
     plan: str = typer.Argument(
-        ..., help="on_demand | monthly | reserved | spot | spot_floor | spot_cap | storage | storage_stopped | transfer"
+        ..., help="on-demand | monthly | reserved | spot | spot-floor | spot-cap | storage | storage-stopped | transfer"
     ),
     price: str = typer.Argument(
         ..., help="Decimal in the book's currency (per GPU-hour, GPU-month, GPU-term, GiB-month or GiB)."
@@ -175,7 +194,7 @@ def prices_set(
         p = _req(
             "PUT",
             "/v1/billing/prices",
-            json={"gpu_model": None if model == "-" else model, "plan": plan, "price": price, "note": note},
+            json={"gpu_model": None if model == "-" else model, "plan": plan.replace("-", "_"), "price": price, "note": note},
         )
     typer.echo(f"price book version {p['version']}")
 
@@ -341,7 +360,7 @@ def subs_list(tenant: str = typer.Option(None), as_json: bool = typer.Option(Fal
         [
             [
                 r["id"],
-                r["plan"],
+                _plan(r["plan"]),
                 f"{r['gpu_count']} x {r['gpu_model']}",
                 r["start"],
                 r["end"],
@@ -371,7 +390,7 @@ def subs_buy(
             json={"tenant": tenant, "plan": plan, "gpu_model": gpu, "gpu_count": count, "months": months},
         )
     print_json(r) if as_json else typer.echo(
-        f"subscription {r['id']}: {r['plan']} {r['gpu_count']} x {r['gpu_model']} until {r['end']}, fee {r['fee']:.2f}"
+        f"subscription {r['id']}: {_plan(r['plan'])} {r['gpu_count']} x {r['gpu_model']} until {r['end']}, fee {r['fee']:.2f}"
     )
 
 
@@ -398,7 +417,7 @@ def quote_task(task_file: Path, hours: float | None, disk: int, max_price: str |
         f"Quote ({q['currency']}){'' if hours is None else f' for {hours:g} h'}",
         ["GPU", "PLAN", "GPUS", "PER HOUR", "MAX COST", "NOTE"],
         [
-            [x["gpu_model"], x["plan"], f"{x['gpus']:g}", x["per_hour_text"], x["total_text"] or "-", x["note"]]
+            [x["gpu_model"], _plan(x["plan"]), f"{x['gpus']:g}", x["per_hour_text"], x["total_text"] or "-", x["note"]]
             for x in q["quotes"]
         ],
     )

@@ -62,7 +62,11 @@ def _wait(instance_id: int, timeout_s: float) -> dict:
 
 @app.command("create")
 def create(
-    gpu: str = typer.Option(None, "--gpu", help="GPU model and count, MODEL[:COUNT], e.g. H100:2 (case-insensitive)."),
+    gpu: str = typer.Option(
+        None,
+        "--gpu",
+        help="GPU model and count, MODEL[:COUNT], e.g. H100:2 or a100 (any spelling of a model `suanli gpus` lists).",
+    ),
     gpu_milli: int = typer.Option(0, "--gpu-milli", help="A fraction of one GPU in milli (1..999), e.g. 500."),
     image: str = typer.Option(None, help="Image name, one of `suanli images list` [default: the platform's default image]."),
     port: list[int] = typer.Option(

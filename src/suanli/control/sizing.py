@@ -1,7 +1,7 @@
 """Turn what a renter asked for into a concrete, checked request.
 
-Shared by instances and jobs: model names resolve case-insensitively against
-the registered nodes, requests that no node could ever hold are rejected up
+Shared by instances and jobs: model names resolve against the registered nodes by
+the one rule of ``suanli.gpu_names`` (``a100`` is the ``A100-80G`` a node registered), requests that no node could ever hold are rejected up
 front (422, naming the field) instead of queueing forever, and CPU/memory get
 defaults proportional to the GPU share.
 """
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from suanli import gpu_names
 from suanli.control.nodes import canonical_models
 from suanli.errors import Invalid
 
@@ -44,7 +45,8 @@ def size(
     models = canonical_models(session)
     chosen: list[str] = []
     if model:
-        hit = models.get(model.lower())
+        key = gpu_names.lookup(model, tuple(models))
+        hit = None if key is None else models[key]
         if hit is None:
             known = ", ".join(sorted(m for m, _ in models.values())) or "none registered"
             raise Invalid(f"{field}: unknown GPU model {model!r}; available: {known}")

@@ -34,7 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from suanli.billing.money import MoneyError, parse_max_price
 
-ACCEL = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?::\s*(\d+)\s*)?$")
+#: MODEL[:COUNT]; a model may have inner spaces, so the catalog's own names ("A100 80GB
+#: SXM4:2") are accepted like the nodes' ("A100-80G:2") and the short ones ("a100:2").
+ACCEL = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._ -]*[A-Za-z0-9._-])?)\s*(?::\s*(\d+)\s*)?$")
 
 
 @dataclass(frozen=True)

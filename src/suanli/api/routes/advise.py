@@ -1,5 +1,9 @@
 """Advisor API: thin JSON wrappers over ``suanli.advisor.service`` (memory, fit, TCO).
 
+``/fit`` answers for every catalog GPU at the seed articles' market prices (a
+reference); ``/platform`` answers for this platform: its own price book (the offers
+``suanli gpus`` shows) and the configurations its nodes can hold.
+
 The request bodies mirror the service keywords; a model comes by bundled name or
 parameter count (a server never reads a ``config.json`` path a client names).
 Advisor errors are 422 with the advisor's message, which names the bad value.
@@ -17,6 +21,7 @@ from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
 from suanli.control import nodes
 from suanli.control.auth import Principal
+from suanli.control.platform_gpus import platform_gpus
 from suanli.errors import Invalid
 
 router = APIRouter(prefix="/v1/advise", tags=["advisor"])
@@ -44,6 +49,10 @@ class MemoryQuery(ModelQuery):
 
 class FitQuery(ModelQuery):
     tokens: float | None = Field(default=None, gt=0, description="training tokens, for time and total cost")
+
+
+class PlatformQuery(FitQuery):
+    plan: str = Field(default="on-demand", description="on-demand | spot | monthly | reserved: the plan each price is on")
 
 
 class TcoQuery(BaseModel):
@@ -83,6 +92,16 @@ def fit(q: FitQuery, ctx: ServerContext = Depends(context), who: Principal = Dep
         s = here.get(o["gpu"])
         o["here"] = None if s is None else {"model": s.model, "total": s.total, "free": s.free, "virtual": s.virtual}
     return options
+
+
+@router.post("/platform")
+def platform(q: PlatformQuery, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> Any:
+    """The fitting configurations this platform can rent, priced from its price book on
+    ``plan`` (``price_per_hour`` = GPUs x the on-demand price ``/v1/gpus`` shows), with
+    the nodes they take and whether their GPUs are free now; cheapest first (``sorted_by``)."""
+    args = q.model_dump(exclude={"training", "plan"}, exclude_none=True)
+    here = platform_gpus(ctx.db)
+    return _answer(lambda: service.platform(here=here, plan=q.plan, **args, **q.training))
 
 
 @router.post("/tco")

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from suanli import gpu_names
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
 from suanli.billing import funds, rater, reports, spot, store
@@ -331,7 +332,9 @@ def quote(body: QuoteIn, ctx: ServerContext = Depends(context), who: Principal =
     with ctx.db.transaction() as s:
         mk = spot.market(s)  # the book now, and the spot market for a spot request
     book = mk.book
-    models = [accel.model] if accel else reports.offered_models(ctx.db)
+    offered = reports.offered_models(ctx.db)
+    # the renter's spelling (a100, 910b) as the nodes registered it, by gpu_names' one rule
+    models = [gpu_names.lookup(accel.model, offered) or accel.model] if accel else offered
     if not r.gpu_milli and not accel:
         raise BillingError("resources.accelerators: a quote needs GPUs (MODEL:COUNT or gpu_milli)")
     count = accel.count if accel and not r.gpu_milli else 0
@@ -361,5 +364,8 @@ def quote(body: QuoteIn, ctx: ServerContext = Depends(context), who: Principal =
     except MoneyError as exc:
         raise BillingError(f"max_price: {exc}") from None
     if not lines:
-        raise BillingError(f"no price for {', '.join(models) or 'any registered GPU model'} in the price book")
+        raise BillingError(
+            f"no price for {', '.join(models) or 'any registered GPU model'} in the price book; "
+            f"choose one of: {', '.join(offered) or 'none registered'}"
+        )
     return {"currency": book.currency, "max_hours": body.max_hours, "quotes": quoting.as_json(lines, book.currency)}

@@ -509,8 +509,9 @@ async function viewEvents() {
       "No events."));
 }
 
-// What to rent for a model: memory, then the cheapest fitting configuration per GPU,
-// with what this platform has of it now.
+// What to rent for a model: memory, then what this platform can rent (its own price book,
+// GPU counts its nodes hold), then every catalog GPU at market reference prices. Each
+// table's heading says what it is sorted by and each price says its plan.
 async function formAdvisor() {
   const out = el("div", { id: "advice" });
   const form = el("form", { class: "inline", id: "advise" },
@@ -520,6 +521,7 @@ async function formAdvisor() {
     el("label", {}, "Precision", el("select", { name: "precision" }, ["bf16", "fp8", "int8", "int4"].map((t) => el("option", {}, t)))),
     el("label", {}, "Context", el("input", { name: "context", type: "number", min: 1, value: 4096, style: "width:7em" })),
     el("label", {}, "Batch", el("input", { name: "batch", type: "number", min: 1, value: 1, style: "width:5em" })),
+    el("label", {}, "Plan", el("select", { name: "plan" }, ["on-demand", "spot", "monthly", "reserved"].map((t) => el("option", {}, t)))),
     el("button", { type: "submit" }, "Advise"));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -528,21 +530,26 @@ async function formAdvisor() {
     if (f.get("model")) q.model = f.get("model");
     else if (f.get("params")) q.params = f.get("params");
     const gib = (b) => (b / 2 ** 30).toFixed(1);
+    const price = (v) => num(v === null || v === undefined ? "" : v.toFixed(2));
+    const plan = (p) => (p || "").replace("_", "-");
     try {
-      const [mem, options] = await Promise.all([api("POST", "/v1/advise/memory", q),
-        api("POST", "/v1/advise/fit", q)]);
+      const [mem, here, options] = await Promise.all([api("POST", "/v1/advise/memory", q),
+        api("POST", "/v1/advise/platform", { ...q, plan: f.get("plan") }), api("POST", "/v1/advise/fit", q)]);
       flash("");
-      const here = options.filter((o) => o.here);
+      const byTotal = here.sorted_by === "total_cost";
+      const marketBy = q.task === "inference" ? "price per hour" : "price per unit of work (price / (GPUs x TFLOPS x MFU))";
       out.replaceChildren(
         el("p", {}, `${mem.model}: `, el("b", { id: "memory-total" }, `${gib(mem.total_bytes)} GiB`), ` of GPU memory on one GPU (${mem.precision}, context ${mem.context}, batch ${mem.batch}).`),
-        el("h2", {}, "On this platform"),
-        table(["GPU", "GPUS", "PARALLELISM", "MEMORY USED", "PRICE / HOUR", "FREE HERE"],
-          here.map((o) => [o.here.model, num(o.gpus), o.parallelism, num(`${(100 * o.memory_used_fraction).toFixed(0)} %`),
-            num(o.hourly_cost === null ? "" : o.hourly_cost.toFixed(2)), num(`${o.here.free} of ${o.here.total}${o.here.virtual ? " (virtual)" : ""}`)]),
+        el("h2", {}, `On this platform: ${here.plan}, cheapest first`),
+        table(["GPU", "GPUS", "NODES", "PARALLELISM", "MEMORY USED", "PLAN", "PRICE / GPU-HOUR", byTotal ? "TOTAL" : "PRICE / HOUR", "FREE NOW"],
+          here.answers.map((a) => [a.model, num(a.gpus), num(a.nodes), a.parallelism, num(`${(100 * a.memory_used_fraction).toFixed(0)} %`),
+            a.plan, price(a.price_per_gpu_hour), price(byTotal ? a.total_cost : a.price_per_hour),
+            num(`${a.free_now ? "yes" : "no"}: ${a.free} of ${a.total}${a.virtual ? " (virtual)" : ""}`)]),
           "No GPU offered here can hold it."),
-        el("h2", {}, "Every catalog GPU, cheapest first"),
-        table(["GPU", "GPUS", "PARALLELISM", "PRICE / HOUR"],
-          options.slice(0, 12).map((o) => [o.gpu, num(o.gpus), o.parallelism, num(o.hourly_cost === null ? "" : o.hourly_cost.toFixed(2))]),
+        el("h2", {}, `Market reference prices (seed articles' providers, not this platform), by ${marketBy}`),
+        table(["GPU", "GPUS", "PARALLELISM", "PLAN", "PRICE / GPU-HOUR", "PRICE / HOUR"],
+          options.slice(0, 12).map((o) => [o.gpu, num(o.gpus), o.parallelism, plan(o.price_plan), price(o.price_per_gpu_hour),
+            num(o.hourly_cost === null ? "" : o.hourly_cost.toFixed(2) + (o.billed_gpus && o.billed_gpus !== o.gpus ? ` (${o.billed_gpus} GPUs billed: whole nodes)` : ""))]),
           "Nothing fits."));
     } catch (e) {
       flash(e instanceof ApiError ? `${e.message} (${e.code})` : String(e));
