@@ -75,3 +75,52 @@ def test_one_tenant_whose_usage_cannot_be_read_leaves_the_other_caps_on(db_url: 
         assert s.get(Instance, w.instance_id).state == "running"  # billing decides; control acts
         assert {n.tenant_id for n in s.scalars(select(Notice))} == {w.tenant_id}
         assert spending.capped(s, [odd], HOUR + 2) == {odd: "the hard cap's figures cannot be read now; new work waits"}
+
+
+def test_another_tenants_stream_of_small_jobs_does_not_lift_a_hard_cap(server: Server) -> None:
+    """The tester's attack: while a hard-capped tenant's H100 runs, another tenant submits a
+    10-milli job every ~0.5 s (fresh allocations inside every rating cutoff window). The
+    capped tenant's spend must stop within one rating interval of its cap."""
+    import threading
+    import time
+
+    from tests.control.control_helpers import wait_state
+
+    for t in ("capped", "noisy"):
+        server.post("/v1/tenants", {"name": t}, expect=201)
+        server.post("/v1/billing/topups", {"tenant": t, "amount": "100"}, expect=201)
+    capped = server.post("/v1/users", {"name": "c", "tenant": "capped"}, expect=201).json()["token"]
+    noisy = server.post("/v1/users", {"name": "n", "tenant": "noisy"}, expect=201).json()["token"]
+    cap, interval_s = 0.05, 2.0  # ¥0.05 is ~9.4 s of an H100 at ¥19.07/h
+    r = server.http.put(
+        "/v1/billing/budget",
+        json={"tenant": "capped", "limit": str(cap), "thresholds": [100], "hard_cap": True, "notice_s": 0},
+        headers=server.headers,
+    )
+    assert r.status_code == 200, r.text
+    worker = server.ctx.billing
+    assert worker is not None
+    worker.interval_s = interval_s
+    worker.start()
+    stop = threading.Event()
+
+    def stream() -> None:
+        while not stop.is_set():
+            server.post("/v1/jobs", {"run": "sleep 0.2", "resources": {"gpu_milli": 10}}, expect=201, token=noisy)
+            time.sleep(0.5)
+
+    feeder = threading.Thread(target=stream, daemon=True)
+    feeder.start()
+    try:
+        inst = server.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 1, "disk_gib": 1}, expect=201, token=capped).json()
+        wait_state(server, "instance", inst["id"], ("stopping", "stopped"), timeout_s=60)
+    finally:
+        stop.set()
+        feeder.join(timeout=10)
+        worker.stop()
+    server.post("/v1/billing/rate", {"cutoff_ms": None}, expect=200)
+    bill = server.get("/v1/billing/bill", params={"tenant": "capped"})
+    spent = bill["current_period_total"] + bill["accruing"] + bill.get("unrated", 0.0)
+    one_interval = 19.07 * (interval_s + 1.0) / 3600  # a rating interval plus the loop's stop
+    print(f"capped tenant spent ¥{spent:.4f} against a cap of ¥{cap} (+¥{one_interval:.4f} for one interval)")
+    assert spent <= cap + one_interval, bill
