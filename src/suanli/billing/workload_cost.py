@@ -23,9 +23,11 @@ The rate now, per hour, is what the workload's current holdings cost at today's 
 A model the book does not price is rated at zero, so its rate is 0. Data transfer
 is billed per GiB moved, not per hour, and is in neither figure.
 
-A whole page is a few queries whatever its length: the workloads, their rated sums,
-the watermark and posted keys, the allocations they hold and the market now, plus one
-``collect`` per tenant on the page (one for a renter's own listing).
+A whole page is a few queries whatever its length: the workloads, the watermark, their
+rated sums before the watermark's period, the records posted since (both rated and the
+keys accruing leaves out, in one statement, so a rating run committing meanwhile is
+counted once), the allocations they hold and the market now, plus one ``collect`` per
+tenant on the page (one for a renter's own listing).
 """
 
 from __future__ import annotations
@@ -106,36 +108,52 @@ def _costs(s: Session, kind: Kind, ids: list[int], at: int, period_ms: int) -> d
     tenants = sorted(set(tenant_of.values()))
     first = min(dt_to_ms(r.created_at) for r in rows) // period_ms * period_ms
 
+    watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
+    since = min(watermark, at) // period_ms * period_ms  # as rater.accruing: what a run may still post
+    wids = list(tenant_of)
     rated: dict[int, int] = dict.fromkeys(tenant_of, 0)
-    for wid, amount in s.execute(
+    for wid, amount in s.execute(  # before ``since``: settled, no run writes there any more
         select(Usage.workload_id, func.sum(Usage.amount))
         .where(
             Usage.tenant_id.in_(tenants),  # the (tenant_id, period_ms) index
             Usage.period_ms >= first,
+            Usage.period_ms < since,
             Usage.workload_kind == kind,
-            Usage.workload_id.in_(list(tenant_of)),
+            Usage.workload_id.in_(wids),
             Usage.kind != "transfer",
         )
         .group_by(Usage.workload_id)
     ):
-        rated[int(wid)] = int(amount or 0)
+        rated[int(wid)] += int(amount or 0)
+    # from ``since`` on, one statement gives both what is rated and which keys are posted, so
+    # a run committing meanwhile is counted once: in rated or in accruing
+    posted: set[tuple[str, int, int]] = set()
+    for k, src, p, wk, wid, amount in s.execute(
+        select(Usage.kind, Usage.source_id, Usage.period_ms, Usage.workload_kind, Usage.workload_id, Usage.amount).where(
+            Usage.tenant_id.in_(tenants), Usage.period_ms >= since
+        )
+    ):
+        posted.add((k, int(src), int(p)))
+        if k != "transfer" and wk == kind and int(wid) in rated:
+            rated[int(wid)] += int(amount)
 
-    accruing = _accruing(s, kind, tenant_of, tenants, at, period_ms)
+    accruing = _accruing(s, kind, tenant_of, tenants, since, posted, at, period_ms)
     gpu, storage, currency = _rates(s, kind, tenant_of, tenants, disks, at)
     return {i: WorkloadCost(kind, i, currency, rated[i], accruing.get(i, 0), gpu.get(i, 0), storage.get(i, 0)) for i in tenant_of}
 
 
-def _accruing(s: Session, kind: Kind, tenant_of: dict[int, int], tenants: list[int], at: int, period_ms: int) -> dict[int, int]:
+def _accruing(
+    s: Session,
+    kind: Kind,
+    tenant_of: dict[int, int],
+    tenants: list[int],
+    since: int,
+    posted: set[tuple[str, int, int]],
+    at: int,
+    period_ms: int,
+) -> dict[int, int]:
     """Per workload: the records a rating run would make now (running work as if it
     stopped at ``at``) that are not posted yet; as ``rater.accruing``, by workload."""
-    watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
-    since = min(watermark, at) // period_ms * period_ms
-    posted = {
-        tuple(r)
-        for r in s.execute(
-            select(Usage.kind, Usage.source_id, Usage.period_ms).where(Usage.tenant_id.in_(tenants), Usage.period_ms >= since)
-        )
-    }
     out: dict[int, int] = {}
     for t in tenants:  # per tenant, as rater.accruing (and so as the bill) estimates
         recs = rater.collect(None, since, at, period_ms, tenant_id=t, open_until_ms=at, session=s)
