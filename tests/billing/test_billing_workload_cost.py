@@ -104,3 +104,19 @@ def test_rate_of_spot_with_a_bid_and_of_reserved_under_a_subscription(db_url: st
     # both tenants' workloads on one page: each its own figures
     both = workload_cost.costs(w.db, "instance", [w.instance_id, w2.instance_id], at_ms=at)
     assert both == {w.instance_id: c, w2.instance_id: c2}
+
+
+def test_a_page_of_many_tenants_is_one_platform_wide_estimate_with_the_same_figures(db_url: str) -> None:
+    worlds = [
+        world(db_url, tenant=f"t{k}", disk_gib=10 * (k + 1), created_ms=0) for k in range(workload_cost.PER_TENANT_UP_TO + 1)
+    ]
+    for k, w in enumerate(worlds):
+        allocate(w, 0, None, gpus=k + 1)
+    rater.run(worlds[0].db, cutoff_ms=HOUR + 1)
+    at = HOUR + 1_800_000
+    ids = [w.instance_id for w in worlds]
+    page = workload_cost.costs(worlds[0].db, "instance", ids, at_ms=at)
+    one_by_one = {i: workload_cost.costs(worlds[0].db, "instance", [i], at_ms=at)[i] for i in ids}
+    assert page == one_by_one  # on demand: the platform-wide and per-tenant estimates agree
+    assert all(c.accruing > 0 and c.rated > 0 for c in page.values()), page
+    assert [page[i].gpu_per_hour for i in ids] == [(k + 1) * default_book().gpu("H100").on_demand for k in range(len(ids))]

@@ -27,7 +27,9 @@ A whole page is a few queries whatever its length: the workloads, the watermark,
 rated sums before the watermark's period, the records posted since (both rated and the
 keys accruing leaves out, in one statement, so a rating run committing meanwhile is
 counted once), the allocations they hold and the market now, plus one ``collect`` per
-tenant on the page (one for a renter's own listing).
+tenant on the page (one for a renter's own listing), or one platform-wide ``collect``
+for a page of more than ``PER_TENANT_UP_TO`` tenants (its spot estimates then use the
+model's utilisation, as the posted records will, where a tenant's own uses its share).
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ from suanli.db.models import Allocation, Instance, Job
 from suanli.db.session import Database
 
 Kind = Literal["instance", "job"]
+
+#: Pages of at most this many tenants are estimated per tenant (one ``collect`` each).
+PER_TENANT_UP_TO = 4
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,10 @@ def _accruing(
     """Per workload: the records a rating run would make now (running work as if it
     stopped at ``at``) that are not posted yet; as ``rater.accruing``, by workload."""
     out: dict[int, int] = {}
-    for t in tenants:  # per tenant, as rater.accruing (and so as the bill) estimates
+    # per tenant, as rater.accruing (and so the bill) estimates; a page of many tenants (an
+    # operator's listing) in one platform-wide collect instead, whose spot estimates use
+    # the model's utilisation, as the posted records will
+    for t in tenants if len(tenants) <= PER_TENANT_UP_TO else [None]:
         recs = rater.collect(None, since, at, period_ms, tenant_id=t, open_until_ms=at, session=s)
         c = recs.cols
         want = recs.workload_kinds.index(kind)
@@ -168,7 +176,7 @@ def _accruing(
             c["amount"].tolist(),
         ):
             name = recs.kinds[k]
-            if name == "transfer" or wk != want or tenant_of.get(wid) != t or (name, src, p) in posted:
+            if name == "transfer" or wk != want or wid not in tenant_of or (name, src, p) in posted:
                 continue
             out[wid] = out.get(wid, 0) + int(a)
     return out
