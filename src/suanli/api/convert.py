@@ -8,7 +8,10 @@ from sqlalchemy import select
 
 from suanli.api import schemas
 from suanli.api.context import ServerContext
-from suanli.billing.money import price_text
+from suanli.billing import workload_cost
+from suanli.billing.money import as_text, price_text
+from suanli.billing.offers import Offer
+from suanli.billing.workload_cost import WorkloadCost
 from suanli.control.nodes import GpuModelSummary
 from suanli.db.models import Allocation, Event, Gpu, Image, Instance, Job, Node
 from suanli.db.session import Database
@@ -40,6 +43,36 @@ def allocations_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int,
 
 def _bid(micros: int | None) -> str | None:
     return None if micros is None else price_text(micros)
+
+
+def _units(micros: int) -> float:
+    """Micro-units as a number of currency units (exact to the micro-unit as text)."""
+    return float(as_text(micros))
+
+
+def cost_out(c: WorkloadCost | None) -> schemas.CostOut | None:
+    if c is None:
+        return None
+    return schemas.CostOut(
+        currency=c.currency,
+        so_far=_units(c.so_far),
+        so_far_micros=c.so_far,
+        rated=_units(c.rated),
+        accruing=_units(c.accruing),
+        per_hour=_units(c.per_hour),
+        per_hour_micros=c.per_hour,
+        gpu_per_hour=_units(c.gpu_per_hour),
+        storage_per_hour=_units(c.storage_per_hour),
+    )
+
+
+def costs_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, schemas.CostOut | None]:
+    """Cost so far and rate now of many rows (one kind) in a few queries, keyed by row id."""
+    if not rows:
+        return {}
+    kind: workload_cost.Kind = "job" if isinstance(rows[0], Job) else "instance"
+    found = workload_cost.costs(db, kind, [r.id for r in rows])
+    return {r.id: cost_out(found.get(r.id)) for r in rows}
 
 
 @dataclass(frozen=True)
@@ -74,7 +107,11 @@ def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[
 
 
 def instance_out(
-    row: Instance, allocs: list[schemas.AllocationOut], waiting: str | None = None, access: Access | None = None
+    row: Instance,
+    allocs: list[schemas.AllocationOut],
+    waiting: str | None = None,
+    access: Access | None = None,
+    cost: schemas.CostOut | None = None,
 ) -> schemas.InstanceOut:
     access = access or Access(row.runtime or "")
     return schemas.InstanceOut(
@@ -99,10 +136,13 @@ def instance_out(
         ssh=access.ssh,
         ports=access.ports,
         gpu_access=access.gpu_access,
+        cost=cost,
     )
 
 
-def job_out(row: Job, allocs: list[schemas.AllocationOut], waiting: str | None = None) -> schemas.JobOut:
+def job_out(
+    row: Job, allocs: list[schemas.AllocationOut], waiting: str | None = None, cost: schemas.CostOut | None = None
+) -> schemas.JobOut:
     return schemas.JobOut(
         id=row.id,
         name=row.name,
@@ -122,6 +162,7 @@ def job_out(row: Job, allocs: list[schemas.AllocationOut], waiting: str | None =
         finished_at=row.finished_at,
         spec=row.spec,
         runtime=row.runtime or "",
+        cost=cost,
     )
 
 
@@ -150,8 +191,11 @@ def node_out(node: Node, gpus: list[Gpu]) -> schemas.NodeOut:
     )
 
 
-def gpu_model_out(s: GpuModelSummary) -> schemas.GpuModelOut:
+def gpu_model_out(s: GpuModelSummary, offer: Offer | None = None) -> schemas.GpuModelOut:
+    """Capacity and catalog facts of a model, with its prices now (``offer``; None: the
+    price book does not price it, and every price is null)."""
     c = s.catalog
+    o = offer
     return schemas.GpuModelOut(
         model=s.model,
         total=s.total,
@@ -164,6 +208,16 @@ def gpu_model_out(s: GpuModelSummary) -> schemas.GpuModelOut:
         catalog_name=c.name if c else None,
         bf16_tflops=c.bf16_tflops if c else None,
         mem_bandwidth_gbps=c.mem_bandwidth_gbps if c else None,
+        currency=o.currency if o else None,
+        price_per_gpu_hour=_units(o.on_demand_per_hour) if o else None,
+        spot_price_per_gpu_hour=_units(o.spot_per_hour) if o else None,
+        spot_utilisation_permille=o.utilisation_permille if o else None,
+        monthly_price_per_gpu=_units(o.monthly_per_month) if o else None,
+        monthly_price_per_gpu_hour=_units(o.monthly_per_hour) if o else None,
+        reserved_price_per_gpu=_units(o.reserved_per_term) if o else None,
+        reserved_price_per_gpu_hour=_units(o.reserved_per_hour) if o else None,
+        reserved_term_hours=o.reserved_term_hours if o else None,
+        priced_as=o.priced_as if o else None,
     )
 
 

@@ -129,6 +129,28 @@ class GpuModelOut(BaseModel):
     catalog_name: str | None = None
     bf16_tflops: float | None = Field(default=None, description="dense BF16, datasheet")
     mem_bandwidth_gbps: float | None = None
+    # prices now, from the current price book (billing.offers); null: the book does not
+    # price this model (its usage is rated at zero)
+    currency: str | None = Field(default=None, description="currency of the prices (ISO 4217, e.g. CNY)")
+    price_per_gpu_hour: float | None = Field(default=None, description="on demand, per GPU-hour, in currency units")
+    spot_price_per_gpu_hour: float | None = Field(
+        default=None,
+        description="spot, per GPU-hour now, at the model's utilisation now (it rises with it); "
+        "what a spot bid (max_price) is compared with",
+    )
+    spot_utilisation_permille: int | None = Field(
+        default=None, description="GPUs of the model allocated now over those registered, in permille: the spot price's input"
+    )
+    monthly_price_per_gpu: float | None = Field(
+        default=None, description="monthly plan (包月), per GPU for a month of the book's hours per month, paid up front"
+    )
+    monthly_price_per_gpu_hour: float | None = Field(default=None, description="the monthly price as an hourly equivalent")
+    reserved_price_per_gpu: float | None = Field(
+        default=None, description="reserved plan, per GPU for the whole term (reserved_term_hours), paid up front"
+    )
+    reserved_price_per_gpu_hour: float | None = Field(default=None, description="the reserved price as an hourly equivalent")
+    reserved_term_hours: int | None = Field(default=None, description="the reserved term, in hours (8760: one year)")
+    priced_as: str | None = Field(default=None, description="the price book's name for the model")
 
 
 class AllocationOut(BaseModel):
@@ -137,6 +159,30 @@ class AllocationOut(BaseModel):
     gpu_model: str
     gpu_indices: list[int]
     milli_per_gpu: int
+
+
+class CostOut(BaseModel):
+    """What a workload has cost so far and costs per hour now, in currency units
+    (``*_micros``: exact, in millionths)."""
+
+    currency: str
+    so_far: float = Field(description="cost so far: rated + accruing")
+    so_far_micros: int
+    rated: float = Field(description="what billing has rated for it (its GPU and storage usage records)")
+    accruing: float = Field(
+        description="not yet rated: running work as if it stopped now, ended work no rating run reached; an estimate"
+    )
+    per_hour: float = Field(description="the rate now, per hour: gpu_per_hour + storage_per_hour")
+    per_hour_micros: int
+    gpu_per_hour: float = Field(
+        description="the GPUs it holds now at their plan's price now (spot: at utilisation now, capped by the bid; "
+        "reserved under a subscription: 0); 0 while it holds none (stopped, pending, finished)"
+    )
+    storage_per_hour: float = Field(
+        description="its disk now, per hour: the running storage price while it holds GPUs, the stopped price "
+        "otherwise (a stopped instance still pays for its disk); 0 for jobs and deleted instances. "
+        "Data transfer is billed per GiB and is in neither rate"
+    )
 
 
 class InstanceOut(BaseModel):
@@ -169,6 +215,7 @@ class InstanceOut(BaseModel):
     allocations: list[AllocationOut]
     created_at: datetime
     updated_at: datetime
+    cost: CostOut | None = Field(default=None, description="cost so far and rate now; null where not computed")
 
 
 class JobOut(BaseModel):
@@ -190,6 +237,7 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     spec: dict
     runtime: str = Field(default="", description='`container` or `process` (no isolation); "" before its first launch')
+    cost: CostOut | None = Field(default=None, description="cost so far and rate now; null where not computed")
 
 
 class ExecOut(BaseModel):

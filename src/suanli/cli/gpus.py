@@ -1,21 +1,36 @@
-"""``suanli gpus``: the GPU catalog with free capacity per model."""
+"""``suanli gpus``: the GPU catalog with free capacity and prices per model."""
 
 from __future__ import annotations
 
 import typer
 
-from suanli.cli.remote import api_errors, client, print_json, table
+from suanli.cli.remote import api_errors, client, money, print_json, table
 
 
 def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """GPU models on offer: total and free whole GPUs (free milli for fractions)."""
+    """GPU models on offer: total and free whole GPUs (free milli for fractions) and the
+    prices now, per GPU: on demand and spot per hour, monthly per month, reserved per term."""
     with api_errors():
         rows = client().gpus()
     if as_json:
         return print_json(rows)
     table(
         "GPUs",
-        ["MODEL", "VENDOR", "MEMORY", "BF16 TFLOPS", "TOTAL", "FREE", "FREE (milli)", "NODES", "KIND"],
+        [
+            "MODEL",
+            "VENDOR",
+            "MEMORY",
+            "BF16 TFLOPS",
+            "TOTAL",
+            "FREE",
+            "FREE (milli)",
+            "NODES",
+            "KIND",
+            "ON DEMAND/GPU-h",
+            "SPOT NOW/GPU-h",
+            "MONTHLY/GPU",
+            "RESERVED/GPU",
+        ],
         [
             [
                 g["model"],
@@ -27,7 +42,21 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
                 g["free_milli"],
                 g["nodes"],
                 "virtual" if g["virtual"] else "real",
+                money(g.get("price_per_gpu_hour"), g.get("currency")) or "not priced",
+                money(g.get("spot_price_per_gpu_hour"), g.get("currency")),
+                money(g.get("monthly_price_per_gpu"), g.get("currency")),
+                _reserved(g),
             ]
             for g in rows
         ],
     )
+
+
+def _reserved(g: dict) -> str:
+    """``¥73,584.00 / 1 y``: per GPU for the whole term."""
+    price = money(g.get("reserved_price_per_gpu"), g.get("currency"))
+    hours = g.get("reserved_term_hours")
+    if not price or not hours:
+        return price
+    term = f"{hours / 8760:g} y" if hours % 8760 == 0 else f"{hours:g} h"
+    return f"{price} / {term}"

@@ -6,7 +6,18 @@ import time
 
 import typer
 
-from suanli.cli.remote import api_errors, client, gpu_desc, placed_on, print_json, priority_desc, table
+from suanli.cli.remote import (
+    api_errors,
+    client,
+    cost_line,
+    cost_rate,
+    cost_so_far,
+    gpu_desc,
+    placed_on,
+    print_json,
+    priority_desc,
+    table,
+)
 
 app = typer.Typer(help="Rent and manage instances.", no_args_is_help=True)
 
@@ -22,7 +33,7 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "RUNTIME", "DISK", "PLACED ON", "REASON"],
+        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "RUNTIME", "DISK", "PLACED ON", "COST", "RATE", "REASON"],
         [
             [
                 i["id"],
@@ -34,6 +45,8 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
                 runtime_desc(i),
                 f"{i['disk_gib']} GiB",
                 placed_on(i),
+                cost_so_far(i),
+                cost_rate(i),
                 i["reason"],
             ]
             for i in rows
@@ -43,6 +56,8 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
 
 def _details(i: dict) -> None:
     _show([i], False, "Instance")
+    if line := cost_line(i):
+        typer.echo(line)
     if i.get("ssh"):
         typer.echo(f"ssh:   {i['ssh']} -i KEYFILE   (or: suanli ssh {i['id']})")
     for port, url in (i.get("ports") or {}).items():

@@ -6,7 +6,18 @@ import time
 
 import typer
 
-from suanli.cli.remote import api_errors, client, gpu_desc, placed_on, print_json, priority_desc, table
+from suanli.cli.remote import (
+    api_errors,
+    client,
+    cost_line,
+    cost_rate,
+    cost_so_far,
+    gpu_desc,
+    placed_on,
+    print_json,
+    priority_desc,
+    table,
+)
 
 app = typer.Typer(help="Batch jobs.", no_args_is_help=True)
 
@@ -18,7 +29,7 @@ def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PRIORITY", "PLACED ON", "REASON"],
+        ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "REASON"],
         [
             [
                 j["id"],
@@ -29,6 +40,8 @@ def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
                 j["num_nodes"],
                 priority_desc(j),
                 placed_on(j),
+                cost_so_far(j),
+                cost_rate(j),
                 j["reason"],
             ]
             for j in rows
@@ -59,7 +72,11 @@ def show_one(job_id: int, as_json: bool = typer.Option(False, "--json")) -> None
     """One job."""
     with api_errors():
         job = client().job(job_id)
-    print_json(job) if as_json else show([job], False, "Job")
+    if as_json:
+        return print_json(job)
+    show([job], False, "Job")
+    if line := cost_line(job):
+        typer.echo(line)
 
 
 @app.command("logs")

@@ -68,3 +68,45 @@ def priority_desc(obj: dict) -> str:
 
 def placed_on(obj: dict) -> str:
     return ", ".join(f"{a['node']}[{','.join(map(str, a['gpu_indices']))}]" for a in obj.get("allocations", []))
+
+
+SYMBOLS = {"CNY": "¥", "USD": "$", "EUR": "€"}
+
+
+def money(value: float | None, currency: str | None, places: int = 2) -> str:
+    """``¥19.07`` for display; amounts under one cent keep 4 places (``¥0.0033``) so a
+    few seconds' cost does not read as nothing; "" for a null price."""
+    if value is None:
+        return ""
+    if places == 2 and 0 < abs(value) < 0.01:
+        places = 4
+    sym = SYMBOLS.get(currency or "")
+    text = f"{abs(value):,.{places}f}"
+    return f"{'-' if value < 0 else ''}{sym or ''}{text}{'' if sym or not currency else ' ' + currency}"
+
+
+def cost_so_far(obj: dict) -> str:
+    """A workload's cost so far (``cost.so_far``), "" where the server gives none."""
+    c = obj.get("cost")
+    return money(c["so_far"], c["currency"]) if c else ""
+
+
+def cost_rate(obj: dict) -> str:
+    """A workload's rate now: ``¥1.96/h``."""
+    c = obj.get("cost")
+    return f"{money(c['per_hour'], c['currency'])}/h" if c else ""
+
+
+def cost_line(obj: dict) -> str | None:
+    """One line for a detail view: what it has cost and what the rate covers."""
+    c = obj.get("cost")
+    if not c:
+        return None
+    cur = c["currency"]
+    parts = [f"GPUs {money(c['gpu_per_hour'], cur)}/h"]
+    if c.get("storage_per_hour"):
+        parts.append(f"disk {money(c['storage_per_hour'], cur)}/h")
+    return (
+        f"cost:  {money(c['so_far'], cur)} so far ({money(c['rated'], cur)} rated + "
+        f"{money(c['accruing'], cur)} accruing); now {money(c['per_hour'], cur)}/h ({', '.join(parts)})"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query, Request
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import access_for, allocations_for, instance_out
+from suanli.api.convert import access_for, allocations_for, costs_for, instance_out
 from suanli.api.deps import context, principal
 from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut
 from suanli.control import instances
@@ -19,7 +19,10 @@ router = APIRouter(prefix="/v1/instances", tags=["instances"])
 def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[InstanceOut]:
     allocs = allocations_for(ctx.db, rows)
     access = access_for(ctx, rows, str(request.base_url))
-    return [instance_out(r, allocs.get(r.id, []), ctx.waiting_reason("instance", r.id), access[r.id]) for r in rows]
+    costs = costs_for(ctx.db, rows)
+    return [
+        instance_out(r, allocs.get(r.id, []), ctx.waiting_reason("instance", r.id), access[r.id], costs.get(r.id)) for r in rows
+    ]
 
 
 def _out(ctx: ServerContext, request: Request, row: Instance) -> InstanceOut:

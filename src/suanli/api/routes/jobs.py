@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import allocations_for, event_out, job_out
+from suanli.api.convert import allocations_for, costs_for, event_out, job_out
 from suanli.api.deps import context, principal
 from suanli.api.schemas import EventOut, JobOut, LogsOut
 from suanli.control import images, jobs
@@ -25,27 +25,29 @@ def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = D
         images.resolve(s, task.image)  # an image not offered is refused before anything is created
     row = jobs.submit(ctx.db, who, task, ctx.data_dir)
     ctx.wake()
-    return job_out(row, [])
+    return job_out(row, [], cost=costs_for(ctx.db, [row]).get(row.id))
 
 
 @router.get("/jobs", response_model=list[JobOut])
 def list_(state: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[JobOut]:
     rows = jobs.list_(ctx.db, who, state)
     allocs = allocations_for(ctx.db, rows)
-    return [job_out(r, allocs.get(r.id, []), ctx.waiting_reason("job", r.id)) for r in rows]
+    costs = costs_for(ctx.db, rows)
+    return [job_out(r, allocs.get(r.id, []), ctx.waiting_reason("job", r.id), costs.get(r.id)) for r in rows]
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
 def get(job_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
     row = jobs.get(ctx.db, who, job_id)
-    return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []), ctx.waiting_reason("job", row.id))
+    allocs = allocations_for(ctx.db, [row]).get(row.id, [])
+    return job_out(row, allocs, ctx.waiting_reason("job", row.id), costs_for(ctx.db, [row]).get(row.id))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
 def cancel(job_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
     row = jobs.cancel(ctx.db, who, job_id)
     ctx.wake()
-    return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []))
+    return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []), cost=costs_for(ctx.db, [row]).get(row.id))
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogsOut)

@@ -9,6 +9,7 @@ from suanli.api.convert import gpu_model_out, node_out
 from suanli.api.deps import context, principal
 from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate
 from suanli.backends.local import discover_gpus
+from suanli.billing.offers import offers
 from suanli.control import heartbeat as heartbeat_mod
 from suanli.control import nodes
 from suanli.control.auth import Principal
@@ -19,7 +20,12 @@ router = APIRouter(prefix="/v1", tags=["inventory"])
 
 @router.get("/gpus", response_model=list[GpuModelOut])
 def gpus(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[GpuModelOut]:
-    return [gpu_model_out(s) for s in nodes.gpu_summary(ctx.db)]
+    """Per GPU model: capacity (total, free whole GPUs, free milli on ready nodes),
+    catalog facts and the prices now (on demand, spot now, monthly, reserved)."""
+    summary = nodes.gpu_summary(ctx.db)
+    with ctx.db.transaction() as s:  # the first read of prices may write the seed price version
+        prices = offers(s)
+    return [gpu_model_out(g, prices.get(g.model)) for g in summary]
 
 
 @router.get("/nodes", response_model=list[NodeOut])

@@ -206,13 +206,59 @@ function imageChoice(images) {
 
 // -- views ---------------------------------------------------------------------------
 
+// Money for display: ¥19.07; under a cent with 4 places (¥0.0033) so seconds of use read as
+// something; "" for a null price (a model the price book does not price).
+const SYMBOLS = { CNY: "¥", USD: "$", EUR: "€" };
+function money(value, currency) {
+  if (value === null || value === undefined) return "";
+  const places = value !== 0 && Math.abs(value) < 0.01 ? 4 : 2;
+  const text = Math.abs(value).toLocaleString("en-US", { minimumFractionDigits: places, maximumFractionDigits: places });
+  const sym = SYMBOLS[currency];
+  return `${value < 0 ? "-" : ""}${sym || ""}${text}${sym || !currency ? "" : " " + currency}`;
+}
+
+// A price cell: right-aligned, with what it is in a tooltip.
+const priceCell = (value, currency, title, plan) =>
+  el("td", { class: "num price", title, "data-price": plan }, money(value, currency));
+
+function reservedTerm(g) {
+  const h = g.reserved_term_hours;
+  return !h ? "" : h % 8760 === 0 ? ` / ${h / 8760} y` : ` / ${h} h`;
+}
+
 async function viewGpus() {
   const gpus = await api("GET", "/v1/gpus");
   return el("section", {}, el("h2", {}, "GPUs on offer"),
-    table(["MODEL", "VENDOR", "MEMORY GiB", "TOTAL", "FREE", "FREE (fractional)", "NODES", "KIND"],
+    table(["MODEL", "VENDOR", "MEMORY GiB", "TOTAL", "FREE", "FREE (fractional)", "NODES", "KIND",
+      "ON DEMAND /GPU-h", "SPOT NOW /GPU-h", "MONTHLY /GPU", "RESERVED /GPU"],
       gpus.map((g) => [g.model, g.vendor || "", num(g.memory_gib), num(g.total), num(g.free), num((g.free_milli / 1000).toFixed(1)),
-        num(g.nodes), el("span", { class: "tag" }, g.virtual ? "virtual" : "real")]),
+        num(g.nodes), el("span", { class: "tag" }, g.virtual ? "virtual" : "real"),
+        g.price_per_gpu_hour === null ? el("td", { class: "muted", "data-price": "on-demand" }, "not priced")
+          : priceCell(g.price_per_gpu_hour, g.currency, "on demand, per GPU-hour", "on-demand"),
+        priceCell(g.spot_price_per_gpu_hour, g.currency, g.spot_utilisation_permille === null ? "" :
+          `spot, per GPU-hour now, at ${(g.spot_utilisation_permille / 10).toFixed(1)} % utilisation; it rises with utilisation`, "spot"),
+        priceCell(g.monthly_price_per_gpu, g.currency, "monthly plan, per GPU-month, paid up front", "monthly"),
+        el("td", { class: "num price", title: "reserved plan, per GPU for the whole term, paid up front", "data-price": "reserved" },
+          g.reserved_price_per_gpu === null ? "" : money(g.reserved_price_per_gpu, g.currency) + reservedTerm(g))]),
       "No GPUs registered yet."));
+}
+
+// A workload's cost so far and its rate now, with what each covers in the tooltip.
+function costCell(w) {
+  const c = w.cost;
+  if (!c) return el("td", { class: "num" }, "");
+  return el("td", { class: "num cost", "data-cost": c.so_far_micros,
+    title: `${money(c.rated, c.currency)} rated + ${money(c.accruing, c.currency)} accruing, not yet rated` },
+    money(c.so_far, c.currency));
+}
+
+function rateCell(w) {
+  const c = w.cost;
+  if (!c) return el("td", { class: "num" }, "");
+  const parts = [`GPUs ${money(c.gpu_per_hour, c.currency)}/h`];
+  if (c.storage_per_hour) parts.push(`disk ${money(c.storage_per_hour, c.currency)}/h`);
+  return el("td", { class: "num rate", "data-rate": c.per_hour_micros, title: `now: ${parts.join(" + ")}` },
+    `${money(c.per_hour, c.currency)}/h`);
 }
 
 function priorityDesc(w) {
@@ -294,9 +340,9 @@ async function liveInstances() {
     el("button", { class: "plain", onclick: () => confirm(`Delete instance ${i.id} and its disk?`) &&
       act(`Deleting instance ${i.id}.`, () => api("DELETE", `/v1/instances/${i.id}`)) }, "Delete"));
   return el("section", {}, el("h2", {}, "Instances"),
-    table(["ID", "NAME", "STATE", "GPU", "IMAGE", "RUNTIME", "PRIORITY", "PLACED ON", "ACCESS", "WHY", ""],
+    table(["ID", "NAME", "STATE", "GPU", "IMAGE", "RUNTIME", "PRIORITY", "PLACED ON", "COST", "RATE", "ACCESS", "WHY", ""],
       rows.map((i) => [String(i.id), i.name, stateCell(i.state), gpuDesc(i), i.image, runtimeCell(i), priorityDesc(i),
-        placed(i.allocations), accessCell(i), i.reason, actions(i)]),
+        placed(i.allocations), costCell(i), rateCell(i), accessCell(i), i.reason, actions(i)]),
       "No instances yet."));
 }
 
@@ -330,9 +376,9 @@ async function liveJobs() {
       el("button", { class: "plain", onclick: () => act(`Cancelling job ${j.id}.`, () => api("POST", `/v1/jobs/${j.id}/cancel`)) }, "Cancel"),
     el("button", { class: "plain", onclick: () => showLogs(`/v1/jobs/${j.id}/logs`) }, "Logs"));
   return el("section", {}, el("h2", {}, "Jobs"),
-    table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "EXIT", "WHY", ""],
+    table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "EXIT", "WHY", ""],
       rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), priorityDesc(j), placed(j.allocations),
-        j.exit_code ?? "", j.reason, actions(j)]),
+        costCell(j), rateCell(j), j.exit_code ?? "", j.reason, actions(j)]),
       "No jobs yet."));
 }
 

@@ -1,0 +1,122 @@
+"""Cost so far and rate now per workload (``billing.workload_cost``), on SQLite and
+PostgreSQL, at fixed instants: rated + accruing, adding up to the bill's accruing, and
+the rate each plan, the disk and a subscription give."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from suanli.billing import rater, store, workload_cost
+from suanli.billing.money import div_half_up
+from suanli.billing.pricebook import default_book
+from suanli.billing.tables import Usage
+from suanli.db.models import Allocation, Instance, Job
+from tests.billing.billing_helpers import HOUR, allocate, world
+
+
+def _usage_sum(w, kind: str, wid: int) -> int:  # type: ignore[no-untyped-def]
+    with w.db.sessions() as s:
+        return int(
+            s.scalar(
+                select(func.coalesce(func.sum(Usage.amount), 0)).where(Usage.workload_kind == kind, Usage.workload_id == wid)
+            )
+        )
+
+
+def _job_of(w, alloc_id: int) -> int:  # type: ignore[no-untyped-def]
+    """The job of an allocation, created (as a real one is) before it started."""
+    with w.db.transaction() as s:
+        a = s.get(Allocation, alloc_id)
+        s.get(Job, a.job_id).created_at = a.started_at
+        return int(a.job_id)
+
+
+def test_cost_so_far_is_rated_plus_accruing_and_adds_up_to_the_bill(db_url: str) -> None:
+    book = default_book()
+    h = book.gpu("H100").on_demand
+    w = world(db_url, disk_gib=100, created_ms=0)
+    allocate(w, 0, None, gpus=2)  # the instance: 2 GPUs since 0, still running
+    job = _job_of(w, allocate(w, HOUR, HOUR + 600_000, job=True))  # a job that ran 10 min, not rated yet
+    rater.run(w.db, cutoff_ms=HOUR + 1)  # rates period 0 of the instance (GPUs and disk) only
+    at = HOUR + 1_800_000
+
+    [inst] = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=at).values()
+    [done] = workload_cost.costs(w.db, "job", [job], at_ms=at).values()
+    assert inst.rated == _usage_sum(w, "instance", w.instance_id) > 0, inst
+    gpu_hour0 = (600 * 2000 * h + 300_000) // 600_000
+    disk_hour0 = (600 * 100 * book.storage + 300 * 720) // (600 * 720)
+    assert inst.rated == gpu_hour0 + disk_hour0, inst
+    # accruing: half an hour of 2 GPUs and the disk since the rated period
+    assert inst.accruing == (300 * 2000 * h + 300_000) // 600_000 + (300 * 100 * book.storage + 300 * 720) // (600 * 720)
+    assert done.rated == 0 and done.accruing == (100 * 1000 * h + 300_000) // 600_000, done
+    assert inst.so_far == inst.rated + inst.accruing
+    # the workloads' accruing parts are the tenant's accruing, as the bill shows it (no transfers here)
+    assert inst.accruing + done.accruing == rater.accruing(w.db, w.tenant_id, at)
+
+    # the rate now: 2 GPUs on demand and the disk at the running price
+    assert inst.gpu_per_hour == 2 * h and inst.storage_per_hour == div_half_up(100 * book.storage, book.hours_per_month)
+    assert done.per_hour == 0  # a finished job holds nothing
+    # a minute later the cost so far has grown by about a minute of that rate
+    later = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=at + 60_000)[w.instance_id]
+    assert abs(later.so_far - inst.so_far - inst.per_hour // 60) <= 2, (later, inst)
+
+    # once rated, a finished job costs exactly its usage records, which is what it was estimated at
+    rater.run(w.db, cutoff_ms=at)
+    after = workload_cost.costs(w.db, "job", [job], at_ms=at)[job]
+    assert after.rated == _usage_sum(w, "job", job) == done.so_far and after.accruing == 0, after
+
+
+def test_a_stopped_instance_pays_for_its_disk_only(db_url: str) -> None:
+    book = default_book()
+    w = world(db_url, disk_gib=50, created_ms=0)
+    allocate(w, 0, HOUR)
+    with w.db.transaction() as s:
+        s.get(Instance, w.instance_id).state = "stopped"
+    c = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=2 * HOUR)[w.instance_id]
+    assert c.gpu_per_hour == 0 and c.storage_per_hour == div_half_up(50 * book.storage_stopped, book.hours_per_month) > 0
+    assert c.per_hour == c.storage_per_hour and c.so_far > 0
+    with w.db.transaction() as s:
+        s.get(Instance, w.instance_id).state = "deleted"
+    assert workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=2 * HOUR)[w.instance_id].per_hour == 0
+
+
+def test_rate_of_spot_with_a_bid_and_of_reserved_under_a_subscription(db_url: str) -> None:
+    book = default_book()
+    g = book.gpu("H100")
+    w = world(db_url, created_ms=0)
+    w2 = world(db_url, tenant="lab", created_ms=0)  # a second tenant, with a second 8-GPU H100 node
+    at = 10 * HOUR
+    bid = g.spot_floor + 1
+    allocate(w, HOUR, None, gpus=2, priority="spot", max_price=bid)
+    job = _job_of(w, allocate(w, HOUR, None, gpus=2, priority="spot", job=True))
+    store.topup(w2.db, "lab", "100000")
+    store.subscribe(w2.db, "lab", "monthly", "H100", 1, start_ms=0)
+    allocate(w2, HOUR, None, priority="reserved")  # covered by the subscription
+    allocate(w2, 2 * HOUR, None, priority="reserved")  # beyond it: on demand
+
+    c = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=at)[w.instance_id]
+    j = workload_cost.costs(w.db, "job", [job], at_ms=at)[job]
+    util = 6000 * 1000 // 16000  # 6 of 16 H100 busy
+    assert c.gpu_per_hour == 2 * min(g.spot(util), bid) == 2 * bid, c
+    assert j.gpu_per_hour == 2 * g.spot(util) > c.gpu_per_hour, j  # no bid: the spot price now
+    c2 = workload_cost.costs(w2.db, "instance", [w2.instance_id], at_ms=at)[w2.instance_id]
+    assert c2.gpu_per_hour == g.on_demand, c2
+    # both tenants' workloads on one page: each its own figures
+    both = workload_cost.costs(w.db, "instance", [w.instance_id, w2.instance_id], at_ms=at)
+    assert both == {w.instance_id: c, w2.instance_id: c2}
+
+
+def test_a_page_of_many_tenants_is_one_platform_wide_estimate_with_the_same_figures(db_url: str) -> None:
+    worlds = [
+        world(db_url, tenant=f"t{k}", disk_gib=10 * (k + 1), created_ms=0) for k in range(workload_cost.PER_TENANT_UP_TO + 1)
+    ]
+    for k, w in enumerate(worlds):
+        allocate(w, 0, None, gpus=k + 1)
+    rater.run(worlds[0].db, cutoff_ms=HOUR + 1)
+    at = HOUR + 1_800_000
+    ids = [w.instance_id for w in worlds]
+    page = workload_cost.costs(worlds[0].db, "instance", ids, at_ms=at)
+    one_by_one = {i: workload_cost.costs(worlds[0].db, "instance", [i], at_ms=at)[i] for i in ids}
+    assert page == one_by_one  # on demand: the platform-wide and per-tenant estimates agree
+    assert all(c.accruing > 0 and c.rated > 0 for c in page.values()), page
+    assert [page[i].gpu_per_hour for i in ids] == [(k + 1) * default_book().gpu("H100").on_demand for k in range(len(ids))]
