@@ -17,6 +17,7 @@ MICROS = 1_000_000
 
 def _member(server: Server, name: str = "alice", tenant: str = "lab") -> str:
     server.post("/v1/tenants", {"name": tenant})
+    server.post("/v1/billing/topups", {"tenant": tenant, "amount": "1000"}, expect=201)  # prepaid
     return server.post("/v1/users", {"name": name, "tenant": tenant}, expect=201).json()["token"]
 
 
