@@ -101,9 +101,13 @@ def bill(db: Database, tenant_id: int, at_ms: int | None = None) -> dict:
             for k, m, p, sec, a in rows
         ],
         "subscriptions_micros": int(subs or 0),
-        "accruing_micros": (acc := rater.accruing(db, tenant_id, at)),
-        "accruing": float(as_text(acc)),
-        "accruing_text": fmt(acc, c),
+        # running work as if it stopped now; ended work whose record is not posted yet
+        # (a run posts it moments after the end) is shown apart, never as accruing
+        "accruing_micros": (acc := rater.accruing_parts(db, tenant_id, at)).running,
+        "accruing": float(as_text(acc.running)),
+        "accruing_text": fmt(acc.running, c),
+        "ended_unrated_micros": acc.ended,
+        "ended_unrated_text": fmt(acc.ended, c),
         "current_period_total": float(as_text(spent)),
         "current_period_total_micros": spent,
         "current_period_total_text": fmt(spent, c),

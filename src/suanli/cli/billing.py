@@ -76,6 +76,7 @@ def bill(
     typer.echo(
         f"balance: {b['balance_text']}    charges this month: {b['current_period_total_text']}"
         f"    accruing, not yet rated: {b['accruing_text']}"
+        + (f"    ended, being rated: {b['ended_unrated_text']}" if b.get("ended_unrated_micros") else "")
     )
     if b["budget"]:
         bd = b["budget"]
@@ -359,10 +360,16 @@ def quote(
 
 
 def rate(
-    cutoff_ms: int = typer.Option(None, help="Rate up to this epoch-ms (default: now - 60 s)."),
+    cutoff_ms: int = typer.Option(
+        None, help="Rate what is final at this epoch-ms (default: ended work up to now, running work's hours closed 60 s ago)."
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run a rating run now (operators; the server also runs one every 10 seconds)."""
     with api_errors():
         r = _req("POST", "/v1/billing/rate", json={"cutoff_ms": cutoff_ms})
-    print_json(r) if as_json else typer.echo(f"run {r['run_id']}: {r['inserted']} records posted, {r['skipped']} already there")
+    if as_json:
+        return print_json(r)
+    typer.echo(f"run {r['run_id']}: {r['inserted']} records posted, {r['skipped']} already there")
+    if not r["records"]:
+        typer.echo("running work is posted when its hour closes or it ends; `suanli bill` shows it as accruing")
