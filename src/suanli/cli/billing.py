@@ -85,7 +85,7 @@ def bill(
     table(
         "Charges this month",
         ["KIND", "GPU", "PLAN", "BILLED S", "AMOUNT"],
-        [[c["kind"], c["gpu_model"] or "-", c["plan"], c["billed_seconds"], f"{c['amount']:.4f}"] for c in b["charges"]],
+        [[c["kind"], c["gpu_model"] or "-", c["plan"], c["billed_seconds"], c["amount_text"]] for c in b["charges"]],
     )
     for n in b["notices"][:5]:
         typer.echo(f"[{n['kind']}] {n['message']}")
