@@ -127,3 +127,13 @@ def test_runs_that_rate_ended_work_at_once_equal_one_final_run(ivs: list[tuple[i
         watermark = max(watermark, settled)
     once = split(t0, t1, final, period_ms=PERIOD)
     assert seen == {(i, ps): u for i, ps, u in zip(once.index.tolist(), once.period_start.tolist(), once.units.tolist())}
+
+
+def test_suanli_rate_inside_the_hour_says_why_running_work_posts_nothing(server: Server, cli) -> None:  # type: ignore[no-untyped-def]
+    if server.ctx.billing is not None:
+        server.ctx.billing.stop()
+    inst = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 1}, expect=201).json()
+    wait_state(server, "instance", inst["id"], ("running",))
+    out = cli("rate")
+    assert "0 records posted" in out and "running work is posted when its hour closes or it ends" in out, out
+    assert "accruing, not yet rated: ¥" in cli("bill") and "ended, being rated" not in cli("bill")
