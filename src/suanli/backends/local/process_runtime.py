@@ -44,6 +44,7 @@ trap : USR1 TERM
 mkdir -p "$SUANLI_CWD" && cd "$SUANLI_CWD" || exit 1
 ( trap : USR1 TERM; while :; do : > "$SUANLI_TASK_DIR/alive"; sleep {beat}; done ) >/dev/null 2>&1 &
 beat=$!
+disown "$beat"  # killed below without a "Killed" line in the task's output
 rc=0
 if [ -s "$SUANLI_TASK_DIR/setup.sh" ]; then bash "$SUANLI_TASK_DIR/setup.sh"; rc=$?; fi
 if [ "$rc" -eq 0 ]; then bash "$SUANLI_TASK_DIR/run.sh"; rc=$?; fi
