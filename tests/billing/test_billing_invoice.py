@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from suanli.billing import invoice, quote
+from suanli.billing.money import fmt_exact
 from suanli.billing.pricebook import default_book
 
 
@@ -30,9 +36,10 @@ def test_invoice_lines_totals_and_html() -> None:
         123,
     )
     assert doc["total_micros"] == 152_533_336 + 76_266_668 + 111_111 + 300_000 + 6
-    assert doc["total_text"] == "¥229.21"
+    assert doc["total_text"] == "¥229.211121"  # exact, as its lines are (¥228.800004 + ...)
+    assert [ln["amount_text"] for ln in doc["lines"]] == ["¥228.800004", "¥0.111111", "¥0.30"]
     page = invoice.render_html(doc)
-    assert "&lt;lab&gt;" in page and "<lab>" not in page and "12.0000 GPU-h" in page and "¥229.21" in page
+    assert "&lt;lab&gt;" in page and "<lab>" not in page and "12.0000 GPU-h" in page and "¥229.211121" in page
 
 
 def test_quote_per_hour_and_total() -> None:
@@ -45,3 +52,55 @@ def test_quote_per_hour_and_total() -> None:
     assert quote.quote(book, ["Voodoo5"], 1, 0, 1, "on-demand", 1.0) == []
     many = quote.quote(book, ["RTX4090", "H100", "H20"], 1, 0, 1, "on-demand", 1.0)
     assert [q.per_hour for q in many] == sorted(q.per_hour for q in many)
+
+
+def _shown(text: str) -> Decimal:
+    return Decimal(text.replace("¥", "").replace(",", ""))
+
+
+def test_the_testers_invoice_adds_up_as_shown() -> None:
+    """Lines of ¥0.636 and ¥0.005 showed as ¥0.64 + ¥0.01 with a total of ¥0.64."""
+    lines = invoice.usage_lines([("gpu", "H100", "on_demand", 1000, 60, 636_000), ("storage", "-", "on_demand", 50, 60, 5_000)])
+    doc = invoice.build({"id": 1, "name": "lab"}, "2026-11", "CNY", lines, [], [], 0)
+    assert [ln["amount_text"] for ln in doc["lines"]] == ["¥0.636", "¥0.005"] and doc["total_text"] == "¥0.641"
+
+
+usage_rows = st.lists(
+    st.tuples(
+        st.sampled_from(["gpu", "storage", "transfer"]),
+        st.sampled_from(["H100", "RTX4090", "-"]),
+        st.sampled_from(["on_demand", "spot", "reserved"]),
+        st.integers(0, 64_000),
+        st.integers(0, 3600),
+        st.integers(0, 10**12),
+    ),
+    max_size=60,
+)
+subscriptions = st.lists(st.tuples(st.integers(0, 10**11), st.integers(0, 10**11)), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(usage_rows, subscriptions)
+def test_invoice_total_is_the_sum_of_its_lines_as_shown(rows: list, subs: list) -> None:
+    """Over random usage: the total equals the lines (and fees less refunds) to the
+    micro-unit, in ``*_micros`` and in the text a reader adds up."""
+    lines = invoice.usage_lines(rows)
+    fees = [
+        {"id": k, "plan": "reserved", "gpu_model": "H100", "gpu_count": 1, "fee": f, "refund": min(r, f)}
+        for k, (f, r) in enumerate(subs)
+    ]
+    doc = invoice.build({"id": 1, "name": "lab"}, "2026-11", "CNY", lines, fees, [], 0)
+    assert doc["total_micros"] == sum(a for *_, a in rows) + sum(s["fee"] - s["refund"] for s in fees)
+    assert doc["total_micros"] == sum(ln["amount_micros"] for ln in doc["lines"]) + doc["subscriptions_total_micros"]
+    shown = sum((_shown(ln["amount_text"]) for ln in doc["lines"]), Decimal(0)) + sum(
+        (_shown(s["fee_text"]) - _shown(s["refund_text"]) for s in doc["subscriptions"]), Decimal(0)
+    )
+    assert shown == _shown(doc["total_text"]), (shown, doc["total_text"])
+    assert _shown(doc["total_text"]) * 1_000_000 == doc["total_micros"]
+
+
+@given(st.integers(-(10**15), 10**15))
+def test_exact_money_text_round_trips(micros: int) -> None:
+    text = fmt_exact(micros)
+    assert Decimal(text.replace("¥", "").replace(",", "")) * 1_000_000 == micros
+    assert len(text.split(".")[1]) >= 2

@@ -68,7 +68,7 @@ def test_reads_never_rate(server: Server) -> None:
     time.sleep(0.1)
     assert server.get("/v1/billing/usage") == []
     bill = server.get("/v1/billing/bill")
-    assert bill["charges"] == [] and bill["accruing_micros"] > 0  # not posted, but shown
+    assert bill["charges"] == [] and bill["ended_unrated_micros"] > 0  # not posted, but shown (the GPU part, ended)
     assert server.get("/v1/billing/usage") == []
     r = server.post("/v1/billing/rate", {"cutoff_ms": int(time.time() * 1000)}, expect=200).json()
     assert r["inserted"] >= 1 and r["budget_actions"] == []

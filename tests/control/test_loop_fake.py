@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,11 @@ class Rig:
     def job(self, job_id: int) -> Job:
         with self.db.transaction() as s:
             return s.get(Job, job_id)  # type: ignore[return-value]
+
+    def allocations_of(self, job_id: int) -> list[Allocation]:
+        """Every allocation of job ``job_id`` (open or ended), by rank."""
+        with self.db.transaction() as s:
+            return list(s.scalars(select(Allocation).where(Allocation.job_id == job_id).order_by(Allocation.node_rank)))
 
     def instance(self, instance_id: int) -> Instance:
         with self.db.transaction() as s:
@@ -476,3 +482,38 @@ def test_deliver_notice_uses_the_backend_s_notice_or_a_bare_sigusr1() -> None:
     deliver_notice(plain, h, 123.0, send_signal=False)  # type: ignore[arg-type]
     assert plain.sent == [("job-1-0", int(signal.SIGUSR1))]
     assert fake.status(h).state == TaskState.RUNNING
+
+
+def test_an_allocation_ends_when_the_backend_says_its_work_ended(rig: Rig) -> None:
+    """The end a backend reports (exit file, FinishedAt, Slurm's End) ends the allocation,
+    not the tick that noticed; a gang ends with its last node; never before the start,
+    never in the future; no report: the moment it was noticed."""
+    one, gang, early, late, silent = (
+        rig.submit("H100:1"),
+        rig.submit("H100:1", num_nodes=2),
+        rig.submit("H100:1"),
+        rig.submit("H100:1"),
+        rig.submit("H100:1"),
+    )
+    rig.tick()
+    with rig.db.transaction() as s:  # they started a minute ago, so their ends lie in the past
+        for a in s.scalars(select(Allocation)):
+            a.started_at -= timedelta(seconds=60)
+    start = {j: rig.allocations_of(j)[0].started_at.timestamp() for j in (one, gang, early, late, silent)}
+    rig.fake.exit(task_key("job", one), 0, at=start[one] + 2.5)
+    rig.fake.exit(task_key("job", gang, 0), 0, at=start[gang] + 1.0)
+    rig.fake.exit(task_key("job", gang, 1), 0, at=start[gang] + 3.0)
+    rig.fake.exit(task_key("job", early), 0, at=start[early] - 100)
+    rig.fake.exit(task_key("job", late), 0, at=time.time() + 3600)
+    rig.fake.exit(task_key("job", silent), 0)
+    before = time.time()
+    rig.tick()
+    ends = {j: [a.ended_at.timestamp() for a in rig.allocations_of(j)] for j in start}
+    assert ends[one] == [pytest.approx(start[one] + 2.5, abs=0.002)], ends
+    assert ends[gang] == [pytest.approx(start[gang] + 3.0, abs=0.002)] * 2, ends
+    assert ends[early] == [pytest.approx(start[early], abs=0.002)], ends  # never before its start
+    assert before - 1 <= ends[late][0] <= time.time(), ends  # never in the future
+    assert before - 1 <= ends[silent][0] <= time.time(), ends
+    assert rig.job(one).finished_at.timestamp() == pytest.approx(start[one] + 2.5, abs=0.002)
+    assert rig.job(one).state == "succeeded"
+    rig.assert_consistent()

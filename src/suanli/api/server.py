@@ -18,7 +18,6 @@ from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
 from suanli.billing import store as billing_store
-from suanli.billing.rater import SETTLE_MS
 from suanli.control import auth, heartbeat, images, nodes
 from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
@@ -133,8 +132,8 @@ def build(
         heartbeat_timeout_s=heartbeat_timeout_s,
     )
     ctx.billing = BillingWorker(db)  # started with the server's other threads (api.background)
-    # work that ended is rated by the first run that can see its last interval settled
-    ctx.loop.work_ended = lambda: ctx.billing.wake(after_s=SETTLE_MS / 1000)  # type: ignore[union-attr]
+    # work that ended is rated at once: a run rates ended work up to now (its end has committed)
+    ctx.loop.work_ended = lambda: ctx.billing.wake()  # type: ignore[union-attr]
     if start_loop:
         ctx.loop.start()
     return ctx, boot

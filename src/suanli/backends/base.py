@@ -11,7 +11,8 @@ Rules every backend follows:
 - ``submit`` starts the task at most once per ``spec.key``; a second submit of a
   key that is already running raises ``AlreadyRunning``.
 - ``status`` never raises for a task the backend has forgotten: it answers
-  ``TaskState.LOST`` and the reconcile loop decides.
+  ``TaskState.LOST`` and the reconcile loop decides. For a task that ended it says
+  when (``TaskStatus.ended_at``) where it recorded that.
 - ``stop`` is idempotent and ends the whole task (process group, Slurm job).
 - ``list_running`` reports every task the backend still runs, so reconcile can
   adopt tasks the database knows and stop the ones it does not.
@@ -113,6 +114,12 @@ class TaskState(str, Enum):
 class TaskStatus:
     state: TaskState
     exit_code: int | None = None  #: negative: killed by that signal; None: unknown
+    #: when the task ended (epoch seconds), as the backend recorded it: the exit file's
+    #: time, the engine's ``FinishedAt``, Slurm's ``End``; None: not known (the control
+    #: plane then takes the moment it noticed). After a server restart this is what
+    #: ends the allocation, so work that died while the server was down is not billed
+    #: until it came back.
+    ended_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ class FakeTask:
     state: TaskState = TaskState.RUNNING
     exit_code: int | None = None
     output: str = ""
+    ended_at: float | None = None  #: when it ended, as ``status`` reports it (``exit(at=...)``)
 
     @property
     def key(self) -> str:
@@ -96,7 +97,7 @@ class InMemoryBackend:
             task = self._runs.get(int(handle.data.get("run", 0)))
             if task is None or task.state == TaskState.LOST:
                 return TaskStatus(TaskState.LOST)
-            return TaskStatus(task.state, task.exit_code)
+            return TaskStatus(task.state, task.exit_code, task.ended_at)
 
     def stop(self, handle: Handle, grace_s: float = 10.0) -> None:
         """Ends the task as SIGTERM would (exit -15); idempotent. A scripted fault raises
@@ -157,11 +158,13 @@ class InMemoryBackend:
             return out
 
     # -- scripting: what the test makes happen -----------------------------------------------
-    def exit(self, key: str, code: int = 0, output: str = "") -> None:
-        """The running task of ``key`` exits with ``code``."""
+    def exit(self, key: str, code: int = 0, output: str = "", at: float | None = None) -> None:
+        """The running task of ``key`` exits with ``code``; ``at``: when, as the backend
+        reports it (epoch seconds; None: it reports no time)."""
         with self._lock:
             task = self._running(key)
             task.output += output
+            task.ended_at = at
             self._end(task, TaskState.EXITED, code)
 
     def lose(self, key: str) -> None:
@@ -202,7 +205,7 @@ class InMemoryBackend:
             if not runs:
                 raise KeyError(key)
             t = runs[-1]
-            return FakeTask(t.spec, t.run, t.state, t.exit_code, t.output)
+            return FakeTask(t.spec, t.run, t.state, t.exit_code, t.output, t.ended_at)
 
     # -- internals (lock held) -------------------------------------------------------------------
     def _handle(self, task: FakeTask) -> Handle:

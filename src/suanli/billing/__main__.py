@@ -25,7 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("rate", help="one idempotent rating run")
     r.add_argument("--db", required=True, help="SQLAlchemy URL of the Suanli database")
-    r.add_argument("--cutoff-ms", type=int, default=None, help="rate up to this instant (default: now - 60 s)")
+    r.add_argument(
+        "--cutoff-ms",
+        type=int,
+        default=None,
+        help="rate everything final at this instant (default: ended work up to now, running work's periods closed 60 s ago)",
+    )
     r.add_argument("--batch", type=int, default=50_000, help="records per transaction")
     r.add_argument("--pause-after-batch", type=float, default=0.0, help="seconds to sleep after each batch (tests)")
     args = ap.parse_args(argv)
@@ -41,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "run_id": res.run_id,
                 "cutoff_ms": res.cutoff_ms,
+                "settled_ms": res.settled_ms,
                 "records": res.records,
                 "inserted": res.posted.inserted,
                 "skipped": res.posted.skipped,

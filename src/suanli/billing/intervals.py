@@ -4,6 +4,11 @@ One row per allocation (one per node of a workload): ``[start, end)`` in epoch m
 ``milli`` = GPUs x milli per GPU, the plan its priority bills under and its bid.
 ``intervals`` builds them from the rows ``ALLOCATION_COLUMNS`` selects; a benchmark
 may build ``Intervals`` directly.
+
+Seen as of ``open_end`` (an estimate "if everything stopped then"), an interval is cut
+there: one that starts after it is empty and bills nothing, one still held ends then.
+An end stamped before its start (clocks of two servers that disagree) is read as
+empty too: one bad row must never stop the rating of every other.
 """
 
 from __future__ import annotations
@@ -53,12 +58,20 @@ ALLOCATION_COLUMNS = (
 )
 
 
+def clip(start_ms: np.ndarray, end_ms: np.ndarray, open_end: int = metering.OPEN) -> np.ndarray:
+    """Ends as of ``open_end``: never after it, never before their start."""
+    return np.maximum(np.minimum(end_ms, open_end), start_ms)
+
+
 def intervals(allocs: list, open_end: int = metering.OPEN) -> Intervals:
     """Allocation rows (id, tenant_id, job_id, instance_id, gpu_model, gpu_indices,
-    milli_per_gpu, priority, max_price_micros, started_at, ended_at) as arrays."""
+    milli_per_gpu, priority, max_price_micros, started_at, ended_at) as arrays, as of
+    ``open_end`` (``clip``)."""
     models = sorted({a.gpu_model for a in allocs} | {"-"})
     code = {m: i for i, m in enumerate(models)}
     n = len(allocs)
+    start = np.array([dt_to_ms(a.started_at) for a in allocs], dtype=np.int64).reshape(n)
+    end = np.array([dt_to_ms(a.ended_at) if a.ended_at else metering.OPEN for a in allocs], dtype=np.int64).reshape(n)
     return Intervals(
         source_id=np.array([a.id for a in allocs], dtype=np.int64).reshape(n),
         tenant_id=np.array([a.tenant_id for a in allocs], dtype=np.int64).reshape(n),
@@ -69,8 +82,8 @@ def intervals(allocs: list, open_end: int = metering.OPEN) -> Intervals:
         plan_code=np.array([PLANS.index(PLAN_OF_PRIORITY.get(a.priority, "on_demand")) for a in allocs], dtype=np.int64).reshape(
             n
         ),
-        start_ms=np.array([dt_to_ms(a.started_at) for a in allocs], dtype=np.int64).reshape(n),
-        end_ms=np.array([dt_to_ms(a.ended_at) if a.ended_at else open_end for a in allocs], dtype=np.int64).reshape(n),
+        start_ms=start,
+        end_ms=clip(start, end, open_end),
         models=models,
         max_price=np.array([-1 if a.max_price_micros is None else a.max_price_micros for a in allocs], dtype=np.int64).reshape(n),
     )

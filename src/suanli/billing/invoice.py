@@ -2,7 +2,10 @@
 
 The document is built from rows the store reads (usage records, subscription fees
 and refunds, top-ups); lines group usage by kind, GPU model and plan. Amounts stay
-integer micro-units in ``*_micros`` fields; display strings are rounded once.
+integer micro-units in ``*_micros`` fields, and the total is their sum. Display strings
+are exact to the micro-unit (``money.fmt_exact``: ``¥0.64``, ``¥0.636421``), so the
+lines as printed add up to the total as printed; rounding each to the fen would not
+(¥0.636 + ¥0.005 shows as ¥0.64 + ¥0.01 with a total of ¥0.64).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from string import Template
 
-from suanli.billing.money import as_text, fmt
+from suanli.billing.money import as_text, fmt_exact
 
 
 @dataclass(frozen=True)
@@ -66,21 +69,22 @@ def build(
                 "billed_seconds": ln.billed_seconds,
                 "amount": float(as_text(ln.amount)),
                 "amount_micros": ln.amount,
-                "amount_text": fmt(ln.amount, currency),
+                "amount_text": fmt_exact(ln.amount, currency),
             }
             for ln in lines
         ],
         "subscriptions": [
-            {**s, "fee_text": fmt(s["fee"], currency), "refund_text": fmt(s["refund"], currency)} for s in subscriptions
+            {**s, "fee_text": fmt_exact(s["fee"], currency), "refund_text": fmt_exact(s["refund"], currency)}
+            for s in subscriptions
         ],
-        "payments": [{**p, "amount_text": fmt(p["amount"], currency)} for p in payments],
+        "payments": [{**p, "amount_text": fmt_exact(p["amount"], currency)} for p in payments],
         "usage_total_micros": usage_total,
         "subscriptions_total_micros": subs_total,
         "total_micros": total,
         "total": float(as_text(total)),
-        "total_text": fmt(total, currency),
+        "total_text": fmt_exact(total, currency),
         "balance_micros": balance,
-        "balance_text": fmt(balance, currency),
+        "balance_text": fmt_exact(balance, currency),
     }
 
 

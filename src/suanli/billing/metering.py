@@ -13,6 +13,13 @@ its rounded-up total (the counts telescope), however it is split. A record is
 ended, at the rating cutoff; its value never changes afterwards, which is what
 lets the store key it by (source, period) and insert it exactly once.
 
+Two instants decide finality. An interval that has ended by ``cutoff_ms`` is final
+whole: its end is known. An interval still open (or ending after the cutoff) only has
+its *closed* periods final, and "closed" is judged at ``settled_ms`` (default: the
+cutoff): the rater passes a settled instant there, so a row whose end was stamped but
+not yet committed when the run read it is never taken for one that ran through the
+period. So ended work is rated at once, while running work waits for the settle lag.
+
 Times are integer milliseconds since the epoch.
 """
 
@@ -66,12 +73,15 @@ def split(
     cutoff_ms: int,
     since_ms: int = 0,
     period_ms: int = DEFAULT_PERIOD_MS,
+    settled_ms: int | None = None,
 ) -> Pieces:
     """The final records, at ``cutoff_ms``, of intervals ``[start, end)`` (``end`` =
-    ``OPEN`` while running), for periods starting at or after ``since_ms``.
+    ``OPEN`` while running), for periods starting at or after ``since_ms``: every
+    record of an interval ended by ``cutoff_ms``; of the others, the records of
+    periods closed by ``settled_ms`` (at most, and by default, ``cutoff_ms``).
 
     ``since_ms`` must be a period boundary; the store passes the period holding the
-    previous completed run's cutoff, before which everything is already rated."""
+    previous completed run's settled instant, before which everything is already rated."""
     if period_ms <= 0 or period_ms % UNIT_MS:
         raise MeteringError(f"the rating period must be a positive multiple of {UNIT_MS} ms")
     if since_ms % period_ms:
@@ -87,7 +97,8 @@ def split(
     ended = t1 <= cutoff_ms
     # last final period: the one holding the end, if ended by the cutoff; else the last closed one
     last_ended = (np.maximum(t1, 1) - 1) // period_ms * period_ms
-    last_open = cutoff_ms // period_ms * period_ms - period_ms
+    settled = cutoff_ms if settled_ms is None else min(settled_ms, cutoff_ms)
+    last_open = settled // period_ms * period_ms - period_ms
     last = np.where(ended, last_ended, last_open)
     count = np.where((last >= first) & (t1 > t0) & (t1 > since_ms), (last - first) // period_ms + 1, 0)
     idx = np.repeat(np.arange(t0.size, dtype=np.int64), count)

@@ -51,6 +51,17 @@ def fmt(micros: int, currency: str = "CNY", places: int = 2) -> str:
     return f"{'-' if q < 0 else ''}{sym or ''}{abs(q):,}{'' if sym else ' ' + currency}"
 
 
+def fmt_exact(micros: int, currency: str = "CNY") -> str:
+    """``¥1,234.567891``, ``¥0.64``: exact to the micro-unit, at least 2 places, no trailing
+    zeros beyond them. What a document shows when its amounts must add up as shown: a
+    sum of lines rounded one by one need not be the rounded total (¥0.64 + ¥0.01 = ¥0.64)."""
+    m = int(micros)
+    whole, frac = divmod(abs(m), MICROS)
+    digits = f"{frac:06d}".rstrip("0").ljust(2, "0")
+    sym = SYMBOLS.get(currency)
+    return f"{'-' if m < 0 else ''}{sym or ''}{whole:,}.{digits}{'' if sym else ' ' + currency}"
+
+
 def as_text(micros: int) -> str:
     """Exact decimal text for JSON (no float rounding): ``"1.960000"``."""
     return f"{to_decimal(micros):.6f}"

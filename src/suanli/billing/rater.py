@@ -2,16 +2,18 @@
 
     python -m suanli.billing rate --db URL     (or POST /v1/billing/rate, suanli rate)
 
-1. ``since`` = the period holding the last completed run's cutoff (the watermark):
-   everything before it is already rated, so only those periods are metered again.
-2. Intervals -> final records (``metering.split``), priced with the price version in
+1. ``since`` = the period holding the last completed run's settled instant (the
+   watermark): everything before it is already rated, so only those periods are
+   metered again.
+2. Intervals -> final records (``metering.split``): ended work up to the cutoff (now),
+   running work's periods closed by the settled instant (now - ``SETTLE_MS``), priced with the price version in
    force at each record's period start (old usage keeps its price), rated with
    ``rating``: spot at the model's utilisation at period start (``billing.utilisation``,
    the rule admission and reclaim compare bids with), capped by the allocation's bid
    (``max_price``),
    GPUs under a monthly/reserved subscription at zero (the fee paid for them).
 3. ``posting.post``: one transaction per batch, idempotent on (kind, source, period).
-4. Advance the watermark.
+4. Advance the watermark to the settled instant.
 A crash anywhere leaves committed batches posted once; the next run finishes the rest.
 A run only rates and posts: budgets and the hard cap are decided by
 ``spending.apply_budgets`` and acted on by the control plane (``control.admission``).
@@ -30,7 +32,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from suanli.billing import metering, plans, rating
-from suanli.billing.intervals import ALLOCATION_COLUMNS, Intervals, intervals
+from suanli.billing.intervals import ALLOCATION_COLUMNS, Intervals, clip, intervals
 from suanli.billing.posting import PostResult, Records, post
 from suanli.billing.pricebook import PLANS, PriceBook, resolve_model
 from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms, versions
@@ -49,6 +51,7 @@ class RunResult:
     since_ms: int
     records: int
     posted: PostResult
+    settled_ms: int | None = None  #: running work's periods closed by this instant were rated (the new watermark)
 
 
 def version_index(effective: np.ndarray, period: np.ndarray) -> np.ndarray:
@@ -63,10 +66,12 @@ def rate_gpu_intervals(
     period_ms: int,
     capacity: dict[int, int] | None = None,
     covered: Callable[[Intervals, np.ndarray, np.ndarray], np.ndarray] | None = None,
+    settled_ms: int | None = None,
 ) -> Records:
-    """Pure: intervals -> rated records. ``covered(iv, index, period)`` gives, per
+    """Pure: intervals -> rated records (final at ``cutoff_ms``, open intervals' periods
+    closed by ``settled_ms``: ``metering.split``). ``covered(iv, index, period)`` gives, per
     reserved-priority record, the plan code of the subscription paying for it, or -1."""
-    pc = metering.split(iv.start_ms, iv.end_ms, cutoff_ms, since_ms, period_ms)
+    pc = metering.split(iv.start_ms, iv.end_ms, cutoff_ms, since_ms, period_ms, settled_ms)
     i = pc.index
     model, plan = iv.model_code[i], iv.plan_code[i].copy()
     reserved = plan == PLANS.index("reserved")
@@ -184,10 +189,13 @@ def collect(
     tenant_id: int | None = None,
     open_until_ms: int | None = None,
     session: Session | None = None,
+    settled_ms: int | None = None,
 ) -> Records:
-    """Read what may hold unrated periods and rate it (GPU, storage, transfer).
-    ``open_until_ms`` treats running work as ending then: an estimate of what is
-    accruing (``reports.bill``), never posted."""
+    """Read what may hold unrated periods and rate it (GPU, storage, transfer): ended
+    work up to ``cutoff_ms``, running work's periods closed by ``settled_ms`` (default
+    the cutoff). ``open_until_ms`` treats running work as ending then (and work that
+    starts later as nothing): an estimate of what is accruing (``reports.bill``), never
+    posted."""
     since_dt = ms_to_dt(since_ms)
     open_end = metering.OPEN if open_until_ms is None else open_until_ms
     mine = (lambda col: col == tenant_id) if tenant_id is not None else (lambda col: True)  # noqa: E731
@@ -234,12 +242,12 @@ def collect(
             out[hit] = PLANS.index(active[0][0])
         return out
 
-    parts = [rate_gpu_intervals(iv, books, cutoff_ms, since_ms, period_ms, capacity, covered)]
+    parts = [rate_gpu_intervals(iv, books, cutoff_ms, since_ms, period_ms, capacity, covered, settled_ms)]
     held: dict[int, list[tuple[int, int]]] = {}
     for a, s0, s1 in zip(allocs, iv.start_ms.tolist(), iv.end_ms.tolist()):
         if a.instance_id:
             held.setdefault(a.instance_id, []).append((s0, s1))
-    parts.append(_storage(insts, books, cutoff_ms, since_ms, period_ms, parts[0], open_end, held))
+    parts.append(_storage(insts, books, cutoff_ms, since_ms, period_ms, parts[0], open_end, held, settled_ms))
     parts.append(_transfers(transfers, books, period_ms, parts[0]))
     return _concat(parts)
 
@@ -270,15 +278,16 @@ def _storage(
     like: Records,
     open_end: int = metering.OPEN,
     held: dict[int, list[tuple[int, int]]] | None = None,
+    settled_ms: int | None = None,
 ) -> Records:
     """Disks bill from creation to deletion: at the running price while the instance
     holds GPUs (an allocation), at the stopped price otherwise."""
     insts = [r for r in insts if r.disk_gib > 0]
     t0 = np.array([dt_to_ms(r.created_at) for r in insts], dtype=np.int64).reshape(len(insts))
-    t1 = np.array([dt_to_ms(r.updated_at) if r.state == "deleted" else open_end for r in insts], dtype=np.int64).reshape(
+    t1 = np.array([dt_to_ms(r.updated_at) if r.state == "deleted" else metering.OPEN for r in insts], dtype=np.int64).reshape(
         len(insts)
     )
-    pc = metering.split(t0, t1, cutoff_ms, since_ms, period_ms)
+    pc = metering.split(t0, clip(t0, t1, open_end), cutoff_ms, since_ms, period_ms, settled_ms)
     i = pc.index
     gib = np.array([r.disk_gib for r in insts], dtype=np.int64).reshape(len(insts))[i]
     eff = np.array([e for _, e, _ in books], dtype=np.int64)
@@ -360,38 +369,71 @@ def _advance(db: Database, cutoff: int, rid: str) -> None:
             st.watermark_ms, st.last_run, st.updated_at = cutoff, rid, ms_to_dt(now_ms())
 
 
-def accruing(db: Database | None, tenant_id: int, at_ms: int, period_ms: int = 3_600_000, session: Session | None = None) -> int:
-    """Not yet posted: running work as if it stopped now, plus ended work no run has
-    rated yet. An estimate for cost visibility and the hard cap; never posted. Pass
-    ``session`` when calling inside a transaction (SQLite allows one writer)."""
+@dataclass(frozen=True)
+class Accruing:
+    """What is not posted yet, at one instant: ``running`` work as if it stopped then,
+    and ``ended`` work (and transfers) whose final records no run has posted yet."""
 
-    def read(s: Session) -> tuple[int, set]:
+    running: int
+    ended: int
+
+    @property
+    def total(self) -> int:
+        return self.running + self.ended
+
+
+def accruing_parts(
+    db: Database | None, tenant_id: int, at_ms: int, period_ms: int = 3_600_000, session: Session | None = None
+) -> Accruing:
+    """``accruing``, split into running and ended work (``reports.bill`` shows them apart:
+    money for ended work is not "accruing", it is waiting for its record)."""
+    at_dt = ms_to_dt(at_ms)
+
+    def read(s: Session) -> tuple[int, set, set]:
         watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
         since = min(watermark, at_ms) // period_ms * period_ms
-        return since, {
+        posted = {
             tuple(r)
             for r in s.execute(
                 select(Usage.kind, Usage.source_id, Usage.period_ms).where(Usage.tenant_id == tenant_id, Usage.period_ms >= since)
             )
         }
+        held = or_(Allocation.ended_at.is_(None), Allocation.ended_at > at_dt)
+        kept = or_(Instance.state != "deleted", Instance.updated_at > at_dt)
+        running = {("gpu", i) for i in s.scalars(select(Allocation.id).where(Allocation.tenant_id == tenant_id, held))} | {
+            ("storage", i) for i in s.scalars(select(Instance.id).where(Instance.tenant_id == tenant_id, kept))
+        }
+        return since, posted, running
 
     if session is not None:
-        since, posted = read(session)
+        since, posted, running = read(session)
     else:
         assert db is not None
         with db.sessions() as s:
-            since, posted = read(s)
+            since, posted, running = read(s)
     recs = collect(db, since, at_ms, period_ms, tenant_id=tenant_id, open_until_ms=at_ms, session=session)
     c = recs.cols
-    return sum(
-        int(a)
-        for k, src, p, a in zip(c["kind"].tolist(), c["source_id"].tolist(), c["period_ms"].tolist(), c["amount"].tolist())
-        if (recs.kinds[k], src, p) not in posted
-    )
+    out = [0, 0]
+    for k, src, p, a in zip(c["kind"].tolist(), c["source_id"].tolist(), c["period_ms"].tolist(), c["amount"].tolist()):
+        kind = recs.kinds[k]
+        if (kind, src, p) not in posted:
+            out[0 if (kind, src) in running else 1] += int(a)
+    return Accruing(out[0], out[1])
 
 
-#: Default lag of the cutoff behind now: an allocation's start or end is stamped just
-#: before its transaction commits; a cutoff this far back only sees settled rows.
+def accruing(db: Database | None, tenant_id: int, at_ms: int, period_ms: int = 3_600_000, session: Session | None = None) -> int:
+    """Not yet posted: running work as if it stopped now, plus ended work no run has
+    rated yet. An estimate for cost visibility and the hard cap; never posted. Pass
+    ``session`` when calling inside a transaction (SQLite allows one writer). Work that
+    starts after ``at_ms`` counts nothing (``intervals.clip``): ``at_ms`` may be a past
+    rating cutoff."""
+    return accruing_parts(db, tenant_id, at_ms, period_ms, session).total
+
+
+#: Lag of the settled instant behind now: an allocation's start or end is stamped just
+#: before its transaction commits, so a run only takes an interval it sees open for one
+#: that ran through a period that closed this long ago. Ended work (its end committed,
+#: so seen) is rated up to now.
 SETTLE_MS = 60_000
 
 
@@ -403,14 +445,18 @@ def run(
     run_id: str | None = None,
     after_batch: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """One idempotent rating run up to ``cutoff_ms`` (default: now minus ``SETTLE_MS``).
-    It writes billing tables only and applies no budget (``spending.apply_budgets``)."""
-    cutoff = now_ms() - SETTLE_MS if cutoff_ms is None else cutoff_ms
+    """One idempotent rating run. By default it rates ended work up to now and running
+    work's periods that closed ``SETTLE_MS`` ago; with ``cutoff_ms`` everything final at
+    that instant (the caller vouches that its rows have settled). It writes billing
+    tables only and applies no budget (``spending.apply_budgets``)."""
+    now = now_ms()
+    cutoff = now if cutoff_ms is None else cutoff_ms
+    settled = min(cutoff, now - SETTLE_MS) if cutoff_ms is None else cutoff
     rid = run_id or uuid.uuid4().hex[:16]
     with db.sessions() as s:
         watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
-    since = min(watermark, cutoff) // period_ms * period_ms
-    recs = collect(db, since, cutoff, period_ms)
+    since = min(watermark, settled) // period_ms * period_ms
+    recs = collect(db, since, cutoff, period_ms, settled_ms=settled)
     posted = post(db, recs, rid, batch, after_batch)
-    _advance(db, cutoff, rid)
-    return RunResult(rid, cutoff, since, len(recs), posted)
+    _advance(db, settled, rid)
+    return RunResult(rid, cutoff, since, len(recs), posted, settled)

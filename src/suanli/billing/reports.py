@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 
 from suanli.billing import invoice, ledger, rater
 from suanli.billing.budgets import month_start_ms, period_of
-from suanli.billing.money import as_text, fmt
+from suanli.billing.money import as_text, fmt, fmt_exact
 from suanli.billing.spending import spent_this_month
 from suanli.billing.store import BillingError, balance, current_book, ms_to_dt, now_ms, versions
 from suanli.billing.tables import BudgetRow, LedgerEntry, Notice, Posting, PriceVersion, Subscription, Usage
@@ -97,16 +97,21 @@ def bill(db: Database, tenant_id: int, at_ms: int | None = None) -> dict:
                 "billed_seconds": int(sec),
                 "amount": float(as_text(int(a))),
                 "amount_micros": int(a),
+                "amount_text": fmt_exact(int(a), c),
             }
             for k, m, p, sec, a in rows
         ],
         "subscriptions_micros": int(subs or 0),
-        "accruing_micros": (acc := rater.accruing(db, tenant_id, at)),
-        "accruing": float(as_text(acc)),
-        "accruing_text": fmt(acc, c),
+        # running work as if it stopped now; ended work whose record is not posted yet
+        # (a run posts it moments after the end) is shown apart, never as accruing
+        "accruing_micros": (acc := rater.accruing_parts(db, tenant_id, at)).running,
+        "accruing": float(as_text(acc.running)),
+        "accruing_text": fmt(acc.running, c),
+        "ended_unrated_micros": acc.ended,
+        "ended_unrated_text": fmt(acc.ended, c),
         "current_period_total": float(as_text(spent)),
         "current_period_total_micros": spent,
-        "current_period_total_text": fmt(spent, c),
+        "current_period_total_text": fmt_exact(spent, c),  # the charges (and fees) add up to it as shown
         "budget": None
         if b is None
         else {

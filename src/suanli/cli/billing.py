@@ -86,6 +86,7 @@ def bill(
     typer.echo(
         f"balance: {b['balance_text']}    charges this month: {b['current_period_total_text']}"
         f"    accruing, not yet rated: {b['accruing_text']}"
+        + (f"    ended, being rated: {b['ended_unrated_text']}" if b.get("ended_unrated_micros") else "")
     )
     if b.get("terms"):
         typer.echo(f"terms: {_terms_text(b['terms'])}")
@@ -96,7 +97,7 @@ def bill(
     table(
         "Charges this month",
         ["KIND", "GPU", "PLAN", "BILLED S", "AMOUNT"],
-        [[c["kind"], c["gpu_model"] or "-", _plan(c["plan"]), c["billed_seconds"], f"{c['amount']:.4f}"] for c in b["charges"]],
+        [[c["kind"], c["gpu_model"] or "-", _plan(c["plan"]), c["billed_seconds"], c["amount_text"]] for c in b["charges"]],
     )
     for n in b["notices"][:5]:
         typer.echo(f"[{n['kind']}] {n['message']}")
@@ -435,10 +436,16 @@ def quote(
 
 
 def rate(
-    cutoff_ms: int = typer.Option(None, help="Rate up to this epoch-ms (default: now - 60 s)."),
+    cutoff_ms: int = typer.Option(
+        None, help="Rate what is final at this epoch-ms (default: ended work up to now, running work's hours closed 60 s ago)."
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run a rating run now (operators; the server also runs one every 10 seconds)."""
     with api_errors():
         r = _req("POST", "/v1/billing/rate", json={"cutoff_ms": cutoff_ms})
-    print_json(r) if as_json else typer.echo(f"run {r['run_id']}: {r['inserted']} records posted, {r['skipped']} already there")
+    if as_json:
+        return print_json(r)
+    typer.echo(f"run {r['run_id']}: {r['inserted']} records posted, {r['skipped']} already there")
+    if not r["records"]:
+        typer.echo("running work is posted when its hour closes or it ends; `suanli bill` shows it as accruing")

@@ -3,17 +3,17 @@
 ``wake()``.
 
 Reads never rate (``GET /v1/billing/usage`` and ``/bill`` show what is posted, plus
-the accruing estimate), so this thread is what makes usage appear: a record is
-visible once its period has closed or its interval has ended, that instant has
-settled (the cutoff lags now by ``rater.SETTLE_MS``), and a run has passed; that is
-within ``SETTLE_MS`` + the interval. After each run ``admission.enforce_budgets``
-applies billing's budget decision at the run's cutoff (alerts, the hard cap's notice
-and stops). Runs are idempotent, so this thread, ``suanli rate`` and
+the accruing estimate), so this thread is what makes usage appear. A run rates ended
+work up to now (its end has committed, so it is seen) and running work's closed
+periods once they are ``rater.SETTLE_MS`` old; the control loop wakes this thread when
+a tick ended work (``ControlLoop.work_ended``), so a workload's final record is posted
+a moment after the tick that saw it end. After each run ``admission.enforce_budgets``
+applies billing's budget decision at the run's cutoff, now (alerts, the hard cap's
+notice and stops). Runs are idempotent, so this thread, ``suanli rate`` and
 ``python -m suanli.billing rate`` may all run at once.
 
 Call ``wake(after_s)`` when something billing should act on happened: a top-up (the
-hard cap's notice clears at once), or work that ended (``after_s`` =
-``rater.SETTLE_MS`` / 1000: the first run that can rate its last interval).
+hard cap's notice clears at once), or work that ended (rated at once).
 """
 
 from __future__ import annotations
@@ -44,10 +44,16 @@ class BillingWorker:
         self._thread: threading.Thread | None = None
         self.runs = 0
 
-    def run_once(self) -> tuple[rater.RunResult, list[str]]:
-        """One rating run, then the budgets at its cutoff; the run and the actions."""
-        res = rater.run(self.db)
-        return res, enforce_budgets(self.db, res.cutoff_ms)
+    def run_once(self) -> tuple[rater.RunResult | None, list[str]]:
+        """One rating run, then the budgets at its cutoff; the run and the actions. A run
+        that fails is logged and the budgets still act (at now): caps must not depend on
+        every record rating cleanly."""
+        try:
+            res: rater.RunResult | None = rater.run(self.db)
+        except Exception:
+            log.exception("billing: rating run failed (the next run retries); budgets act anyway")
+            res = None
+        return res, enforce_budgets(self.db, None if res is None else res.cutoff_ms)
 
     def wake(self, after_s: float = 0.0) -> None:
         """Run now, or ``after_s`` seconds from now (the earliest asked for wins)."""

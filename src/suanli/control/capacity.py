@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -100,15 +101,17 @@ def take(session: Session, owner: Instance | Job, allocs: Sequence[SchedAllocati
     return rows
 
 
-def give_back(session: Session, owner: Instance | Job) -> list[Allocation]:
-    """End every active allocation of ``owner`` and free its counters (idempotent)."""
+def give_back(session: Session, owner: Instance | Job, ended_at: datetime | None = None) -> list[Allocation]:
+    """End every active allocation of ``owner`` and free its counters (idempotent).
+    ``ended_at``: when the work really ended (a backend's report, after a restart),
+    else now; an allocation never ends before its start or in the future."""
     col = Allocation.job_id if isinstance(owner, Job) else Allocation.instance_id
     rows = list(session.scalars(select(Allocation).where(col == owner.id, Allocation.ended_at.is_(None))))
     if rows:
         _apply(session, rows, -1)
         now = utcnow()
         for r in rows:
-            r.ended_at = now
+            r.ended_at = now if ended_at is None else max(r.started_at, min(ended_at, now))
             record_event(
                 session,
                 "allocation",

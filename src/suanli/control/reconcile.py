@@ -6,7 +6,10 @@ Each pass reads what the database believes (transaction), asks the backends
 
 - running work that exited: jobs become succeeded/failed with the exit code (a spot
   job that exits during its reclaim notice is requeued instead, by ``control.expiry``);
-  instances whose process died become failed; their allocations are released;
+  instances whose process died become failed; their allocations are released, ending
+  when the backend says the tasks ended (``TaskStatus.ended_at``: after a restart, the
+  work that died while the server was down is billed to its end, not to the restart),
+  or now when it cannot say;
 - requested changes: cancelled jobs and stopping/deleted instances are stopped on
   the backend (whole process group), then released;
 - launches left in flight by a dead server (``launch_owner`` set, no handles):
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import func, select, update
@@ -120,10 +124,13 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
         bad = [st.exit_code for st in statuses if st.exit_code != 0]
         code = bad[0] if bad else 0
         msg = "" if code == 0 else f"exited with code {code}"
-        return _finish(db, ob, stopped=False, exit_code=code, message=msg, data_dir=data_dir)
+        return _finish(
+            db, ob, stopped=False, exit_code=code, message=msg, data_dir=data_dir, ended_at=workloads.ended_at_of(statuses)
+        )
     failed_code = next((st.exit_code for st in statuses if st.state == TaskState.EXITED and st.exit_code != 0), None)
     if ob.kind == "job" and TaskState.LOST not in states and failed_code is None:
         return 0  # some nodes finished cleanly, the others still run
+    ended_at = workloads.ended_at_of(statuses)  # None while a node still runs: we stop it now
     for h, st in zip(ob.handles, statuses):
         if st.state == TaskState.RUNNING:
             backends[h.backend].stop(h, grace_s=grace_s)
@@ -137,6 +144,7 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
         message=f"task {', '.join(dead)} {what} or was lost",
         data_dir=data_dir,
         failed=True,
+        ended_at=ended_at,
     )
 
 
@@ -154,7 +162,15 @@ def _cut_notice_short(db: Database, ob: Observed, now: float) -> int:
 
 
 def _finish(
-    db: Database, ob: Observed, *, stopped: bool, exit_code: int | None, message: str, data_dir: Path, failed: bool = False
+    db: Database,
+    ob: Observed,
+    *,
+    stopped: bool,
+    exit_code: int | None,
+    message: str,
+    data_dir: Path,
+    failed: bool = False,
+    ended_at: datetime | None = None,
 ) -> int:
     delete_disk = False
     with db.transaction() as s:
@@ -165,12 +181,12 @@ def _finish(
             if stopped:
                 workloads.end(s, job, "cancelled", "cancelled by request")
             else:
-                workloads.end(s, job, "failed" if failed or exit_code != 0 else "succeeded", message, exit_code)
+                workloads.end(s, job, "failed" if failed or exit_code != 0 else "succeeded", message, exit_code, ended_at)
             return 1
         inst = s.get(Instance, ob.id)
         if inst is None or inst.state not in ("running", "stopping"):
             return 0
-        give_back(s, inst)
+        give_back(s, inst, ended_at)
         inst.handles = None
         if stopped:
             if inst.state == "running":

@@ -10,12 +10,14 @@ written once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import cast
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from suanli.backends.base import TaskStatus
 from suanli.control.capacity import give_back
 from suanli.control.lifecycle import transition
 from suanli.db.clock import utcnow
@@ -57,15 +59,28 @@ def running(s: Session) -> Iterable[tuple[str, Workload]]:
             yield kind, cast(Workload, row)
 
 
-def end(s: Session, row: Workload, to: str, message: str = "", exit_code: int | None = None) -> None:
+def end(
+    s: Session, row: Workload, to: str, message: str = "", exit_code: int | None = None, ended_at: datetime | None = None
+) -> None:
     """The one terminal transition: free the allocations, move ``row`` to ``to`` (a
-    job also records its exit code and when it finished)."""
-    give_back(s, row)
+    job also records its exit code and when it finished). ``ended_at``: when the work
+    ended, if the backend said (``ended_at_of``); else now."""
+    released = give_back(s, row, ended_at)
     if isinstance(row, Job):
         if exit_code is not None:
             row.exit_code = exit_code
-        row.finished_at = utcnow()
+        ends = [a.ended_at for a in released if a.ended_at is not None] if ended_at is not None else []
+        row.finished_at = max(ends) if ends else utcnow()  # as its allocations end (clamped to them)
     transition(s, row, to, message)
+
+
+def ended_at_of(statuses: Sequence[TaskStatus]) -> datetime | None:
+    """When work whose tasks all ended did end: the last task's end, if every task's
+    backend reported one (``TaskStatus.ended_at``); None (take now) otherwise."""
+    ends = [st.ended_at for st in statuses]
+    if not ends or any(e is None for e in ends):
+        return None
+    return datetime.fromtimestamp(max(e for e in ends if e is not None), UTC)
 
 
 def waiting(s: Session) -> list[tuple[str, Workload]]:

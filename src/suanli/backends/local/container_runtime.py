@@ -17,7 +17,8 @@ A task is one container named ``suanli-<root>-<key>``, labelled with the runtime
   services (``firewall``); ports published on loopback only, for the server's proxy, and
   sshd's port on the SSH address.
 
-The task directory on the host keeps ``handle.json`` and the exit code once seen, so a
+The task directory on the host keeps ``handle.json`` and the exit code once seen (the
+file dated with the container's ``FinishedAt``: when the task ended), so a
 restarted server finds every container again (``list_running``) and a finished task's
 exit code survives the container's removal.
 """
@@ -39,7 +40,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handle, TaskSpec, TaskState, TaskStatus
 from suanli.backends.local import firewall, volumes
-from suanli.backends.local.engine import Engine
+from suanli.backends.local.engine import Engine, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -331,13 +332,14 @@ class ContainerRuntime:
         if c is not None and c.running:
             return TaskStatus(TaskState.RUNNING)
         if c is not None and c.exit_code is not None:
-            write_atomic(tdir / "exit_code", f"{c.exit_code}\n")  # the server's record, so the container can go
+            ended = self.engine.finished_at(data["name"])
+            _record_exit(tdir, c.exit_code, ended)  # the server's record, so the container can go
             self._archive_log(handle)
             self.engine.remove(data["name"])
-            return TaskStatus(TaskState.EXITED, c.exit_code)
+            return TaskStatus(TaskState.EXITED, c.exit_code, ended)
         code = _read_int(tdir / "exit_code")
         if code is not None:
-            return TaskStatus(TaskState.EXITED, code)
+            return TaskStatus(TaskState.EXITED, code, _mtime(tdir / "exit_code"))
         if c is None and self.engine.ps(self.label, fresh=True).get(data["name"]) is not None:
             return self.status(handle)  # the listing was older than the container
         return TaskStatus(TaskState.LOST if c is None else TaskState.EXITED, None)
@@ -352,7 +354,7 @@ class ContainerRuntime:
         info = self.engine.inspect(name) or {}
         code = (info.get("State") or {}).get("ExitCode")
         if code is not None:
-            write_atomic(Path(handle.data["dir"]) / "exit_code", f"{int(code)}\n")
+            _record_exit(Path(handle.data["dir"]), int(code), parse_time(str((info.get("State") or {}).get("FinishedAt") or "")))
         self._archive_log(handle)
         self.engine.remove(name)
 
@@ -431,6 +433,20 @@ class ContainerRuntime:
         tdir = Path(handle.data["dir"])
         if (tdir / "sshd_config").exists():
             write_atomic(tdir / "authorized_keys", text, 0o644)
+
+
+def _record_exit(tdir: Path, code: int, ended_at: float | None) -> None:
+    """The exit code file, dated when the container ended (its mtime is ``ended_at``)."""
+    write_atomic(tdir / "exit_code", f"{code}\n")
+    if ended_at is not None:
+        os.utime(tdir / "exit_code", (ended_at, ended_at))
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
 
 
 def _read_int(path: Path) -> int | None:

@@ -17,6 +17,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +140,11 @@ class Engine:
             return None
         data = json.loads(done.stdout.decode() or "[]")
         return data[0] if data else None
+
+    def finished_at(self, name: str) -> float | None:
+        """When a container that exited ended (``State.FinishedAt``, epoch seconds), or None."""
+        info = self.inspect(name) or {}
+        return parse_time(str((info.get("State") or {}).get("FinishedAt") or ""))
 
     def host_ports(self, name: str) -> dict[str, int]:
         """Published ports: container port (text) -> host port."""
@@ -302,3 +309,18 @@ def detect(preferred: str | None = None) -> Engine | None:
         except BackendError:
             continue
     return None
+
+
+def parse_time(text: str) -> float | None:
+    """An engine's RFC 3339 time with nanoseconds (``2026-12-02T06:00:00.123456789Z``,
+    ``...+01:00``) as epoch seconds; None for an empty or zero time (``0001-01-01...``)."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?\s*(Z|[+-]\d\d:?\d\d)?", text.strip())
+    if m is None or m.group(1).startswith("0001-"):
+        return None
+    zone = m.group(3) or "Z"
+    zone = "+00:00" if zone == "Z" else (zone if ":" in zone else zone[:3] + ":" + zone[3:])
+    try:
+        t = datetime.fromisoformat(m.group(1) + zone).timestamp()
+    except ValueError:
+        return None
+    return t + (float("0." + m.group(2)) if m.group(2) else 0.0)

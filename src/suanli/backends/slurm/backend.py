@@ -326,13 +326,14 @@ class SlurmBackend:
             return TaskStatus(TaskState.RUNNING)
         if job.state in NODE_LOST_STATES:
             return TaskStatus(TaskState.LOST)
+        ended = float(job.end_time) if job.end_time > 0 else None  # Slurm's End, whole seconds
         if job.exit.signal:
-            return TaskStatus(TaskState.EXITED, -job.exit.signal)
+            return TaskStatus(TaskState.EXITED, -job.exit.signal, ended)
         if job.state == "CANCELLED" and job.exit.code == 0:
-            return TaskStatus(TaskState.EXITED, -int(signals.SIGTERM))
+            return TaskStatus(TaskState.EXITED, -int(signals.SIGTERM), ended)
         if job.state in ("TIMEOUT", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY") and job.exit.code == 0:
-            return TaskStatus(TaskState.EXITED, -int(signals.SIGKILL))
-        return TaskStatus(TaskState.EXITED, job.exit.code)
+            return TaskStatus(TaskState.EXITED, -int(signals.SIGKILL), ended)
+        return TaskStatus(TaskState.EXITED, job.exit.code, ended)
 
     def _from_accounting(self, job_id: int) -> SlurmJob | None:
         """Jobs older than MinJobAge leave squeue; sacct (when slurmdbd runs) still knows."""

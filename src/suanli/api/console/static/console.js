@@ -526,7 +526,7 @@ async function viewBilling() {
           el("div", { class: "big" }, `${b.budget.limit} ${b.currency}${b.budget.hard_cap ? " (hard cap)" : ""}`)))),
     el("section", {}, el("h2", {}, "Charges this month"),
       table(["KIND", "GPU", "PLAN", "HOURS", `AMOUNT (${b.currency})`],
-        b.charges.map((c) => [c.kind, c.gpu_model || "", c.plan, num(hours(c.billed_seconds)), num(c.amount.toFixed(2))]),
+        b.charges.map((c) => [c.kind, c.gpu_model || "", c.plan, num(hours(c.billed_seconds)), num(c.amount_text)]),
         "Nothing billed this month.")),
     el("section", {}, el("h2", {}, "Notices"),
       table(["WHEN", "KIND", "MESSAGE"], b.notices.map((n) => [n.at, n.kind, n.message]), "No notices.")),
