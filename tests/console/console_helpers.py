@@ -19,6 +19,17 @@ from tests.control.control_helpers import LiveServer
 REFRESH_MS = 1000
 
 
+def sign_in(page, token: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto("/")
+    page.fill("#login input[name=token]", token)
+    page.click("#login button")
+
+
+def row(page, text: str):  # type: ignore[no-untyped-def]
+    """The live table's row that shows ``text``."""
+    return page.locator("#live tbody tr", has_text=text)
+
+
 def new_context(chromium, base_url: str):  # type: ignore[no-untyped-def]
     """A browser context (a fresh profile) on ``base_url`` whose console pages refresh
     every ``REFRESH_MS`` (set on the console's origin only: instances' pages get nothing)."""

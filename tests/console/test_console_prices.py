@@ -9,19 +9,10 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.console.console_helpers import row, sign_in
 from tests.control.control_helpers import LiveServer
 
 pytestmark = pytest.mark.browser
-
-
-def sign_in(page: Page, token: str) -> None:
-    page.goto("/")
-    page.fill("#login input[name=token]", token)
-    page.click("#login button")
-
-
-def row(page: Page, text: str):  # type: ignore[no-untyped-def]
-    return page.locator("#live tbody tr", has_text=text)
 
 
 def yuan(value: float) -> str:
