@@ -135,6 +135,7 @@ def make_users(url: str, admin: str, n: int) -> list[str]:
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30) as c:
         for i in range(n):
             c.post("/v1/tenants", json={"name": f"bench-{i}"}).raise_for_status()
+            c.post("/v1/billing/topups", json={"tenant": f"bench-{i}", "amount": "1000"}).raise_for_status()  # prepaid
             r = c.post("/v1/users", json={"name": f"renter-{i}", "role": "member", "tenant": f"bench-{i}"})
             r.raise_for_status()
             tokens.append(r.json()["token"])

@@ -133,6 +133,7 @@ def setup(srv: Any) -> tuple[Callable[[str], str], dict[str, Any], Callable[[], 
 
     for t in ("tenant-a", "tenant-b"):
         api("POST", "/v1/tenants", json={"name": t})
+        api("POST", "/v1/billing/topups", json={"tenant": t, "amount": "1000"})  # prepaid: a balance to rent with
     ta = api("POST", "/v1/users", json={"name": "a", "tenant": "tenant-a"})["token"]
     tb = api("POST", "/v1/users", json={"name": "b", "tenant": "tenant-b"})["token"]
     ids = {}

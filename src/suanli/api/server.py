@@ -52,7 +52,11 @@ def slurm_tag_prefix(data_dir: Path) -> str:
 def bootstrap(db: Database, data_dir: Path, inventory: Inventory | None = None) -> Bootstrap:
     """First start on an empty database: an admin and an inventory (this host's
     NVML GPUs if there are any, else the demo inventory of virtual GPUs). The operator's
-    own tenant is post-paid (every tenant created later is prepaid)."""
+    own tenant is post-paid (every tenant created later is prepaid). The seed price
+    book is written here, before any thread reads prices: written on a first read, two
+    concurrent first reads each wrote one (two "version 1"s on PostgreSQL)."""
+    with db.transaction() as s:
+        billing_store.ensure_book(s)
     token = auth.bootstrap_admin(db, data_dir)
     if token is not None:
         billing_store.set_terms(db, auth.DEFAULT_TENANT, "first start", terms="postpaid")

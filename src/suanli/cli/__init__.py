@@ -38,7 +38,12 @@ COMMANDS: dict[str, Entry] = {
         "login",
         "Check the token against the server and save URL and token (SUANLI_URL / SUANLI_TOKEN override them).",
     ),
-    "gpus": Entry("suanli.cli.gpus", "gpus", "GPU models on offer: total and free whole GPUs (free milli for fractions)."),
+    "gpus": Entry(
+        "suanli.cli.gpus",
+        "gpus",
+        "GPU models on offer: total and free whole GPUs (free milli for fractions) and the prices now, per GPU: "
+        "on demand and spot per hour, monthly per month, reserved per term.",
+    ),
     "nodes": Entry("suanli.cli.nodes", "app", "Nodes and their GPUs."),
     "instances": Entry("suanli.cli.instances", "app", "Rent and manage instances."),
     "launch": Entry("suanli.cli.launch", "launch", "Submit a job; its workdir is uploaded, the scheduler queues and places it."),
