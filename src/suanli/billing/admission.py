@@ -145,7 +145,8 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
         if terms[tid].terms != "postpaid":
             if tid not in left:
                 left[tid] = (balance(s, tid), rater.accruing(None, tid, at, session=s))
-            cost = funds.per_hour(s, req, w.num_nodes, disks[key], bids.get(key))
+            mk = mk or spot.market(s, at)
+            cost = funds.per_hour(s, req, w.num_nodes, disks[key], bids.get(key), mk)
             why = funds.refusal(terms[tid], *left[tid], cost, currency)
             if why is not None:
                 out.held[key] = f"billing: {why}"

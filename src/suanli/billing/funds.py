@@ -78,11 +78,13 @@ def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
     return out
 
 
-def per_hour(s: Session, request: Any, num_nodes: int, disk_gib: int = 0, bid: int | None = None) -> int:
+def per_hour(
+    s: Session, request: Any, num_nodes: int, disk_gib: int = 0, bid: int | None = None, market: spot.Market | None = None
+) -> int:
     """The most ``request`` (a scheduler Request) can cost an hour wherever it may land:
     its GPUs at the current price book (spot at the market now, capped by the bid)
-    plus its disk."""
-    mk = spot.market(s)
+    plus its disk. Pass ``market`` to price many requests against one reading."""
+    mk = market or spot.market(s)
     models = sorted(request.gpu_models) or mk.models()
     milli = spot.demand_milli(request, num_nodes)
     lines = quote(
