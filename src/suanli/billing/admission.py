@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from suanli.billing import funds, quotas, rater, spending, spot
-from suanli.billing.store import balance, current_book, dt_to_ms, ms_to_dt, now_ms
+from suanli.billing import funds, quotas, spending, spot
+from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import Grant
 from suanli.db.models import Allocation, Instance, Job
 
@@ -144,7 +144,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
                 out.narrowed[key] = models
         if terms[tid].terms != "postpaid":
             if tid not in left:
-                left[tid] = (balance(s, tid), rater.accruing(None, tid, at, session=s))
+                left[tid] = funds.figures(s, tid, at)
             mk = mk or spot.market(s, at)
             cost = funds.per_hour(s, req, w.num_nodes, disks[key], bids.get(key), mk)
             why = funds.refusal(terms[tid], *left[tid], cost, currency)

@@ -69,6 +69,11 @@ def refusal(terms: Terms, bal: int, accruing: int, per_hour: int, currency: str)
     )
 
 
+def figures(s: Session, tenant_id: int, at_ms: int) -> tuple[int, int]:
+    """(balance, accruing) of a tenant at ``at_ms``: what every rule here compares."""
+    return balance(s, tenant_id), rater.accruing(None, tenant_id, at_ms, session=s)
+
+
 def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
     """Each tenant's terms; a tenant without a row is prepaid with the defaults."""
     ids = set(tenant_ids)
@@ -109,7 +114,7 @@ def start_refusal(s: Session, tenant_id: int, cost_per_hour: int, at_ms: int | N
     if terms.terms == "postpaid":
         return None
     currency = current_book(s, at)[1].currency
-    return refusal(terms, balance(s, tenant_id), rater.accruing(None, tenant_id, at, session=s), cost_per_hour, currency)
+    return refusal(terms, *figures(s, tenant_id, at), cost_per_hour, currency)
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ def out_of_funds(s: Session, tenant_ids: Iterable[int], at_ms: int | None = None
         if terms.terms == "postpaid":
             continue
         try:
-            bal, acc = balance(s, tid), rater.accruing(None, tid, at, session=s)
+            bal, acc = figures(s, tid, at)
         except Exception:
             log.exception("funds: cannot read tenant %s's balance; skipped this pass", tid)
             continue
@@ -155,7 +160,7 @@ def low_balance_alerts(s: Session, at_ms: int | None = None) -> list[str]:
     actions = []
     for row in s.scalars(select(TermsRow).where(TermsRow.low_balance_micros.is_not(None)).order_by(TermsRow.tenant_id)):
         try:
-            bal, acc = balance(s, row.tenant_id), rater.accruing(None, row.tenant_id, at, session=s)
+            bal, acc = figures(s, row.tenant_id, at)
         except Exception:
             log.exception("low balance: cannot read tenant %s's balance; skipped this pass", row.tenant_id)
             continue
@@ -179,7 +184,7 @@ def terms_doc(s: Session, tenant_id: int, at_ms: int | None = None) -> dict:
     at = now_ms() if at_ms is None else at_ms
     t = terms_of(s, [tenant_id])[tenant_id]
     currency = current_book(s, at)[1].currency
-    bal, acc = balance(s, tenant_id), rater.accruing(None, tenant_id, at, session=s)
+    bal, acc = figures(s, tenant_id, at)
     left = t.left(bal, acc)
     money = lambda m: None if m is None else float(as_text(m))  # noqa: E731
     return {
