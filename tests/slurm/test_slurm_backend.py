@@ -91,6 +91,8 @@ def test_a_restarted_server_readopts_by_job_id_and_submits_nothing_twice(slurm: 
     node = nodes_with_gpu(slurm, "a100")[0].name
     h = backend.submit(spec("job-7-0", node, (0,), run="echo started; sleep 30"))
     running_placement(backend, h)
+    # Slurm reports RUNNING once the node is allocated, a moment before the script runs.
+    wait_until(lambda: "started" in backend.logs(h), 20, "job output")
     stored = h.to_json()  # what the database keeps
     fresh = SlurmBackend(SlurmClient(slurm_conf=slurm.slurm_conf), backend.root, tag_prefix=backend.tag_prefix)
     found = fresh.list_running()
