@@ -63,6 +63,12 @@ def test_only_operators_set_terms_and_members_set_their_alert(server: Server, cl
     assert mine["terms"] == "prepaid" and mine["low_balance"] == 8.0
     credit = json.loads(cli("terms", "set", "--tenant", "lab", "--credit", "100", "--json"))
     assert credit["terms"] == "credit" and credit["left"] == 110.0
+    # the storage debt limit (tests/billing/test_storage_debt.py): operators only, never negative
+    assert mine["storage_debt_limit"] == 10.0  # the default
+    assert "only operators" in cli("terms", "set", "--storage-debt-limit", "1000", code=1, token=renter)
+    assert "negative amount" in cli("terms", "set", "--tenant", "lab", "--storage-debt-limit", "-1", code=1)
+    text = cli("terms", "set", "--tenant", "lab", "--storage-debt-limit", "3")
+    assert "stopped disks may run 3.00 into debt" in text, text
 
 
 def test_running_work_that_spends_the_balance_is_noticed_then_stopped_with_nothing_lost(server: Server) -> None:

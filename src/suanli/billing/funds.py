@@ -28,7 +28,7 @@ from suanli.billing.metering import UNIT_MS
 from suanli.billing.money import as_text, fmt, fmt_price
 from suanli.billing.quote import quote
 from suanli.billing.store import balance, current_book, now_ms
-from suanli.billing.tables import DEFAULT_GRACE_S, Notice, TermsRow
+from suanli.billing.tables import DEFAULT_GRACE_S, DEFAULT_STORAGE_DEBT_MICROS, Notice, TermsRow
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class Terms:
     grace_s: int = DEFAULT_GRACE_S
     low_balance: int | None = None  # alert when what is left drops below this
     low_alerted: bool = False
+    storage_debt_limit: int = DEFAULT_STORAGE_DEBT_MICROS  # see ``billing.debt``
 
     def left(self, bal: int, accruing: int) -> int | None:
         """What the tenant may still spend; None when post-paid (no limit)."""
@@ -79,7 +80,15 @@ def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
     ids = set(tenant_ids)
     out = {t: Terms(t) for t in ids}
     for r in s.scalars(select(TermsRow).where(TermsRow.tenant_id.in_(ids))):
-        out[r.tenant_id] = Terms(r.tenant_id, r.terms, r.credit_limit_micros, r.grace_s, r.low_balance_micros, r.low_alerted)
+        out[r.tenant_id] = Terms(
+            r.tenant_id,
+            r.terms,
+            r.credit_limit_micros,
+            r.grace_s,
+            r.low_balance_micros,
+            r.low_alerted,
+            r.storage_debt_limit_micros,
+        )
     return out
 
 
@@ -193,6 +202,7 @@ def terms_doc(s: Session, tenant_id: int, at_ms: int | None = None) -> dict:
         "credit_limit": money(t.credit_limit),
         "grace_s": t.grace_s,
         "low_balance": money(t.low_balance),
+        "storage_debt_limit": money(t.storage_debt_limit),
         "balance": money(bal),
         "accruing": money(acc),
         "left": money(left),

@@ -51,8 +51,16 @@ def usage_lines(rows: list[tuple[str, str, str, int, int, int]]) -> list[Line]:
 
 
 def build(
-    tenant: dict, month: str, currency: str, lines: list[Line], subscriptions: list[dict], payments: list[dict], balance: int
+    tenant: dict,
+    month: str,
+    currency: str,
+    lines: list[Line],
+    subscriptions: list[dict],
+    payments: list[dict],
+    balance: int,
+    waived: int = 0,
 ) -> dict:
+    """``waived``: storage rated past the tenant's debt limit and not charged (``billing.debt``)."""
     usage_total = sum(ln.amount for ln in lines)
     subs_total = sum(s["fee"] - s["refund"] for s in subscriptions)
     total = usage_total + subs_total
@@ -85,6 +93,8 @@ def build(
         "total_text": fmt_exact(total, currency),
         "balance_micros": balance,
         "balance_text": fmt_exact(balance, currency),
+        "storage_waived_micros": waived,
+        "storage_waived_text": fmt_exact(waived, currency),
     }
 
 
@@ -123,4 +133,9 @@ def render_html(doc: dict) -> str:
         payments=pays,
         total=html.escape(doc["total_text"]),
         balance=html.escape(doc["balance_text"]),
+        waived=(
+            f"<p>Storage past your debt limit, not charged: {html.escape(doc['storage_waived_text'])}</p>"
+            if doc["storage_waived_micros"]
+            else ""
+        ),
     )

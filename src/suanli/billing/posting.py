@@ -44,6 +44,7 @@ COLUMNS = (
     "billed_seconds",
     "unit_price",
     "amount",
+    "waived",
     "price_version",
 )
 CODED = {"kind": "kinds", "workload_kind": "workload_kinds", "gpu_model": "models", "plan": "plans"}
@@ -61,6 +62,10 @@ class Records:
     models: list[str]
     plans: list[str]
     currency: dict[int, str]  # price version -> currency
+
+    def __post_init__(self) -> None:
+        if "waived" not in self.cols:  # only ``billing.debt`` waives a charge
+            self.cols["waived"] = np.zeros(self.cols["amount"].size, np.int64)
 
     def __len__(self) -> int:
         return int(self.cols["amount"].size)

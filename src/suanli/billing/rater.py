@@ -31,7 +31,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from suanli.billing import metering, plans, rating
+from suanli.billing import debt, metering, plans, rating
 from suanli.billing.intervals import ALLOCATION_COLUMNS, Intervals, clip, intervals
 from suanli.billing.posting import PostResult, Records, post
 from suanli.billing.pricebook import PLANS, PriceBook, resolve_model
@@ -457,6 +457,8 @@ def run(
         watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
     since = min(watermark, settled) // period_ms * period_ms
     recs = collect(db, since, cutoff, period_ms, settled_ms=settled)
+    with db.sessions() as s:
+        recs = debt.apply(s, recs)
     posted = post(db, recs, rid, batch, after_batch)
     _advance(db, settled, rid)
     return RunResult(rid, cutoff, since, len(recs), posted, settled)

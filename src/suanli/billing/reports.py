@@ -36,6 +36,7 @@ def usage_out(u: Usage) -> dict:
         "unit_price": float(as_text(u.unit_price)),
         "amount": float(as_text(u.amount)),
         "amount_micros": u.amount,
+        "waived": float(as_text(u.waived)),  # storage past the debt limit, not charged
         "currency": u.currency,
         "price_version": u.price_version,
         "tenant_id": u.tenant_id,
@@ -136,9 +137,9 @@ def invoice_doc(db: Database, tenant_id: int, month: str) -> dict:
         _, book = current_book(s)
         t = s.get(Tenant, tenant_id)
         rows = s.execute(
-            select(Usage.kind, Usage.gpu_model, Usage.plan, Usage.quantity, Usage.billed_seconds, Usage.amount).where(
-                Usage.tenant_id == tenant_id, Usage.period_ms >= start, Usage.period_ms < nxt
-            )
+            select(
+                Usage.kind, Usage.gpu_model, Usage.plan, Usage.quantity, Usage.billed_seconds, Usage.amount, Usage.waived
+            ).where(Usage.tenant_id == tenant_id, Usage.period_ms >= start, Usage.period_ms < nxt)
         ).all()
         subs = [
             {"id": r.id, "plan": r.plan, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count, "fee": r.fee, "refund": r.refund}
@@ -164,7 +165,9 @@ def invoice_doc(db: Database, tenant_id: int, month: str) -> dict:
         ]
         bal = balance(s, tenant_id)
     lines = invoice.usage_lines([(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows])
-    return invoice.build({"id": tenant_id, "name": t.name if t else str(tenant_id)}, month, book.currency, lines, subs, pays, bal)
+    waived = sum(int(r[6]) for r in rows)
+    who = {"id": tenant_id, "name": t.name if t else str(tenant_id)}
+    return invoice.build(who, month, book.currency, lines, subs, pays, bal, waived)
 
 
 def price_list(db: Database) -> dict:

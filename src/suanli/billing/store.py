@@ -21,6 +21,7 @@ from suanli.billing.pricebook import BOOK_FIELDS, PriceBook, PriceBookError, def
 from suanli.billing.quotas import QOS_RANK
 from suanli.billing.tables import (
     DEFAULT_GRACE_S,
+    DEFAULT_STORAGE_DEBT_MICROS,
     TERMS,
     BudgetChange,
     BudgetRow,
@@ -357,6 +358,7 @@ def set_terms(
     grace_s: int | None = None,
     low_balance: str | None = None,
     clear_low_balance: bool = False,
+    storage_debt_limit: str | None = None,
 ) -> TermsRow:
     """Change what is given (the rest stays); ``terms`` is ``prepaid``, ``credit`` or
     ``postpaid``. Who may change what is the caller's rule (operators: everything;
@@ -368,12 +370,18 @@ def set_terms(
     try:
         credit = to_micros(credit_limit) if credit_limit is not None else None
         low = to_micros(low_balance) if low_balance is not None else None
+        debt = to_micros(storage_debt_limit) if storage_debt_limit is not None else None
     except MoneyError as exc:
         raise BillingError(f"amount: {exc}") from None
     with db.transaction() as s:
         tid = tenant_id_of(s, tenant)
         row = s.get(TermsRow, tid, with_for_update=True) or TermsRow(
-            tenant_id=tid, terms="prepaid", credit_limit_micros=0, grace_s=DEFAULT_GRACE_S, low_alerted=False
+            tenant_id=tid,
+            terms="prepaid",
+            credit_limit_micros=0,
+            grace_s=DEFAULT_GRACE_S,
+            low_alerted=False,
+            storage_debt_limit_micros=DEFAULT_STORAGE_DEBT_MICROS,
         )
         if terms is not None:
             row.terms = terms
@@ -381,6 +389,8 @@ def set_terms(
             row.credit_limit_micros = credit
         if grace_s is not None:
             row.grace_s = grace_s
+        if debt is not None:
+            row.storage_debt_limit_micros = debt
         if low is not None or clear_low_balance:
             row.low_balance_micros, row.low_alerted = low, False
         if row.terms == "credit" and not row.credit_limit_micros:

@@ -43,7 +43,9 @@ class Usage(Base):
     quantity: Mapped[int] = mapped_column(BigInteger)  # GPU milli | GiB | milli-GiB
     billed_seconds: Mapped[int] = mapped_column(BigInteger)
     unit_price: Mapped[int] = mapped_column(BigInteger)
-    amount: Mapped[int] = mapped_column(BigInteger)
+    amount: Mapped[int] = mapped_column(BigInteger)  # what was charged
+    # storage beyond the tenant's debt limit: rated, not charged (``billing.debt``)
+    waived: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     currency: Mapped[str] = mapped_column(String(3))
     price_version: Mapped[int] = mapped_column(Integer)
     run_id: Mapped[str] = mapped_column(String(40))
@@ -114,16 +116,20 @@ class BudgetChange(Base):
 
 TERMS = ("prepaid", "credit", "postpaid")
 DEFAULT_GRACE_S = 300  # seconds of notice before running work of a tenant out of funds stops
+#: How far (micro-units) a stopped disk's storage charge may take a prepaid or credit
+#: tenant's balance below its floor; past it the charge is waived, the disk kept.
+DEFAULT_STORAGE_DEBT_MICROS = 10_000_000
 
 
 class TermsRow(Base):
-    """A tenant's payment terms (migration 0007). No row: prepaid with the defaults of
+    """A tenant's payment terms (migrations 0007, 0008). No row: prepaid with the defaults of
     ``billing.funds.Terms``, what every tenant an operator creates gets."""
 
     __tablename__ = "billing_terms"
     __table_args__ = (
         CheckConstraint("terms IN ('prepaid', 'credit', 'postpaid')", name="ck_billing_terms_terms"),
         CheckConstraint("credit_limit_micros >= 0", name="ck_billing_terms_credit"),
+        CheckConstraint("storage_debt_limit_micros >= 0", name="ck_billing_terms_storage_debt"),
     )
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     terms: Mapped[str] = mapped_column(String(10), default="prepaid")  # prepaid | credit | postpaid
@@ -131,6 +137,9 @@ class TermsRow(Base):
     grace_s: Mapped[int] = mapped_column(Integer, default=DEFAULT_GRACE_S)
     low_balance_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     low_alerted: Mapped[bool] = mapped_column(Boolean, default=False)
+    storage_debt_limit_micros: Mapped[int] = mapped_column(
+        BigInteger, default=DEFAULT_STORAGE_DEBT_MICROS, server_default=str(DEFAULT_STORAGE_DEBT_MICROS)
+    )
     set_by: Mapped[str] = mapped_column(String(100), default="")
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

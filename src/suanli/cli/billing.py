@@ -314,6 +314,7 @@ def _terms_text(t: dict) -> str:
     return (
         f"{t['terms']}{credit}; balance {t['balance']:.2f} {t['currency']}, accruing {t['accruing']:.2f}, "
         f"left: {t['left_text']}; grace {t['grace_s']} s; low-balance alert: {low}"
+        + ("" if t["terms"] == "postpaid" else f"; stopped disks may run {t['storage_debt_limit']:.2f} into debt")
     )
 
 
@@ -335,6 +336,9 @@ def terms_set(
     credit: str = typer.Option(None, "--credit", help="Credit terms: the balance may go this far below zero (operators)."),
     grace: int = typer.Option(None, "--grace", help="Seconds of notice before running work stops (operators)."),
     low_balance: str = typer.Option(None, "--low-balance", help='Alert when less than this is left ("" turns it off).'),
+    storage_debt: str = typer.Option(
+        None, "--storage-debt-limit", help="How far a stopped disk's storage may run into debt before it is waived (operators)."
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Change payment terms (operators) or your low-balance alert (members too)."""
@@ -343,7 +347,7 @@ def terms_set(
         err_console.print(f"choose one of --prepaid, --postpaid, --credit (got {', '.join(chosen)})")
         raise typer.Exit(2)
     body = {"tenant": tenant, "terms": chosen[0] if chosen else None, "credit_limit": credit, "grace_s": grace}
-    body["low_balance"] = low_balance
+    body["low_balance"], body["storage_debt_limit"] = low_balance, storage_debt
     with api_errors():
         t = _req("PUT", "/v1/billing/terms", json=body)
     print_json(t) if as_json else typer.echo(_terms_text(t))

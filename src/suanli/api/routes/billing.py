@@ -74,6 +74,9 @@ class TermsIn(Strict):
     )
     grace_s: int | None = Field(default=None, ge=0, le=86_400 * 7, description="notice before running work stops")
     low_balance: str | None = Field(default=None, max_length=30, description='alert below this amount; "" turns it off')
+    storage_debt_limit: str | None = Field(
+        default=None, max_length=30, description="how far a stopped disk's storage may take the balance below its floor"
+    )
 
 
 class SubscriptionIn(Strict):
@@ -154,7 +157,7 @@ def terms(tenant: str | None = None, ctx: ServerContext = Depends(context), who:
 def set_terms(body: TermsIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
     """Operators set a tenant's terms; a member may set only its own low-balance alert."""
     tid = _tenant(ctx, who, body.tenant)
-    if who.role not in OPERATOR and (body.terms, body.credit_limit, body.grace_s) != (None, None, None):
+    if who.role not in OPERATOR and (body.terms, body.credit_limit, body.grace_s, body.storage_debt_limit) != (None,) * 4:
         raise Forbidden("only operators set payment terms; a member may set its own low_balance alert", code="forbidden")
     store.set_terms(
         ctx.db,
@@ -165,6 +168,7 @@ def set_terms(body: TermsIn, ctx: ServerContext = Depends(context), who: Princip
         grace_s=body.grace_s,
         low_balance=body.low_balance or None,
         clear_low_balance=body.low_balance == "",
+        storage_debt_limit=body.storage_debt_limit,
     )
     ctx.wake()  # held work may start now
     if ctx.billing is not None:
