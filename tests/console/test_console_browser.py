@@ -135,6 +135,12 @@ def test_an_operator_tops_up_a_prepaid_tenant_and_its_member_sees_what_is_left(p
     form.locator("button[type=submit]").click()
     expect(page.locator("#flash")).to_contain_text("Topped up lab by 12.50")
     expect(page.locator("#left")).to_have_text("post-paid")  # the operator's own tenant
+    terms = page.locator("#terms")
+    terms.locator("input[name=tenant]").fill("lab")
+    terms.locator("input[name=storage_debt_limit]").fill("25")
+    terms.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("Terms of lab: prepaid")
+    assert admin.request("GET", "/v1/billing/terms", params={"tenant": "lab"})["storage_debt_limit"] == 25.0
     page.get_by_role("button", name="Sign out").click()
     sign_in(page, member["token"])
     page.click("a[href='#billing']")

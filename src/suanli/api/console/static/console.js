@@ -496,6 +496,7 @@ async function formBilling() {
     el("label", {}, "Terms", el("select", { name: "terms" }, ...["prepaid", "credit", "postpaid"].map((t) => el("option", { value: t }, t)))),
     el("label", {}, "Credit limit", el("input", { name: "credit_limit", placeholder: "credit only", style: "width:7em" })),
     el("label", {}, "Grace (s)", el("input", { name: "grace_s", type: "number", min: 0, placeholder: "300", style: "width:6em" })),
+    el("label", {}, "Storage debt limit", el("input", { name: "storage_debt_limit", placeholder: "10", style: "width:6em" })),
     el("button", { type: "submit" }, "Set terms"));
   terms.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -503,6 +504,7 @@ async function formBilling() {
     const body = { tenant: String(f.get("tenant")), terms: String(f.get("terms")) };
     if (String(f.get("credit_limit") || "").trim()) body.credit_limit = String(f.get("credit_limit")).trim();
     if (String(f.get("grace_s") || "").trim()) body.grace_s = Number(f.get("grace_s"));
+    if (String(f.get("storage_debt_limit") || "").trim()) body.storage_debt_limit = String(f.get("storage_debt_limit")).trim();
     await act(`Terms of ${body.tenant}: ${body.terms}.`, () => api("PUT", "/v1/billing/terms", body));
   });
   return el("section", {}, el("h2", {}, "Top-ups and payment terms"),
