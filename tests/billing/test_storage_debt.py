@@ -8,11 +8,15 @@ posted as ``waived``, nothing is rated twice, and a top-up makes storage chargea
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import select
 
-from suanli.billing import rater, reports, store
+from suanli.billing import debt, rater, reports, store
 from suanli.billing.money import to_micros
+from suanli.billing.posting import COLUMNS, Records
 from suanli.billing.tables import Usage
 from suanli.db.models import Instance
 from tests.billing.billing_helpers import HOUR, allocate, world
@@ -100,3 +104,28 @@ def test_postpaid_tenants_pay_all_their_storage(db_url: str) -> None:
     full = _full_charge(w, 30 * DAY)
     rater.run(w.db, cutoff_ms=30 * DAY)
     assert sum(u.waived for u in _storage(w)) == 0 and _balance(w) == to_micros("1") - full
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([0, 1]), st.integers(0, 5_000_000), st.booleans()), max_size=40),
+    st.integers(-20_000_000, 20_000_000),
+    st.integers(0, 10_000_000),
+)
+def test_limit_keeps_every_unit_and_never_charges_storage_past_the_floor(
+    rows: list[tuple[int, int, bool]], bal: int, allowed: int
+) -> None:
+    """``debt.limit`` alone, over random GPU (0) and storage (1) records, new or posted."""
+    n = len(rows)
+    col = lambda i: np.array([r[i] for r in rows], dtype=np.int64).reshape(n)  # noqa: E731
+    cols = {name: np.zeros(n, np.int64) for name in COLUMNS}
+    cols.update(kind=col(0), amount=col(1), start_ms=np.arange(n, dtype=np.int64), source_id=np.arange(n, dtype=np.int64))
+    recs = Records(cols, ["gpu", "storage", "transfer"], ["instance", "job"], ["-"], ["on_demand"], {})
+    new = np.array([r[2] for r in rows], dtype=bool).reshape(n)
+    out = debt.limit(recs, new, {0: -allowed}, {0: bal})
+    assert (out.cols["amount"] + out.cols["waived"] == recs.cols["amount"]).all()  # nothing lost
+    assert (out.cols["waived"][(~new) | (recs.cols["kind"] == 0)] == 0).all()  # only new storage is limited
+    spent = int(out.cols["amount"][new].sum())
+    gpu = int(recs.cols["amount"][new & (recs.cols["kind"] == 0)].sum())
+    assert bal - spent >= min(-allowed, bal - gpu)  # storage never takes it past the floor
+    if out.cols["waived"].any():
+        assert bal - spent == min(-allowed, bal - gpu)  # ... and is charged right down to it
