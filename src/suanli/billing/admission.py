@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from suanli.billing import funds, quotas, spending, spot
 from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import Grant
+from suanli.billing.terms import terms_of
 from suanli.db.models import Allocation, Instance, Job
 
 Key = tuple[str, int]
@@ -113,7 +114,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
     grants = _grants(s, tenants)
     in_use, minutes = _grant_usage(s, grants, at)
     capped = spending.capped(s, tenants, at)
-    terms = funds.terms_of(s, tenants)
+    terms = terms_of(s, tenants)
     left: dict[int, tuple[int, int]] = {}  # tenant -> (balance, accruing), read once per pass
     currency = current_book(s, at)[1].currency
     for w in work:

@@ -22,20 +22,13 @@ from sqlalchemy.orm import Session
 
 from suanli.billing.posting import Records
 from suanli.billing.store import balance
-from suanli.billing.tables import DEFAULT_STORAGE_DEBT_MICROS, TermsRow, Usage
+from suanli.billing.tables import Usage
+from suanli.billing.terms import terms_of
 
 
 def floors(s: Session, tenant_ids: Iterable[int]) -> dict[int, int]:
-    """Per tenant the lowest balance storage may take it to; post-paid tenants absent.
-    A tenant without a terms row is prepaid with the default limit."""
-    ids = set(tenant_ids)
-    out = {t: -DEFAULT_STORAGE_DEBT_MICROS for t in ids}
-    for r in s.scalars(select(TermsRow).where(TermsRow.tenant_id.in_(ids))):
-        if r.terms == "postpaid":
-            out.pop(r.tenant_id)
-        else:
-            out[r.tenant_id] = -(r.storage_debt_limit_micros + (r.credit_limit_micros if r.terms == "credit" else 0))
-    return out
+    """Per tenant the lowest balance storage may take it to; post-paid tenants absent."""
+    return {t: f for t, terms in terms_of(s, tenant_ids).items() if (f := terms.storage_floor()) is not None}
 
 
 def limit(recs: Records, new: np.ndarray, floor: dict[int, int], bal: dict[int, int]) -> Records:

@@ -28,26 +28,10 @@ from suanli.billing.metering import UNIT_MS
 from suanli.billing.money import as_text, fmt, fmt_price
 from suanli.billing.quote import quote
 from suanli.billing.store import balance, current_book, now_ms
-from suanli.billing.tables import DEFAULT_GRACE_S, DEFAULT_STORAGE_DEBT_MICROS, Notice, TermsRow
+from suanli.billing.tables import Notice, TermsRow
+from suanli.billing.terms import Terms, terms_of
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Terms:
-    tenant_id: int
-    terms: str = "prepaid"
-    credit_limit: int = 0  # micro-units the balance may go below zero (credit terms)
-    grace_s: int = DEFAULT_GRACE_S
-    low_balance: int | None = None  # alert when what is left drops below this
-    low_alerted: bool = False
-    storage_debt_limit: int = DEFAULT_STORAGE_DEBT_MICROS  # see ``billing.debt``
-
-    def left(self, bal: int, accruing: int) -> int | None:
-        """What the tenant may still spend; None when post-paid (no limit)."""
-        if self.terms == "postpaid":
-            return None
-        return bal - accruing + (self.credit_limit if self.terms == "credit" else 0)
 
 
 def first_unit(per_hour: int) -> int:
@@ -73,23 +57,6 @@ def refusal(terms: Terms, bal: int, accruing: int, per_hour: int, currency: str)
 def figures(s: Session, tenant_id: int, at_ms: int) -> tuple[int, int]:
     """(balance, accruing) of a tenant at ``at_ms``: what every rule here compares."""
     return balance(s, tenant_id), rater.accruing(None, tenant_id, at_ms, session=s)
-
-
-def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
-    """Each tenant's terms; a tenant without a row is prepaid with the defaults."""
-    ids = set(tenant_ids)
-    out = {t: Terms(t) for t in ids}
-    for r in s.scalars(select(TermsRow).where(TermsRow.tenant_id.in_(ids))):
-        out[r.tenant_id] = Terms(
-            r.tenant_id,
-            r.terms,
-            r.credit_limit_micros,
-            r.grace_s,
-            r.low_balance_micros,
-            r.low_alerted,
-            r.storage_debt_limit_micros,
-        )
-    return out
 
 
 def per_hour(

@@ -123,7 +123,7 @@ DEFAULT_STORAGE_DEBT_MICROS = 10_000_000
 
 class TermsRow(Base):
     """A tenant's payment terms (migrations 0007, 0008). No row: prepaid with the defaults of
-    ``billing.funds.Terms``, what every tenant an operator creates gets."""
+    ``billing.terms.Terms``, what every tenant an operator creates gets."""
 
     __tablename__ = "billing_terms"
     __table_args__ = (
