@@ -45,7 +45,7 @@ def test_work_that_ends_during_a_crash_is_billed_to_its_end(db_url: str, tmp_pat
         exit_file = data / "workloads" / f"job-{exits['id']}-0" / "exit_code"
         wait_until(exit_file.exists, 20)
         exited_at = exit_file.stat().st_mtime
-        time.sleep(max(0.0, t_down + 15 - time.time()))  # down for 15 s: long enough to tell apart
+        time.sleep(max(0.0, t_down + 9 - time.time()))  # down for 9 s: long enough to tell apart
         t_up = time.time()
         srv.start()
         c = srv.client()

@@ -8,7 +8,8 @@ import socket as _socket
 import subprocess as _subprocess
 import sys as _sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class Server:
             for h in backend.list_running():
                 backend.stop(h, grace_s=1)
         release_host(self.ctx.backends, self.data_dir)
-        self.http.close()
+        self.http.__exit__(None, None, None)
         self.ctx.db.dispose()
 
 
@@ -95,22 +96,33 @@ def release_data_dir(data_dir: Path) -> None:
 
 
 def start_server(data_dir: Path, db_url: str, **kw: Any) -> Server:
-    kw.setdefault("interval_s", 0.1)
+    # a quarter of a second between passes (the API wakes the loop for new work): a loop
+    # and the polls of the test that waits on it are most of the CPU a waiting test takes
+    kw.setdefault("interval_s", 0.25)
     kw.setdefault("stop_grace_s", 2.0)
     ctx, boot = build(data_dir, db_url, **kw)
     assert boot.admin_token
-    return Server(ctx, TestClient(create_app(ctx)), boot.admin_token, data_dir)
+    http = TestClient(create_app(ctx))
+    # entered: its requests share one event loop on one thread; a client not entered
+    # starts a thread with a new event loop for each request and each response body
+    http.__enter__()
+    return Server(ctx, http, boot.admin_token, data_dir)
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 20.0, every_s: float = 0.1) -> Any:
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 20.0, every_s: float = 0.25) -> Any:
+    """``predicate()`` once truthy: asked at once, then after 0.05 s, each wait half as
+    long again up to ``every_s``. A quick change is seen quickly, and a long wait does not
+    spend a core asking the API (a job's GET costs milliseconds of CPU)."""
     deadline = time.monotonic() + timeout_s
+    pause = min(0.05, every_s)
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {predicate}")
-        time.sleep(every_s)
+        time.sleep(pause)
+        pause = min(every_s, pause * 1.5)
 
 
 def wait_state(srv: Server, kind: str, obj_id: int, states: tuple[str, ...], timeout_s: float = 20.0) -> dict:
@@ -134,6 +146,17 @@ def free_port() -> int:
     with _socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port where nothing listens, for as long as the block runs: it is bound
+    (without ``listen``), so no server of another test can take it meanwhile, as one once
+    took a port ``free_port`` had named (``test_proxy`` then read a 200 where it expected
+    "nothing listens")."""
+    with _socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
 
 
 class _Served:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from suanli.api.server import build
 from suanli.control.access import PASS_TTL_S, check_pass, load_secret, make_pass, parse_port_host
 from suanli.control.auth import Principal, hash_token
 from suanli.db.models import ApiToken, Instance
+from tests.control.control_helpers import closed_port
 
 BIG = bytes(range(256)) * 8192  # 2 MiB
 
@@ -176,12 +177,6 @@ def service_app(seen: dict[str, Any]) -> Starlette:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Env:
     base: str  #: the Suanli server's proxy listener, http://127.0.0.1:PORT
@@ -226,7 +221,9 @@ def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
     for started in (service, suanli, proxy):  # started together, waited for together
         started.wait_started()
     ctx.proxy_port = proxy.port  # what start_proxy records: the listing's URLs name it
+    held = ExitStack()  # the port of nothing, bound until the end
     try:
+        port_9000 = held.enter_context(closed_port())
         with httpx.Client(base_url=suanli.url, headers={"Authorization": f"Bearer {boot.admin_token}"}) as api:
             ids = []
             for name in ("jupyter", "other", "waiting"):
@@ -234,7 +231,7 @@ def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
                 assert r.status_code == 201, r.text
                 ids.append(r.json()["id"])
         with ctx.db.transaction() as s:
-            for i, ports in ((ids[0], {"8888": service.port, "9000": free_port()}), (ids[1], {"8888": service.port})):
+            for i, ports in ((ids[0], {"8888": service.port, "9000": port_9000}), (ids[1], {"8888": service.port})):
                 row = s.get(Instance, i)
                 handle = {"backend": "local", "key": f"instance-{i}", "data": {"runtime": "container", "ports": ports}}
                 row.state, row.handles, row.ports, row.runtime = "running", [handle], [int(p) for p in ports], "container"
@@ -242,6 +239,7 @@ def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
         yield Env(proxy.url, boot.admin_token, ids[0], ids[1], ids[2], seen, ctx, suanli.url)
     finally:
         close_all(proxy, suanli, service)
+        held.close()
         ctx.db.dispose()
 
 

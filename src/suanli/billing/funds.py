@@ -105,11 +105,12 @@ def out_of_funds(s: Session, tenant_ids: Iterable[int], at_ms: int | None = None
     credit) is spent, running work counted. A tenant whose figures cannot be read is
     logged and skipped: one tenant's odd data must not lift everyone's limit."""
     at = now_ms() if at_ms is None else at_ms
+    prepaid = {tid: terms for tid, terms in terms_of(s, tenant_ids).items() if terms.terms != "postpaid"}
+    if not prepaid:
+        return []
     currency = current_book(s, at)[1].currency
     out = []
-    for tid, terms in sorted(terms_of(s, tenant_ids).items()):
-        if terms.terms == "postpaid":
-            continue
+    for tid, terms in sorted(prepaid.items()):
         try:
             bal, acc = figures(s, tid, at)
         except Exception:

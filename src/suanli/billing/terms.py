@@ -43,6 +43,8 @@ def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
     """Each tenant's terms; a tenant without a row is prepaid with the defaults."""
     ids = set(tenant_ids)
     out = {t: Terms(t) for t in ids}
+    if not ids:
+        return out
     for r in s.scalars(select(TermsRow).where(TermsRow.tenant_id.in_(ids))):
         out[r.tenant_id] = Terms(
             r.tenant_id,

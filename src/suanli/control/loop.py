@@ -40,8 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import select
-
 from suanli.backends.base import Backend
 from suanli.clock import SYSTEM, Clock
 from suanli.control import admission, funds, health, heartbeat, reconcile, workloads
@@ -52,7 +50,6 @@ from suanli.control.outbid import outbid
 from suanli.control.plane import Plane, ReclaimSettings
 from suanli.control.preempt import preempt
 from suanli.control.scheduling import PassMemo, PassResult, Waiting, schedule_pass, waiting_work
-from suanli.db.models import Node
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
 
@@ -202,13 +199,9 @@ class ControlLoop:
             self._last_health = time.monotonic()
 
     def _reclaim_due(self) -> bool:
-        """A node is down, spot work runs (a victim to notice), or a notice is pending."""
+        """Whether phases 3-5 and 7 have anything to do (``workloads.reclaim_due``)."""
         with self.db.transaction() as s:
-            return (
-                s.scalar(select(Node.id).where(Node.state == "down").limit(1)) is not None
-                or workloads.spot_running(s)
-                or workloads.noticed_running(s)
-            )
+            return workloads.reclaim_due(s)
 
     def admit(self) -> tuple[list[Waiting], dict[tuple[str, int], str]]:
         """Phase 6: the waiting work that may run now (in scheduling order, spot bids'

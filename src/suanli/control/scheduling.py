@@ -145,11 +145,11 @@ def schedule_pass(
     ``fallback`` (a simple policy) and the error is logged and counted: a bug in a
     scoring plugin must not stop all placement."""
     held = held or {}
-    with db.transaction() as s:
-        snap = snapshot(s, backends)
     result = PassResult([], unplaced=dict(held))
     if not work:
         return result
+    with db.transaction() as s:
+        snap = snapshot(s, backends)
     sched = Scheduler(policy, snap.state, seed=seed)
     backup = Scheduler(fallback, snap.state, seed=seed) if fallback is not None else None
     if memo is not None:

@@ -14,14 +14,14 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import cast
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session
 
 from suanli.backends.base import TaskStatus
 from suanli.control.capacity import give_back
 from suanli.control.lifecycle import transition
 from suanli.db.clock import utcnow
-from suanli.db.models import Allocation, Instance, Job
+from suanli.db.models import Allocation, Instance, Job, Node
 
 Workload = Instance | Job
 Key = tuple[str, int]
@@ -124,21 +124,14 @@ def launching(s: Session) -> list[tuple[str, Workload]]:
     ]
 
 
-def spot_running(s: Session) -> bool:
-    """Any spot work running (one small read: the reclaim phases' gate)."""
-    spot = "spot"
+def reclaim_due(s: Session) -> bool:
+    """A node is down, spot work runs (a victim to notice), or running work is under a
+    notice (spot reclaim or funds): the reclaim phases' gate, in one small read."""
+    checks = [exists().where(Node.state == "down")]
     for model in (Job, Instance):
-        if s.scalar(select(model.id).where(model.state == "running", model.priority == spot).limit(1)) is not None:
-            return True
-    return False
-
-
-def noticed_running(s: Session) -> bool:
-    """Any running work under a notice (spot reclaim or funds): the notices phase's gate."""
-    for model in (Job, Instance):
-        if s.scalar(select(model.id).where(model.state == "running", model.notice_deadline.is_not(None)).limit(1)) is not None:
-            return True
-    return False
+        running = model.state == "running"
+        checks += [exists().where(running, model.priority == "spot"), exists().where(running, model.notice_deadline.is_not(None))]
+    return bool(s.scalar(select(or_(*checks))))
 
 
 def active_of_tenant(s: Session, tenant_id: int) -> list[Key]:
