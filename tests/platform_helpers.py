@@ -20,6 +20,7 @@ from suanli.control.plane import ReclaimSettings
 from suanli.control.task import Task
 from suanli.db.models import Allocation, Event, Job, Node
 from suanli.inventory import Inventory
+from tests.control.control_helpers import pauses
 from tests.event_helpers import events_text
 from tests.sqlite_helpers import migrated_sqlite_url
 
@@ -40,11 +41,10 @@ class Platform:
         self.loop.tick()
 
     def until(self, probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
-        """Tick until ``probe`` returns something truthy: at once, then after 0.02 s, each
-        pause half as long again up to 0.2 s (a pass costs milliseconds of CPU)."""
+        """Tick until ``probe`` returns something truthy: at once, then after
+        ``pauses(0.02, 0.2)``."""
         deadline = time.monotonic() + timeout_s
-        pause = 0.02
-        while True:
+        for pause in pauses(0.02, 0.2):
             self.tick()
             value = probe()
             if value:
@@ -54,7 +54,7 @@ class Platform:
                     f"timed out after {timeout_s:.0f}s waiting for {what}; events:\n{events_text(self.events())}"
                 )
             time.sleep(pause)
-            pause = min(0.2, pause * 1.5)
+        raise AssertionError("unreachable")
 
     def submit(self, **task: Any) -> int:
         return jobs.submit(self.db, ADMIN, Task.model_validate(task)).id

@@ -109,20 +109,27 @@ def start_server(data_dir: Path, db_url: str, **kw: Any) -> Server:
     return Server(ctx, http, boot.admin_token, data_dir)
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 20.0, every_s: float = 0.25) -> Any:
-    """``predicate()`` once truthy: asked at once, then after 0.05 s, each wait half as
-    long again up to ``every_s``. A quick change is seen quickly, and a long wait does not
-    spend a core asking the API (a job's GET costs milliseconds of CPU)."""
-    deadline = time.monotonic() + timeout_s
-    pause = min(0.05, every_s)
+def pauses(first: float, most: float) -> Iterator[float]:
+    """Waits between polls: ``first``, then each half as long again, up to ``most``. A
+    quick change is seen quickly, and a long wait does not spend a core polling (a job's
+    GET, or a loop pass, costs milliseconds of CPU)."""
+    pause = min(first, most)
     while True:
+        yield pause
+        pause = min(most, pause * 1.5)
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 20.0, every_s: float = 0.25) -> Any:
+    """``predicate()`` once truthy: asked at once, then after ``pauses(0.05, every_s)``."""
+    deadline = time.monotonic() + timeout_s
+    for pause in pauses(0.05, every_s):
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {predicate}")
         time.sleep(pause)
-        pause = min(every_s, pause * 1.5)
+    raise AssertionError("unreachable")
 
 
 def wait_state(srv: Server, kind: str, obj_id: int, states: tuple[str, ...], timeout_s: float = 20.0) -> dict:
