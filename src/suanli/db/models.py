@@ -62,6 +62,8 @@ class Tenant(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: people of this tenant must sign in to the console with a TOTP code too
+    require_2fa: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class User(Base):
@@ -72,10 +74,21 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     role: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: a disabled user's tokens and sign-ins are refused; their work is left as it is
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: argon2 hash of the console password; None: no password sign-in
+    password_hash: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    #: the TOTP (RFC 6238) secret, sealed (``control.secrets``); enabled once confirmed by a code
+    totp_secret: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    totp_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class ApiToken(Base):
-    """Only the SHA-256 of a token is kept; the token itself is shown once."""
+    """Only the SHA-256 of a token is kept; the token itself is shown once.
+
+    ``scopes`` narrow what the token may do (``control.auth.Scopes``): ``read`` (GET
+    only), ``route:/v1/jobs`` (only paths under it); empty: everything its user may do.
+    ``tenant_id`` pins an operator's token to one tenant's objects."""
 
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -84,6 +97,14 @@ class ApiToken(Base):
     prefix: Mapped[str] = mapped_column(String(12))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    name: Mapped[str] = mapped_column(String(100), default="")
+    #: ``api`` (made by hand, for scripts and the CLI) or ``session`` (a console sign-in)
+    kind: Mapped[str] = mapped_column(String(20), default="api")
+    scopes: Mapped[list] = mapped_column(JSON, default=list)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), nullable=True, default=None)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, default=None)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, default=None)
 
 
 class Node(Base):
@@ -173,6 +194,8 @@ class Instance(SpotNotice, Base):
     ports: Mapped[list] = mapped_column(JSON, default=list)
     #: what ran it last: ``container`` or ``process`` (no isolation); "" before its first launch
     runtime: Mapped[str] = mapped_column(String(20), default="")
+    #: name -> sealed value (``control.secrets``): decrypted only into the workload's environment
+    secrets: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -203,6 +226,8 @@ class Job(SpotNotice, Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     #: what ran it last: ``container`` or ``process`` (no isolation); "" before its first launch
     runtime: Mapped[str] = mapped_column(String(20), default="")
+    #: name -> sealed value (``control.secrets``): decrypted only into the workload's environment
+    secrets: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
@@ -281,3 +306,38 @@ class Event(Base):
     def __repr__(self) -> str:  # one line of text, so a failed test shows what happened
         ts = f"{self.ts:%H:%M:%S.%f}" if self.ts else "-"
         return f"<Event {ts} {self.kind} {self.object_id} {self.from_state}->{self.to_state} {self.message!r}>"
+
+
+class AuditRecord(Base):
+    """Who did what to which object, from where, and how it ended (``control.audit``).
+
+    Append-only: nothing in Suanli updates a record, and only retention deletes the
+    oldest. ``hash`` is SHA-256 over ``prev_hash`` and the record's fields, so an edited
+    or deleted record breaks the chain at that point (``suanli audit verify``)."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_at", "at"), Index("ix_audit_log_tenant", "tenant_id", "id"))
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    actor_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    actor: Mapped[str] = mapped_column(String(100))
+    actor_role: Mapped[str] = mapped_column(String(20))
+    #: the tenant whose object it is (None: platform-wide, or unknown)
+    tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    action: Mapped[str] = mapped_column(String(100))
+    object: Mapped[str] = mapped_column(String(200))
+    source: Mapped[str] = mapped_column(String(100))
+    result: Mapped[str] = mapped_column(String(40))
+    detail: Mapped[dict] = mapped_column(JSON, default=dict)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditHead(Base):
+    """The chain's tip (one row, id 1): every append updates it first, which takes its
+    lock, so concurrent appends are serialised and never fork the chain."""
+
+    __tablename__ = "audit_head"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_id: Mapped[int] = mapped_column(BigInteger)
+    last_hash: Mapped[str] = mapped_column(String(64))
