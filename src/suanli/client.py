@@ -84,10 +84,12 @@ class SuanliClient:
         return cls(s.url, s.token)
 
     # -- plumbing ----------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            r = self.http.request(method, path, headers=headers, **kwargs)
+            r = self.http.request(method, path, headers=self._headers(), **kwargs)
         except httpx.TransportError as exc:
             raise ApiError(0, "unreachable", f"cannot reach {self.url}: {exc}") from None
         _check(r)
@@ -155,11 +157,51 @@ class SuanliClient:
         params = {k: v for k, v in {"kind": kind, "object_id": object_id}.items() if v is not None}
         return self.request("GET", "/v1/events", params=params)
 
-    def create_user(self, name: str, role: str = "member", tenant: str | None = None) -> dict:
-        return self.request("POST", "/v1/users", json={"name": name, "role": role, "tenant": tenant})
+    def create_user(self, name: str, role: str = "member", tenant: str | None = None, password: str | None = None) -> dict:
+        return self.request("POST", "/v1/users", json={"name": name, "role": role, "tenant": tenant, "password": password})
 
-    def create_tenant(self, name: str) -> dict:
-        return self.request("POST", "/v1/tenants", json={"name": name})
+    def users(self, tenant: str | None = None) -> list[dict]:
+        return self.request("GET", "/v1/users", params={"tenant": tenant} if tenant else None)
+
+    def change_user(self, user: str, **body: Any) -> dict:
+        """Admins: ``disabled``, ``password``, ``reset_2fa``."""
+        return self.request("PATCH", f"/v1/users/{user}", json=body)
+
+    def create_tenant(self, name: str, require_2fa: bool = False) -> dict:
+        return self.request("POST", "/v1/tenants", json={"name": name, "require_2fa": require_2fa})
+
+    def tenants(self) -> list[dict]:
+        return self.request("GET", "/v1/tenants")
+
+    def change_tenant(self, tenant: str, require_2fa: bool) -> dict:
+        return self.request("PATCH", f"/v1/tenants/{tenant}", json={"require_2fa": require_2fa})
+
+    def create_token(self, **body: Any) -> dict:
+        """``name``, ``scopes``, ``expires_in_days``, ``tenant``; the answer's ``token`` is shown once."""
+        return self.request("POST", "/v1/tokens", json=body)
+
+    def tokens(self, everyone: bool = False) -> list[dict]:
+        return self.request("GET", "/v1/tokens", params={"all": "true"} if everyone else None)
+
+    def revoke_token(self, token_id: int) -> dict:
+        return self.request("DELETE", f"/v1/tokens/{token_id}")
+
+    def audit(self, **params: Any) -> list[dict]:
+        """``tenant_id``, ``actor``, ``action`` (a prefix), ``since``, ``after``, ``limit``."""
+        return self.request("GET", "/v1/audit", params={k: v for k, v in params.items() if v is not None})
+
+    def audit_verify(self) -> dict:
+        return self.request("GET", "/v1/audit/verify")
+
+    def audit_export(self, since: str | None = None) -> Any:
+        """The records as JSON lines, an iterator of lines (it streams)."""
+        with self.http.stream(
+            "GET", "/v1/audit/export", params={"since": since} if since else None, headers=self._headers()
+        ) as r:
+            if r.status_code >= 400:
+                r.read()
+                _check(r)
+            yield from r.iter_lines()
 
     def topup(self, tenant: str, amount: str, key: str | None = None) -> dict:
         """Credit a tenant's prepaid balance (operators); a repeated ``key`` posts nothing."""

@@ -27,7 +27,9 @@ def test_health_docs_metrics_and_auth(server: Server) -> None:
     assert r.status_code == 401 and "invalid" in r.json()["error"]["message"]
     assert server.http.get("/v1/nothing").json()["error"]["code"] == "not_found"
     server.get("/v1/gpus")
-    text = server.http.get("/metrics").text
+    # /metrics: a scraper off this machine (the test client is not loopback) needs an operator's token
+    assert server.http.get("/metrics").status_code == 401
+    text = server.http.get("/metrics", headers=server.headers).text
     assert (
         "suanli_control_ticks" in text
         and "suanli_http_requests_total" in text

@@ -6,16 +6,19 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from suanli import __version__
-from suanli.api import console, errors, metrics
+from suanli.api import audit, console, errors, metrics
 from suanli.api.context import ServerContext
 from suanli.api.routes import advise, billing, images, instances, jobs, keys, nodes, uploads, users
+from suanli.api.routes import audit as audit_routes
 
 
 def create_app(ctx: ServerContext) -> FastAPI:
     app = FastAPI(title="Suanli", version=__version__, description="Rent GPUs as instances or jobs.")
     app.state.ctx = ctx
     errors.install(app)
-    metrics.install(app, ctx.db, lambda: ctx.loop.stats if ctx.loop else None)
+    metrics.install(app, ctx, lambda: ctx.loop.stats if ctx.loop else None)
+    if ctx.audit:
+        audit.install(app, ctx.db)
 
     @app.get("/healthz", tags=["system"])
     def healthz() -> dict:
@@ -24,7 +27,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         loop = ctx.loop
         return {"ok": True, "loop_ticks": loop.stats.ticks if loop else None}
 
-    for module in (users, nodes, instances, jobs, advise, images, keys, uploads):
+    for module in (users, nodes, instances, jobs, advise, images, keys, uploads, audit_routes):
         app.include_router(module.router)
     billing.install(app)  # its thread is one of the server's (api.background)
     console.install(app)

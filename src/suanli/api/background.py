@@ -13,15 +13,22 @@ billing           10 s (``SUANLI_BILLING_       a rating run, then budgets and t
                   ``wake()``
 port proxy        a listener                    renters' published ports, one origin each
                                                 (``api.proxy_app``)
+audit retention   hour                          audit records past the retention deleted
+                                                (``control.audit.prune``)
 ================  ============================  =========================================
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from suanli.api.context import ServerContext
+from suanli.control import audit
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,7 +47,24 @@ def background(ctx: ServerContext, start_proxy: Callable[[], object]) -> list[Ba
         Background("control loop", ctx.loop.start, ctx.loop.stop),
         Background("billing", ctx.billing.start, ctx.billing.stop),
         Background("port proxy", lambda: proxy.append(start_proxy()), lambda: [setattr(p, "should_exit", True) for p in proxy]),
+        periodic("audit retention", 3600.0, lambda: audit.prune(ctx.db, ctx.audit_retention_days)),
     ]
+
+
+def periodic(name: str, every_s: float, work: Callable[[], object]) -> Background:
+    """A thread that does ``work`` at start and every ``every_s``; a failure is logged."""
+    halt = threading.Event()
+
+    def run() -> None:
+        while not halt.is_set():
+            try:
+                work()
+            except Exception:
+                log.exception("%s failed (retried in %.0f s)", name, every_s)
+            halt.wait(every_s)
+
+    thread = threading.Thread(target=run, name=f"suanli-{name.replace(' ', '-')}", daemon=True)
+    return Background(name, thread.start, halt.set)
 
 
 def start_all(tasks: list[Background]) -> None:

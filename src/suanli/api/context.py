@@ -11,6 +11,7 @@ from suanli.control.access import DEFAULT_PROXY_DOMAIN, port_url
 from suanli.control.auth import TokenCache
 from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
+from suanli.control.throttle import Throttle
 from suanli.db.session import Database
 
 
@@ -23,6 +24,14 @@ class ServerContext:
     #: the billing thread (rating, then budgets); runs while the app serves (``api.app``)
     billing: BillingWorker | None = None
     tokens: TokenCache = field(default_factory=TokenCache)
+    #: bad bearer tokens per source address: 20 a minute, then 429 until the oldest leaves the window
+    bad_tokens: Throttle = field(default_factory=lambda: Throttle(20, 60.0))
+    #: failed sign-ins per user name and per source address: 10 in 15 minutes
+    bad_sign_ins: Throttle = field(default_factory=lambda: Throttle(10, 900.0))
+    #: every state-changing call is recorded (``api.audit``); off only to measure its cost
+    audit: bool = True
+    #: audit records older than this are deleted (seed 004 keeps seven years)
+    audit_retention_days: int = 7 * 365 + 2
     #: tenants other than the operator's may run on the process runtime (no isolation)
     allow_process_runtime: bool = False
     #: the host name renters' ``ssh`` reaches instances at

@@ -6,13 +6,37 @@ from fastapi import Depends, Request
 
 from suanli.api.context import ServerContext
 from suanli.control.auth import Principal, authenticate
+from suanli.errors import Forbidden, Unauthorized
 
 
 def context(request: Request) -> ServerContext:
     return request.app.state.ctx
 
 
-def principal(request: Request, ctx: ServerContext = Depends(context)) -> Principal:
+def source(request: Request) -> str:
+    """The caller's address (the TCP peer: a proxy in front must be trusted explicitly)."""
+    return request.client.host if request.client else ""
+
+
+def bearer(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
-    token = header[7:].strip() if header.lower().startswith("bearer ") else None
-    return authenticate(ctx.db, token, ctx.tokens)
+    return header[7:].strip() if header.lower().startswith("bearer ") else None
+
+
+def principal(request: Request, ctx: ServerContext = Depends(context)) -> Principal:
+    """Who is asking, from the bearer token. A source that sent too many bad tokens
+    waits (429) before its next one is even looked at; a token's scopes are checked
+    here, before the route's own rules. The principal is kept on the request for the
+    audit log (``api.audit``)."""
+    token, where = bearer(request), source(request)
+    ctx.bad_tokens.check(where, "bad tokens")
+    try:
+        who = authenticate(ctx.db, token, ctx.tokens)
+    except Unauthorized:
+        if token:
+            ctx.bad_tokens.fail(where)
+        raise
+    request.state.principal = who
+    if not who.allows(request.method, request.url.path):
+        raise Forbidden(f"this token's scopes ({', '.join(who.scopes)}) do not allow {request.method} {request.url.path}")
+    return who

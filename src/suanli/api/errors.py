@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from suanli.control.throttle import Throttled
 from suanli.control.uploads import TooLarge
 from suanli.errors import (
     Conflict,
@@ -43,6 +44,7 @@ STATUS: dict[type[DomainError], int] = {
     Unauthorized: 401,
     PaymentRequired: 402,
     TooLarge: 413,  # over the server's upload cap
+    Throttled: 429,  # too many failed attempts (bad tokens, sign-ins)
 }
 
 
@@ -71,7 +73,8 @@ def error_body(code: str, message: str, **extra: object) -> dict:
 def install(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain(_: Request, exc: DomainError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message), status_code=http_status(exc))
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Throttled) else None
+        return JSONResponse(error_body(exc.code, exc.message), status_code=http_status(exc), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

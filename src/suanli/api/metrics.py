@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 
+from suanli.api.context import ServerContext
+from suanli.api.deps import bearer, principal, source
 from suanli.db.models import Gpu, Instance, Job, Node
 from suanli.db.session import Database
 
@@ -86,7 +88,13 @@ class _Measure:
             self.latency.labels(scope["method"], path).observe(time.perf_counter() - t0)
 
 
-def install(app: FastAPI, db: Database, loop_stats=None) -> CollectorRegistry:  # type: ignore[no-untyped-def]
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def install(app: FastAPI, ctx: ServerContext, loop_stats=None) -> CollectorRegistry:  # type: ignore[no-untyped-def]
+    """``/metrics``: open to scrapers on this machine (loopback); from anywhere else it
+    takes an operator's bearer token (Prometheus' ``authorization`` setting)."""
+    db = ctx.db
     registry = CollectorRegistry()
     requests = Counter("suanli_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry)
     latency = Histogram("suanli_http_request_seconds", "HTTP request latency", ["method", "route"], registry=registry)
@@ -95,7 +103,9 @@ def install(app: FastAPI, db: Database, loop_stats=None) -> CollectorRegistry:  
     app.add_middleware(_Measure, requests=requests, latency=latency)
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
+    def metrics(request: Request) -> Response:
+        if bearer(request) is not None or source(request) not in LOOPBACK:
+            principal(request, ctx).require("admin", "operator")
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return registry

@@ -57,12 +57,47 @@ class ExecRequest(Strict):
 
 class TenantCreate(Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    require_2fa: bool = False
+
+
+class TenantPatch(Strict):
+    require_2fa: bool
 
 
 class UserCreate(Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
     role: Literal["admin", "operator", "member"] = "member"
-    tenant: str | None = None
+    tenant: str | None = Field(default=None, max_length=100)
+    password: str | None = Field(default=None, max_length=1024, description="for console sign-in; at least 10 characters")
+
+
+class UserPatch(Strict):
+    disabled: bool | None = None
+    password: str | None = Field(default=None, max_length=1024)
+    #: an admin turns off a user's second factor (a lost device)
+    reset_2fa: bool = False
+
+
+class PasswordChange(Strict):
+    password: str = Field(max_length=1024)
+    current: str | None = Field(default=None, max_length=1024)
+
+
+class TokenCreate(Strict):
+    name: str = Field(default="", max_length=100)
+    scopes: list[str] = Field(default_factory=list, max_length=20, description="'read' (GET only), 'route:/v1/PATH' (only paths under it)")
+    expires_in_days: float | None = Field(default=None, gt=0, le=3660, allow_inf_nan=False)
+    tenant: str | None = Field(default=None, max_length=100, description="pin the token to this tenant: it acts there only, as a member")
+
+
+class SignIn(Strict):
+    name: str = Field(min_length=1, max_length=100)
+    password: str = Field(min_length=1, max_length=1024)
+    code: str | None = Field(default=None, max_length=10, description="the TOTP code, when two-factor sign-in is on")
+
+
+class Code(Strict):
+    code: str = Field(min_length=1, max_length=10)
 
 
 # -- responses -------------------------------------------------------------------------
@@ -76,6 +111,7 @@ class Me(BaseModel):
 class TenantOut(BaseModel):
     id: int
     name: str
+    require_2fa: bool = False
 
 
 class UserOut(BaseModel):
@@ -83,11 +119,63 @@ class UserOut(BaseModel):
     name: str
     role: str
     tenant_id: int
+    disabled: bool = False
+    has_password: bool = False
+    two_factor: bool = False
     token: str | None = Field(default=None, description="shown once, at creation")
 
 
-class TokenOut(BaseModel):
+class TokenInfo(BaseModel):
+    id: int
+    name: str
+    user: str
+    kind: str
+    prefix: str = Field(description="the token's first characters, to tell it apart")
+    scopes: list[str]
+    tenant_id: int | None = Field(description="the one tenant it acts in; None: its user's rights")
+    created_at: str
+    expires_at: str | None
+    last_used_at: str | None
+    state: Literal["active", "expired", "revoked"]
+
+
+class TokenOut(TokenInfo):
+    token: str = Field(description="shown once")
+
+
+class SessionOut(BaseModel):
     token: str
+    token_id: int
+    expires_at: str
+    must_enrol_2fa: bool
+
+
+class EnrolmentOut(BaseModel):
+    secret: str = Field(description="base32, for an authenticator app; shown once")
+    uri: str = Field(description="otpauth:// URI (a QR code of it)")
+
+
+class AuditOut(BaseModel):
+    id: int
+    at: str
+    actor_id: int | None
+    actor: str
+    actor_role: str
+    tenant_id: int | None
+    action: str
+    object: str
+    source: str
+    result: str
+    detail: dict
+    prev_hash: str
+    hash: str
+
+
+class AuditVerdict(BaseModel):
+    ok: bool
+    checked: int
+    bad_id: int | None
+    problem: str
 
 
 class GpuOut(BaseModel):

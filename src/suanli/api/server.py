@@ -87,6 +87,8 @@ def build(
     ssh_bind: str = "127.0.0.1",
     ssh_host: str | None = None,
     max_upload_mib: int = 100,
+    audit: bool = True,
+    audit_retention_days: int = 7 * 365 + 2,
 ) -> tuple[ServerContext, Bootstrap]:
     """``slurm_conf``: also drive that Slurm cluster (its nodes are registered on the first
     start, when the database has none); ``notice_s``: the spot reclaim notice;
@@ -124,6 +126,8 @@ def build(
         allow_process_runtime=allow_process_runtime,
         ssh_host=ssh_host or ("127.0.0.1" if ssh_bind in ("0.0.0.0", "::") else ssh_bind),
         max_upload_bytes=max_upload_mib << 20,
+        audit=audit,
+        audit_retention_days=audit_retention_days,
     )
     ctx.loop = ControlLoop(
         db,
@@ -264,6 +268,8 @@ def serve(
     else:
         echo(f"admin token: see {(data_dir / 'admin-token').resolve()} (created on first start)")
     echo(f"next: suanli login --url {url} --token $(cat {data_dir / 'admin-token'})")
+    if not ctx.audit:
+        echo("WARNING: auditing is OFF (--no-audit): state changes are not recorded in the audit log")
     app = create_app(ctx)
     threads = background(
         ctx, lambda: start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo, proxy_domain)

@@ -51,6 +51,10 @@ COMMANDS: dict[str, Entry] = {
     "ssh": Entry(
         "suanli.cli.ssh", "ssh", "SSH into a running instance (plain OpenSSH), or run CMD there: suanli ssh 7 -- nvidia-smi."
     ),
+    "tenants": Entry("suanli.cli.tenants", "app", "Tenants: create and list them; require a second factor at sign-in (admins)."),
+    "users": Entry("suanli.cli.users", "app", "Users: create, list, disable (admins); your password and second factor."),
+    "tokens": Entry("suanli.cli.tokens", "app", "API tokens: create (scoped, expiring), list, revoke."),
+    "audit": Entry("suanli.cli.audit", "app", "The audit log: list, verify the hash chain, export as JSON lines (admins)."),
     "keys": Entry("suanli.cli.keys", "app", "Your SSH public keys: they open your instances, nobody else's."),
     "images": Entry("suanli.cli.images", "app", "Images renters can run: list them; operators add, remove and build them."),
     "slurm": Entry("suanli.cli.slurm", "app", "Slurm clusters as Suanli's Slurm backend sees them."),

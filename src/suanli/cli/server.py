@@ -65,6 +65,12 @@ def server(
         None, "--ssh-host", help="Host name renters' ssh command uses [default: the SSH address, or 127.0.0.1]."
     ),
     max_upload_mib: int = typer.Option(100, "--max-upload-mib", min=1, help="Largest job workdir upload, MiB."),
+    audit: bool = typer.Option(
+        True, "--audit/--no-audit", help="Record every state-changing call in the audit log (off: only to measure its cost)."
+    ),
+    audit_retention_days: int = typer.Option(
+        2557, "--audit-retention-days", min=1, max=36600, help="Delete audit records older than this (seed 004: seven years)."
+    ),
 ) -> None:
     """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
     from suanli.api.server import default_data_dir, serve
@@ -100,6 +106,8 @@ def server(
         ssh_bind=ssh_bind,
         ssh_host=ssh_host,
         max_upload_mib=max_upload_mib,
+        audit=audit,
+        audit_retention_days=audit_retention_days,
         proxy_port=proxy_port,
         proxy_domain=proxy_domain,
     )

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from suanli.control.auth import Principal, hash_token
+from suanli.control.auth import Principal, hash_token, principal_of, usable
 from suanli.db.models import ApiToken, User
 from suanli.db.session import Database
 
@@ -135,23 +135,20 @@ class Issued:
 
 
 def token_owner(db: Database, token: str) -> Issued | None:
-    """The unrevoked API token ``token`` (its id, for a pass) and its user, or None."""
+    """The usable API token ``token`` (its id, for a pass) and its user, or None."""
     with db.sessions() as s:
         row = s.execute(
-            select(ApiToken.id, User)
-            .join(User, User.id == ApiToken.user_id)
-            .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked.is_(False))
+            select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.token_hash == hash_token(token), usable())
         ).first()
         if row is None:
             return None
-        token_id, user = row
-        return Issued(Principal(user.id, user.tenant_id, user.name, user.role), token_id)
+        tok, user = row
+        return Issued(principal_of(user, tok), tok.id)
 
 
 def pass_owner(db: Database, token_id: int) -> Principal | None:
-    """Who a pass speaks for: the user of its token while that token is not revoked."""
+    """Who a pass speaks for: the user of its token while that token is usable (not
+    revoked or expired, its user not disabled)."""
     with db.sessions() as s:
-        user = s.scalar(
-            select(User).join(ApiToken, ApiToken.user_id == User.id).where(ApiToken.id == token_id, ApiToken.revoked.is_(False))
-        )
-        return None if user is None else Principal(user.id, user.tenant_id, user.name, user.role)
+        row = s.execute(select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.id == token_id, usable())).first()
+        return None if row is None else principal_of(row[1], row[0])
