@@ -10,6 +10,7 @@ come with a ratio to the server's floor on this machine.
     .venv/bin/python bench/api_load.py                       # fresh PostgreSQL database
     .venv/bin/python bench/api_load.py --db sqlite           # the embedded database
     .venv/bin/python bench/api_load.py --clients 50 --seconds 20 --json out/api_load.json
+    .venv/bin/python bench/api_load.py --audit-cost          # again with auditing off: its cost
 
 Client and server share the machine's cores; the numbers are for the whole box.
 """
@@ -142,40 +143,33 @@ def make_users(url: str, admin: str, n: int) -> list[str]:
     return tokens
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--db", default="postgresql", help="postgresql (a fresh database on the local server), sqlite, or a URL")
-    ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--baseline-seconds", type=float, default=8.0)
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = ap.parse_args()
-
-    tmp = Path(tempfile.mkdtemp(prefix="suanli-bench-"))
-    drop = None
-    if args.db == "postgresql":
+def fresh_db(kind: str, tmp: Path):  # type: ignore[no-untyped-def]
+    """A database URL for one run, and how to drop it."""
+    if kind == "postgresql":
         name = f"suanli_bench_{uuid.uuid4().hex[:8]}"
         admin_engine = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
         with admin_engine.connect() as c:
             c.execute(text(f'CREATE DATABASE "{name}"'))
-        db_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
 
-        def drop() -> None:  # noqa: F811
+        def drop() -> None:
             with admin_engine.connect() as c:
                 c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    elif args.db == "sqlite":
-        db_url = f"sqlite:///{tmp / 'suanli.db'}"
-    else:
-        db_url = args.db
 
+        return PG_ADMIN.rsplit("/", 1)[0] + "/" + name, drop
+    if kind == "sqlite":
+        return f"sqlite:///{tmp / 'suanli.db'}", None
+    return kind, None
+
+
+def one_run(args: argparse.Namespace, audit: bool) -> dict:
+    """A fresh server and database; the healthz floor, then create+list."""
+    tmp = Path(tempfile.mkdtemp(prefix="suanli-bench-"))
+    db_url, drop = fresh_db(args.db, tmp)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp / "server.log", "wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "suanli.api", "--port", str(port), "--data-dir", str(tmp / "data"), "--db", db_url],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    cmd = [sys.executable, "-m", "suanli.api", "--port", str(port), "--data-dir", str(tmp / "data"), "--db", db_url]
+    server = subprocess.Popen(cmd + ([] if audit else ["--no-audit"]), stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(300):
             try:
@@ -197,11 +191,13 @@ def main() -> None:
             raise SystemExit(server_died(server, tmp / "server.log") or "the server stopped answering") from None
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60) as c:
             rows = c.get("/v1/instances").json()
+            audited = len(c.get("/v1/audit", params={"action": "instances.create", "limit": 1000}).json()) if audit else 0
         states: dict[str, int] = {}
         for r in rows:
             states[r["state"]] = states.get(r["state"], 0) + 1
-        result = {
+        return {
             "db": "postgresql" if db_url.startswith("postgresql") else "sqlite",
+            "audit": audit,
             "clients": args.clients,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
             "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -209,11 +205,8 @@ def main() -> None:
             "create_list": load,
             "ratio_rps_vs_healthz": round(load["rps"] / baseline["rps"], 3) if baseline["rps"] else None,
             "instances_after": states,
+            "audit_records_of_creates": audited,
         }
-        print(json.dumps(result, indent=2))
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(result, indent=2))
     finally:
         server.terminate()
         try:
@@ -224,6 +217,34 @@ def main() -> None:
         kill_run_tasks((tmp / "data" / "workloads").resolve())
         if drop is not None:
             drop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", default="postgresql", help="postgresql (a fresh database on the local server), sqlite, or a URL")
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--baseline-seconds", type=float, default=8.0)
+    ap.add_argument(
+        "--audit-cost", action="store_true", help="also run with auditing off (--no-audit), same run: the audit log's cost"
+    )
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args()
+
+    result = one_run(args, audit=True)
+    if args.audit_cost:
+        off = one_run(args, audit=False)
+        on_rps, off_rps = result["create_list"]["rps"], off["create_list"]["rps"]
+        result = {
+            "audit_on": result,
+            "audit_off": off,
+            "create_list_rps_on_vs_off": round(on_rps / off_rps, 3) if off_rps else None,
+            "ratio_to_healthz_on_vs_off": [result["ratio_rps_vs_healthz"], off["ratio_rps_vs_healthz"]],
+        }
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -181,3 +181,37 @@ def test_an_operator_cordons_a_node(page: Page, console_server: LiveServer) -> N
     assert next(n for n in console_server.client().nodes() if n["name"] == "rtx4090-0")["state"] == "cordoned"
     page.click("a[href='#events']")
     expect(page.locator("#live")).to_contain_text("by admin")
+
+
+def test_a_person_signs_in_with_password_and_enrols_the_second_factor_their_tenant_requires(
+    page: Page, console_server: LiveServer
+) -> None:
+    import pyotp
+
+    admin = console_server.client()
+    admin.create_tenant("lab", require_2fa=True)
+    admin.create_user("ana", role="member", tenant="lab", password="correct horse battery")
+    page.goto("/")
+    page.fill("#signin input[name=name]", "ana")
+    page.fill("#signin input[name=password]", "wrong password!")
+    page.click("#signin button")
+    expect(page.locator("#flash")).to_contain_text("wrong user name, password or code")
+    page.fill("#signin input[name=password]", "correct horse battery")
+    page.click("#signin button")
+    page.click("#enrol-start")  # the tenant requires a second factor: this session may only enrol
+    expect(page.locator("#tabs")).to_be_hidden()
+    secret = page.locator("#enrol-secret").text_content()
+    assert secret
+    page.fill("#enrol-confirm input[name=code]", pyotp.TOTP(secret).now())
+    page.click("#enrol-confirm button")
+    expect(page.locator("#flash")).to_contain_text("sign in again with a code")
+    page.fill("#signin input[name=name]", "ana")
+    page.fill("#signin input[name=password]", "correct horse battery")
+    page.click("#signin button")
+    expect(page.locator("#flash")).to_contain_text("wrong user name, password or code")  # no code: refused
+    page.fill("#signin input[name=password]", "correct horse battery")
+    page.fill("#signin input[name=code]", pyotp.TOTP(secret).now())
+    page.click("#signin button")
+    expect(page.locator("#who")).to_contain_text("ana (member)")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#signin")).to_be_visible()

@@ -14,9 +14,9 @@ import pyotp
 import pytest
 from sqlalchemy import func, select
 
-from suanli.control import tokens
 from suanli.billing.tables import Grant as BillingGrant
 from suanli.billing.tables import PriceVersion
+from suanli.control import tokens
 from suanli.db.models import ApiToken, Instance, Tenant
 from tests.control.control_helpers import Server, start_server
 
@@ -126,7 +126,10 @@ def test_a_member_cannot_lift_an_operators_setting(server: Server, cli: Any) -> 
     bob = onboard(cli)
     h = bearer(bob["token"])
     with server.ctx.db.sessions() as s:
-        before = (s.scalar(select(func.count()).select_from(PriceVersion)), s.scalar(select(func.count()).select_from(BillingGrant)))
+        before = (
+            s.scalar(select(func.count()).select_from(PriceVersion)),
+            s.scalar(select(func.count()).select_from(BillingGrant)),
+        )
     attempts = [
         ("POST", "/v1/billing/topups", {"tenant": "acme", "amount": "1000"}),
         ("PUT", "/v1/billing/prices", {"gpu_model": "H100", "plan": "on_demand", "price": "0.01"}),
@@ -142,7 +145,10 @@ def test_a_member_cannot_lift_an_operators_setting(server: Server, cli: Any) -> 
         r = server.http.request(method, path, json=body, headers=h)
         assert r.status_code == 403, (method, path, r.status_code, r.text)
     with server.ctx.db.sessions() as s:
-        after = (s.scalar(select(func.count()).select_from(PriceVersion)), s.scalar(select(func.count()).select_from(BillingGrant)))
+        after = (
+            s.scalar(select(func.count()).select_from(PriceVersion)),
+            s.scalar(select(func.count()).select_from(BillingGrant)),
+        )
         assert after == before
         assert s.scalar(select(Tenant.require_2fa).where(Tenant.name == "acme")) is False
     assert "admin" in cli("users", "list")
@@ -199,7 +205,10 @@ def test_second_factor_cannot_be_skipped_where_the_tenant_requires_it(server: Se
         stored = s.scalar(select(User.totp_secret).where(User.name == "bob"))
     assert stored and enrol.json()["secret"] not in stored
     assert server.http.post("/v1/sessions", json=login).status_code == 401  # no code
-    assert server.http.post("/v1/sessions", json={**login, "code": "123456" if totp.now() != "123456" else "654321"}).status_code == 401
+    assert (
+        server.http.post("/v1/sessions", json={**login, "code": "123456" if totp.now() != "123456" else "654321"}).status_code
+        == 401
+    )
     full = server.http.post("/v1/sessions", json={**login, "code": totp.now()})
     assert full.status_code == 201 and full.json()["must_enrol_2fa"] is False
     assert server.http.get("/v1/instances", headers=bearer(full.json()["token"])).status_code == 200

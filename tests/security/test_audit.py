@@ -49,7 +49,9 @@ def test_each_call_is_recorded_with_actor_tenant_action_object_source_and_result
     bob = member(srv)
     bob_h = {"Authorization": f"Bearer {bob['token']}"}
     assert srv.http.post("/v1/billing/topups", json={"tenant": "acme", "amount": "50"}, headers=srv.headers).status_code == 201
-    inst = srv.http.post("/v1/instances", json={"name": "nb", "gpu_model": "H100", "gpu_count": 1, "cpus": 1, "memory_gib": 1}, headers=bob_h)
+    inst = srv.http.post(
+        "/v1/instances", json={"name": "nb", "gpu_model": "H100", "gpu_count": 1, "cpus": 1, "memory_gib": 1}, headers=bob_h
+    )
     assert inst.status_code == 201, inst.text
     iid = inst.json()["id"]
     assert srv.http.post(f"/v1/instances/{iid}/stop", headers=bob_h).status_code == 200
@@ -57,7 +59,10 @@ def test_each_call_is_recorded_with_actor_tenant_action_object_source_and_result
     assert srv.http.get(f"/v1/instances/{iid}/logs", headers=srv.headers).status_code == 200  # an operator's: audited
     r = srv.http.post("/v1/billing/topups", json={"tenant": "acme", "amount": "50"}, headers=bob_h)
     assert r.status_code == 403  # refused, and recorded as such
-    assert srv.http.post("/v1/keys", json={"public_key": "nonsense"}, headers={"Authorization": "Bearer sl_forged"}).status_code == 401
+    assert (
+        srv.http.post("/v1/keys", json={"public_key": "nonsense"}, headers={"Authorization": "Bearer sl_forged"}).status_code
+        == 401
+    )
 
     acme = bob["tenant_id"]
     got = [(r.actor, r.actor_role, r.tenant_id, r.action, r.object, r.result) for r in records(srv)]

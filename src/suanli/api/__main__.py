@@ -15,8 +15,9 @@ def main() -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--data-dir", type=Path, default=None)
     p.add_argument("--db", default=None)
+    p.add_argument("--no-audit", action="store_true", help="do not record state changes (only to measure the audit's cost)")
     a = p.parse_args()
-    serve(a.host, a.port, a.data_dir or default_data_dir(), a.db)
+    serve(a.host, a.port, a.data_dir or default_data_dir(), a.db, audit=not a.no_audit)
 
 
 if __name__ == "__main__":

@@ -270,7 +270,10 @@ def credential(headers: Any, raw_query: str, target: Target, secret: bytes, now:
     return None
 
 
-def _principal(db: Database, cred: Credential | None, tokens: Any, target: Target) -> Principal:
+def _principal(ctx: Any, cred: Credential | None, target: Target, method: str, source: str) -> Principal:
+    """Who the request speaks for. Bad tokens count against the source as on the API
+    (429 past the limit), and a token's scopes hold here too: a read-only token only
+    reads, a route-scoped one opens only ``/proxy/instances/ID/PORT/`` it names."""
     if cred is None:
         how = (
             ("an Authorization: Bearer header, or open the URL once with ?token=TOKEN (it then sets a cookie for this port)")
@@ -278,16 +281,28 @@ def _principal(db: Database, cred: Credential | None, tokens: Any, target: Targe
             else "an Authorization: Bearer header"
         )
         raise Unauthorized(f"this proxy needs a Suanli token: {how}")
+    who = _who(ctx, cred, source)
+    if not who.allows(method, proxy_path(target.instance_id, target.port)):
+        raise Forbidden(f"this token's scopes ({', '.join(who.scopes)}) do not allow {method} on this port")
+    return who
+
+
+def _who(ctx: Any, cred: Credential, source: str) -> Principal:
     if cred.token is not None:
-        return authenticate(db, cred.token, tokens)
+        ctx.bad_tokens.check(source, "bad tokens")
+        try:
+            return authenticate(ctx.db, cred.token, ctx.tokens)
+        except Unauthorized:
+            ctx.bad_tokens.fail(source)
+            raise
     assert cred.token_id is not None
     key = f"pass:{cred.token_id}"
-    if (who := tokens.get(key)) is not None:
+    if (who := ctx.tokens.get(key)) is not None:
         return who
-    who = pass_owner(db, cred.token_id)
+    who = pass_owner(ctx.db, cred.token_id)
     if who is None:
-        raise Unauthorized("this port's cookie was issued by a revoked token: open the link again")
-    tokens.put(key, who)
+        raise Unauthorized("this port's cookie was issued by a revoked or expired token: open the link again")
+    ctx.tokens.put(key, who)
     return who
 
 
@@ -427,7 +442,8 @@ async def forward(request: Request, rest: str) -> Response:
         secure = (request.headers.get("x-forwarded-proto") or request.url.scheme) == "https"
         resp.set_cookie(COOKIE, value, max_age=PASS_TTL_S, path="/", httponly=True, samesite="lax", secure=secure)
         return resp
-    who = await run_in_threadpool(_principal, ctx.db, cred, ctx.tokens, target)
+    source = request.client.host if request.client else ""
+    who = await run_in_threadpool(_principal, ctx, cred, target, request.method, source)
     assert cred is not None
     check_origin(request.headers, cred, request.method)
     up = await run_in_threadpool(resolve_upstream, ctx.db, who, target.instance_id, target.port)

@@ -50,7 +50,7 @@ async def _deny(websocket: WebSocket, status: int, code: str, message: str) -> N
 
 
 def _ws_admit(
-    ctx: Any, secret: bytes, domain: str, headers: Any, raw_path: str, raw_query: str
+    ctx: Any, secret: bytes, domain: str, headers: Any, raw_path: str, raw_query: str, source: str = ""
 ) -> tuple[Target, Credential, Upstream]:
     """Who may open this WebSocket, to where (a DomainError to deny it). A link's
     ``?token=`` counts on a port's host: a socket cannot be redirected to set a cookie."""
@@ -58,7 +58,7 @@ def _ws_admit(
     if not isinstance(target, Target):
         raise _nowhere(domain)
     cred = credential(headers, raw_query, target, secret, time.time())
-    who = _principal(ctx.db, cred, ctx.tokens, target)
+    who = _principal(ctx, cred, target, "GET", source)
     assert cred is not None
     check_origin(headers, cred, None)
     return target, cred, resolve_upstream(ctx.db, who, target.instance_id, target.port)
@@ -79,6 +79,7 @@ async def forward_ws(websocket: WebSocket, rest: str) -> None:
             websocket.headers,
             _raw_path(websocket.scope),
             websocket.url.query,
+            websocket.client.host if websocket.client else "",
         )
     except DomainError as exc:
         await _deny(websocket, http_status(exc), exc.code, exc.message)

@@ -85,9 +85,13 @@ class PasswordChange(Strict):
 
 class TokenCreate(Strict):
     name: str = Field(default="", max_length=100)
-    scopes: list[str] = Field(default_factory=list, max_length=20, description="'read' (GET only), 'route:/v1/PATH' (only paths under it)")
+    scopes: list[str] = Field(
+        default_factory=list, max_length=20, description="'read' (GET only), 'route:/v1/PATH' (only paths under it)"
+    )
     expires_in_days: float | None = Field(default=None, gt=0, le=3660, allow_inf_nan=False)
-    tenant: str | None = Field(default=None, max_length=100, description="pin the token to this tenant: it acts there only, as a member")
+    tenant: str | None = Field(
+        default=None, max_length=100, description="pin the token to this tenant: it acts there only, as a member"
+    )
 
 
 class SignIn(Strict):

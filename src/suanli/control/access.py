@@ -138,7 +138,9 @@ def token_owner(db: Database, token: str) -> Issued | None:
     """The usable API token ``token`` (its id, for a pass) and its user, or None."""
     with db.sessions() as s:
         row = s.execute(
-            select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.token_hash == hash_token(token), usable())
+            select(ApiToken, User)
+            .join(User, User.id == ApiToken.user_id)
+            .where(ApiToken.token_hash == hash_token(token), usable())
         ).first()
         if row is None:
             return None
@@ -150,5 +152,7 @@ def pass_owner(db: Database, token_id: int) -> Principal | None:
     """Who a pass speaks for: the user of its token while that token is usable (not
     revoked or expired, its user not disabled)."""
     with db.sessions() as s:
-        row = s.execute(select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.id == token_id, usable())).first()
+        row = s.execute(
+            select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.id == token_id, usable())
+        ).first()
         return None if row is None else principal_of(row[1], row[0])

@@ -19,6 +19,7 @@ import argon2
 import pyotp
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from suanli.control.auth import ROLES, Principal, TokenCache, mint
 from suanli.db.clock import utcnow
@@ -72,7 +73,7 @@ def set_tenant_2fa(db: Database, who: Principal, tenant: str, required: bool) ->
         return t
 
 
-def _tenant(s, tenant: str) -> Tenant:  # type: ignore[no-untyped-def]
+def _tenant(s: Session, tenant: str) -> Tenant:
     by_id = tenant.isascii() and tenant.isdigit() and len(tenant) < 10
     t = s.scalar(select(Tenant).where(Tenant.id == int(tenant) if by_id else Tenant.name == tenant))
     if t is None:
@@ -112,7 +113,7 @@ def list_users(db: Database, who: Principal, tenant: str | None = None) -> list[
         return list(s.scalars(stmt))
 
 
-def _user(s, user: str) -> User:  # type: ignore[no-untyped-def]
+def _user(s: Session, user: str) -> User:
     by_id = user.isascii() and user.isdigit() and len(user) < 10
     row = s.scalar(select(User).where(User.id == int(user) if by_id else User.name == user))
     if row is None:
@@ -233,7 +234,7 @@ def _code_ok(user: User, sealer: Sealer, code: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Session:
+class SignedIn:
     token: str
     token_id: int
     expires_at: str
@@ -241,7 +242,7 @@ class Session:
     must_enrol_2fa: bool = False
 
 
-def sign_in(db: Database, sealer: Sealer, name: str, password: str, code: str | None = None) -> Session:
+def sign_in(db: Database, sealer: Sealer, name: str, password: str, code: str | None = None) -> SignedIn:
     """A console session for a person: password, and a TOTP code when they have one
     (or their tenant requires one). Every refusal reads the same, so it tells nothing
     about which part was wrong, or whether the user exists."""
@@ -260,7 +261,7 @@ def sign_in(db: Database, sealer: Sealer, name: str, password: str, code: str | 
         row_token, token = mint(
             s, user, name="console sign-in", kind="session", scopes=[ENROL_SCOPE] if must_enrol else [], expires_at=expires
         )
-        return Session(token, row_token.id, expires.isoformat(), must_enrol)
+        return SignedIn(token, row_token.id, expires.isoformat(), must_enrol)
 
 
 def sign_out(db: Database, who: Principal, cache: TokenCache | None = None) -> None:

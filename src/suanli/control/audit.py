@@ -131,22 +131,31 @@ def verify(db: Database) -> Verdict:
     """Walk the chain from its first record to the head; name the first that breaks it."""
     with db.sessions() as s:
         head = s.execute(select(AuditHead.last_id, AuditHead.last_hash).where(AuditHead.id == 1)).one()
-        prev_hash, prev_id, n = None, None, 0
+        prev_hash: str | None = None
+        prev_id = n = 0
         for r in _chain(s):
             if prev_hash is None:  # the start: the genesis, or where retention pruned
                 prev_hash = GENESIS if r.prev_hash == GENESIS else _pruned_anchor(s, r)
                 if prev_hash is None:
                     return Verdict(False, n, r.id, f"record {r.id} follows a record that is missing (deleted?)")
+                prev_id = r.id - 1
             elif r.id != prev_id + 1:
                 return Verdict(False, n, r.id, f"records {prev_id + 1}..{r.id - 1} are missing (deleted?)")
             if r.prev_hash != prev_hash:
-                return Verdict(False, n, r.id, f"record {r.id} does not follow record {prev_id}: it or its predecessor was changed")
+                return Verdict(
+                    False, n, r.id, f"record {r.id} does not follow record {prev_id}: it or its predecessor was changed"
+                )
             if record_hash(r.prev_hash, r) != r.hash:
                 return Verdict(False, n, r.id, f"record {r.id} was changed after it was written")
             prev_hash, prev_id, n = r.hash, r.id, n + 1
         if (prev_id or 0) != head.last_id or (prev_hash or GENESIS) != head.last_hash:
             first_missing = (prev_id or 0) + 1
-            return Verdict(False, n, first_missing, f"the log ends at record {prev_id or 0} but its head says {head.last_id} (records deleted?)")
+            return Verdict(
+                False,
+                n,
+                first_missing,
+                f"the log ends at record {prev_id or 0} but its head says {head.last_id} (records deleted?)",
+            )
         return Verdict(True, n)
 
 
@@ -172,7 +181,8 @@ def prune(db: Database, keep_days: int, now: datetime | None = None) -> int:
             return 0
         first_kept = s.scalar(select(AuditRecord).where(AuditRecord.id > last_old).order_by(AuditRecord.id).limit(1))
         assert first_kept is not None  # the tip is kept
-        gone = s.execute(delete(AuditRecord).where(AuditRecord.id <= last_old)).rowcount
+        gone = s.scalar(select(func.count()).select_from(AuditRecord).where(AuditRecord.id <= last_old)) or 0
+        s.execute(delete(AuditRecord).where(AuditRecord.id <= last_old))
         detail = {"deleted": gone, "before": cutoff.isoformat(), "first_kept": first_kept.id, "anchor": first_kept.prev_hash}
         append(s, Entry(actor="suanli", actor_role="system", action=PRUNED, object="audit", detail=detail))
         return gone

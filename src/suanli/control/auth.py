@@ -14,7 +14,6 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
@@ -51,7 +50,9 @@ class Principal:
 
     def require(self, *roles: str) -> None:
         if self.pinned and "member" not in roles:
-            raise Forbidden(f"this token is limited to one tenant (id {self.tenant_id}); this needs the {' or '.join(roles)} role")
+            raise Forbidden(
+                f"this token is limited to one tenant (id {self.tenant_id}); this needs the {' or '.join(roles)} role"
+            )
         if self.role not in roles:
             raise Forbidden(f"this needs the {' or '.join(roles)} role; you are {self.role}")
 
@@ -91,7 +92,7 @@ def principal_of(user: User, token: ApiToken) -> Principal:
     pinned = token.tenant_id is not None
     return Principal(
         user.id,
-        token.tenant_id if pinned else user.tenant_id,
+        token.tenant_id if token.tenant_id is not None else user.tenant_id,
         user.name,
         user.role,
         token_id=token.id,

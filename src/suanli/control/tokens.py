@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
 from suanli.control.auth import Principal, TokenCache, mint, usable
 from suanli.db.clock import utcnow
@@ -55,14 +56,20 @@ def create(db: Database, who: Principal, req: TokenRequest, kind: str = "api") -
             expires = mine.expires_at  # never outlive the token that made it
         tenant_id = _pin(s, who, req.tenant)
         active = s.scalar(
-            select(func.count()).select_from(ApiToken).join(User, User.id == ApiToken.user_id).where(ApiToken.user_id == user.id, usable())
+            select(func.count())
+            .select_from(ApiToken)
+            .join(User, User.id == ApiToken.user_id)
+            .where(ApiToken.user_id == user.id, usable())
         )
         if (active or 0) >= MAX_ACTIVE:
-            raise Conflict(f"you hold {active} usable tokens, the most allowed; revoke some (suanli tokens revoke ID)", code="too_many_tokens")
+            raise Conflict(
+                f"you hold {active} usable tokens, the most allowed; revoke some (suanli tokens revoke ID)",
+                code="too_many_tokens",
+            )
         return mint(s, user, name=req.name, kind=kind, scopes=list(scopes), tenant_id=tenant_id, expires_at=expires)
 
 
-def _pin(s, who: Principal, tenant: str | None) -> int | None:  # type: ignore[no-untyped-def]
+def _pin(s: Session, who: Principal, tenant: str | None) -> int | None:
     if who.pinned:
         if tenant is not None and _tenant_id(s, tenant) != who.tenant_id:
             raise NotFound(f"no tenant {tenant!r}")
@@ -75,7 +82,7 @@ def _pin(s, who: Principal, tenant: str | None) -> int | None:  # type: ignore[n
     return tid
 
 
-def _tenant_id(s, tenant: str) -> int | None:  # type: ignore[no-untyped-def]
+def _tenant_id(s: Session, tenant: str) -> int | None:
     by_id = tenant.isascii() and tenant.isdigit() and len(tenant) < 10
     return s.scalar(select(Tenant.id).where(Tenant.id == int(tenant) if by_id else Tenant.name == tenant))
 

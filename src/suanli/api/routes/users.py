@@ -88,9 +88,7 @@ def new_token(
 
 
 @router.get("/tokens", response_model=list[TokenInfo])
-def list_tokens(
-    all: bool = False, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
-) -> list[TokenInfo]:
+def list_tokens(all: bool = False, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[TokenInfo]:
     """Your tokens (an admin, with ``all``: everyone's); never the tokens themselves."""
     return [TokenInfo(**_token_info(t, user)) for t, user in tokens.listing(ctx.db, who, all)]
 
@@ -124,9 +122,7 @@ def patch_tenant(
 
 
 @router.get("/users", response_model=list[UserOut])
-def users(
-    tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
-) -> list[UserOut]:
+def users(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[UserOut]:
     return [_user_out(u) for u in accounts.list_users(ctx.db, who, tenant)]
 
 

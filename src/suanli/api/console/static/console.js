@@ -4,6 +4,8 @@
 "use strict";
 
 const TOKEN_KEY = "suanli.token";
+// "1": the token is a console session (signing out ends it); "enrol": one that may only enrol a second factor
+const SESSION_KEY = "suanli.session";
 // How often the live part is fetched again. Tests shorten it (localStorage "suanli.refresh_ms",
 // set before the page loads) so a page shows a change within a fraction of a second.
 const REFRESH_MS = Number(localStorage.getItem("suanli.refresh_ms")) || 3000;
@@ -607,17 +609,87 @@ async function formAdvisor() {
 }
 
 function viewLogin() {
+  // People sign in with name and password (and a TOTP code when two-factor sign-in is on);
+  // programs' API tokens still work, pasted in the second form.
+  const signIn = el("form", { class: "inline", id: "signin" },
+    el("label", {}, "User", el("input", { name: "name", autocomplete: "username", required: true })),
+    el("label", {}, "Password", el("input", { name: "password", type: "password", autocomplete: "current-password", required: true })),
+    el("label", {}, "Code (2FA)", el("input", { name: "code", inputmode: "numeric", autocomplete: "one-time-code", size: 8 })),
+    el("button", { type: "submit" }, "Sign in"));
+  signIn.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(signIn);
+    try {
+      const s = await fetch("/v1/sessions", { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ name: f.get("name").trim(), password: f.get("password"), code: f.get("code").trim() || null }) });
+      const data = await s.json();
+      if (!s.ok) return flash((data.error && data.error.message) || "sign-in failed");
+      localStorage.setItem(TOKEN_KEY, data.token);
+      localStorage.setItem(SESSION_KEY, data.must_enrol_2fa ? "enrol" : "1");
+      me = null;
+      flash("");
+      await render();
+    } catch (e) {
+      flash(String(e.message || e));
+    }
+  });
   const form = el("form", { class: "inline", id: "login" },
     el("label", { style: "flex:1" }, "API token (the server prints the admin's at first start; `suanli login` uses the same)",
       el("input", { name: "token", type: "password", autocomplete: "off", required: true })),
-    el("button", { type: "submit" }, "Sign in"));
+    el("button", { type: "submit" }, "Use token"));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     localStorage.setItem(TOKEN_KEY, new FormData(form).get("token").trim());
+    localStorage.removeItem(SESSION_KEY);
     me = null;
     await render();
   });
-  return el("section", {}, el("h2", {}, "Sign in"), form);
+  return el("section", {}, el("h2", {}, "Sign in"), signIn, el("h2", {}, "Or use an API token"), form);
+}
+
+// Your tenant requires a second factor and you have none yet: this session may only enrol.
+function viewEnrol() {
+  const out = el("div", { id: "enrol" });
+  const start = el("button", { type: "button", id: "enrol-start" }, "Make my secret");
+  start.addEventListener("click", async () => {
+    try {
+      const e = await api("POST", "/v1/me/2fa");
+      const confirm = el("form", { class: "inline", id: "enrol-confirm" },
+        el("label", {}, "Code from your app", el("input", { name: "code", inputmode: "numeric", required: true, size: 8 })),
+        el("button", { type: "submit" }, "Turn on"));
+      confirm.addEventListener("submit", async (ev) => {
+        ev.preventDefault();
+        try {
+          await api("POST", "/v1/me/2fa/confirm", { code: new FormData(confirm).get("code").trim() });
+          await signOut();
+          flash("Two-factor sign-in is on: sign in again with a code.", true);
+        } catch (err) {
+          flash(err.message);
+        }
+      });
+      out.replaceChildren(
+        el("p", {}, "Add this secret to an authenticator app (or open the otpauth link on your phone):"),
+        el("p", {}, el("code", { id: "enrol-secret" }, e.secret)),
+        el("p", {}, el("a", { href: e.uri }, "otpauth link")),
+        confirm);
+    } catch (err) {
+      flash(err.message);
+    }
+  });
+  return el("section", {}, el("h2", {}, "Turn on two-factor sign-in"),
+    el("p", {}, "Your tenant requires a code from an authenticator app at sign-in."), start, out);
+}
+
+async function signOut() {
+  if (localStorage.getItem(SESSION_KEY)) {
+    try { await api("DELETE", "/v1/sessions/current"); } catch (e) { /* expired already */ }
+  }
+  localStorage.removeItem(TOKEN_KEY);
+  localStorage.removeItem(SESSION_KEY);
+  me = null;
+  delete document.getElementById("view").dataset.view;
+  flash("");
+  render();
 }
 
 // A view: an optional form, built once when the view opens (so a refresh never eats what
@@ -661,6 +733,7 @@ async function render() {
     if (stale()) return;
     if (e.status === 401) {
       localStorage.removeItem(TOKEN_KEY);
+      localStorage.removeItem(SESSION_KEY);
       flash("That token was not accepted: " + e.message);
       return render();
     }
@@ -669,13 +742,15 @@ async function render() {
   }
   tabs.hidden = false;
   for (const a of tabs.querySelectorAll("[data-role=operator]")) a.hidden = !isOperator();
-  who.replaceChildren(`${me.name} (${me.role})`, el("button", { class: "plain", onclick: () => {
-    localStorage.removeItem(TOKEN_KEY);
-    me = null;
-    delete view.dataset.view;
-    flash("");
-    render();
-  } }, "Sign out"));
+  who.replaceChildren(`${me.name} (${me.role})`, el("button", { class: "plain", onclick: signOut }, "Sign out"));
+  if (localStorage.getItem(SESSION_KEY) === "enrol") {
+    tabs.hidden = true;
+    if (view.dataset.view !== "enrol") {
+      view.replaceChildren(viewEnrol());
+      view.dataset.view = "enrol";
+    }
+    return;
+  }
   const name = (location.hash.slice(1) in VIEWS) ? location.hash.slice(1) : "gpus";
   for (const a of tabs.querySelectorAll("a")) a.classList.toggle("active", a.getAttribute("href") === "#" + name);
   try {
