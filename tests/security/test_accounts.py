@@ -209,8 +209,10 @@ def test_second_factor_cannot_be_skipped_where_the_tenant_requires_it(server: Se
         server.http.post("/v1/sessions", json={**login, "code": "123456" if totp.now() != "123456" else "654321"}).status_code
         == 401
     )
-    full = server.http.post("/v1/sessions", json={**login, "code": totp.now()})
+    next_code = totp.at(time.time() + totp.interval)  # the confirming code is spent; a clock 30 s ahead is allowed
+    full = server.http.post("/v1/sessions", json={**login, "code": next_code})
     assert full.status_code == 201 and full.json()["must_enrol_2fa"] is False
+    assert server.http.post("/v1/sessions", json={**login, "code": next_code}).status_code == 401  # a code is good once
     assert server.http.get("/v1/instances", headers=bearer(full.json()["token"])).status_code == 200
 
 

@@ -11,6 +11,7 @@ enrol (``route:/v1/me/2fa``).
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
@@ -38,6 +39,7 @@ _DUMMY = _hasher.hash("not a password of anyone's")
 class Sealer(Protocol):
     def seal(self, plaintext: str, aad: str) -> str: ...
     def unseal(self, sealed: str, aad: str) -> str: ...
+    def reseal(self, sealed: str, aad: str) -> str: ...
 
 
 def _totp_aad(user_id: int) -> str:
@@ -223,11 +225,32 @@ def disable_2fa(db: Database, who: Principal, sealer: Sealer, user: str | None =
         row.totp_secret, row.totp_enabled = None, False
 
 
+def reseal_totp(db: Database, sealer: Sealer) -> int:
+    """Every stored TOTP secret under the active key (key rotation, ``control.rekey``)."""
+    with db.sessions() as s:
+        ids = list(s.scalars(select(User.id).where(User.totp_secret.is_not(None))))
+    for uid in ids:
+        with db.transaction() as s:
+            user = s.get(User, uid)
+            if user is not None and user.totp_secret is not None:
+                user.totp_secret = sealer.reseal(user.totp_secret, _totp_aad(uid))
+    return len(ids)
+
+
 def _code_ok(user: User, sealer: Sealer, code: str) -> bool:
+    """A code of this time step or a neighbour's (a clock off by up to 30 s), not older
+    than one already accepted: a code seen once, over a shoulder or in a log, is spent."""
     if user.totp_secret is None or not (code.isascii() and code.isdigit() and len(code) == 6):
         return False
-    secret = sealer.unseal(user.totp_secret, _totp_aad(user.id))
-    return pyotp.TOTP(secret).verify(code, valid_window=1)
+    totp = pyotp.TOTP(sealer.unseal(user.totp_secret, _totp_aad(user.id)))
+    now = utcnow()
+    for drift in (0, -1, 1):
+        at = now + timedelta(seconds=drift * totp.interval)
+        step = totp.timecode(at)
+        if hmac.compare_digest(totp.at(at), code) and step > (user.totp_last_step or -1):
+            user.totp_last_step = step  # the caller's transaction commits it
+            return True
+    return False
 
 
 # -- sign-in ---------------------------------------------------------------------------

@@ -81,6 +81,8 @@ class User(Base):
     #: the TOTP (RFC 6238) secret, sealed (``control.secrets``); enabled once confirmed by a code
     totp_secret: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
     totp_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: the time step of the last code accepted: a code is good once (RFC 6238 section 5.2)
+    totp_last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
 
 
 class ApiToken(Base):

@@ -33,6 +33,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("password_hash", sa.Text(), nullable=True))
         batch.add_column(sa.Column("totp_secret", sa.Text(), nullable=True))
         batch.add_column(sa.Column("totp_enabled", sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch.add_column(sa.Column("totp_last_step", sa.BigInteger(), nullable=True))
     with op.batch_alter_table("api_tokens") as batch:
         batch.add_column(sa.Column("name", sa.String(length=100), nullable=False, server_default=""))
         batch.add_column(sa.Column("kind", sa.String(length=20), nullable=False, server_default="api"))
@@ -81,7 +82,7 @@ def downgrade() -> None:
         for col in ("revoked_at", "last_used_at", "expires_at", "tenant_id", "scopes", "kind", "name"):
             batch.drop_column(col)
     with op.batch_alter_table("users") as batch:
-        for col in ("totp_enabled", "totp_secret", "password_hash", "disabled"):
+        for col in ("totp_last_step", "totp_enabled", "totp_secret", "password_hash", "disabled"):
             batch.drop_column(col)
     with op.batch_alter_table("tenants") as batch:
         batch.drop_column("require_2fa")
