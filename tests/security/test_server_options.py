@@ -24,7 +24,6 @@ from suanli.api.tls import HSTS, is_loopback, plain_warning
 from tests.control.control_helpers import cli_command, free_port, release_data_dir, wait_until
 from tests.pg_helpers import PG_SKIP, fresh_pg_database
 
-
 #: A wide terminal for the CLI's error boxes, so a message is one line to search.
 WIDE = {**os.environ, "COLUMNS": "400"}
 
@@ -37,7 +36,7 @@ def self_signed(where: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 and localhost (and the proxy's *.localhost), with its key."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "suanli-test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
