@@ -319,7 +319,7 @@ def test_server_restart_mid_job_readopts_and_submits_nothing_twice(
     ]
     with p.db.transaction() as s:
         row = s.get(Job, inflight)
-        spec = build_specs(s, row, active_allocations(s, row), p.data_dir)[0]
+        spec = build_specs(s, row, active_allocations(s, row), p.data_dir, p.loop.plane.keyring)[0]
     slurm_backend.submit(spec)
     fresh = SlurmBackend(SlurmClient(slurm_conf=slurm.slurm_conf), slurm_backend.root, tag_prefix=slurm_backend.tag_prefix)
     q = restarted(p, {"slurm": fresh})

@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from suanli import __version__
-from suanli.api import audit, console, errors, metrics
+from suanli.api import audit, console, errors, metrics, tls
 from suanli.api.context import ServerContext
 from suanli.api.routes import advise, billing, images, instances, jobs, keys, nodes, uploads, users
 from suanli.api.routes import audit as audit_routes
@@ -31,6 +31,8 @@ def create_app(ctx: ServerContext) -> FastAPI:
         app.include_router(module.router)
     billing.install(app)  # its thread is one of the server's (api.background)
     console.install(app)
+    if ctx.tls:
+        tls.install_hsts(app)
     # The port proxy is not here: it serves renters' own pages, which must not share the
     # console's origin (its token in localStorage); see ``proxy_app.create_proxy_app``.
     return app

@@ -11,6 +11,7 @@ from suanli.control.access import DEFAULT_PROXY_DOMAIN, port_url
 from suanli.control.auth import TokenCache
 from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
+from suanli.control.secrets import Keyring
 from suanli.control.throttle import Throttle
 from suanli.db.session import Database
 
@@ -43,6 +44,10 @@ class ServerContext:
     #: every published port is served at ``ID-PORT.<proxy_domain>``, an origin of its own
     #: (``localhost``: browsers resolve ``*.localhost`` to loopback; else a wildcard DNS name)
     proxy_domain: str = DEFAULT_PROXY_DOMAIN
+    #: served over TLS (``--tls-cert``): responses carry HSTS and cookies are ``Secure``
+    tls: bool = False
+    #: seals workloads' secrets (``control.secrets``); its key file is outside the database
+    keyring: Keyring = field(kw_only=True)
 
     def port_url(self, request_base: str, instance_id: int, port: int) -> str:
         """The URL of a published port, in the scheme the caller reached this server with."""

@@ -12,6 +12,7 @@ from suanli.billing import workload_cost
 from suanli.billing.money import as_text, price_text
 from suanli.billing.offers import Offer
 from suanli.billing.workload_cost import WorkloadCost
+from suanli.control import workload_secrets
 from suanli.control.nodes import GpuModelSummary
 from suanli.db.models import Allocation, Event, Gpu, Image, Instance, Job, Node
 from suanli.db.session import Database
@@ -137,6 +138,7 @@ def instance_out(
         ports=access.ports,
         gpu_access=access.gpu_access,
         cost=cost,
+        secrets=workload_secrets.masked(row.secrets),
     )
 
 
@@ -163,6 +165,7 @@ def job_out(
         spec=row.spec,
         runtime=row.runtime or "",
         cost=cost,
+        secrets=workload_secrets.masked(row.secrets),
     )
 
 

@@ -439,7 +439,7 @@ async def forward(request: Request, rest: str) -> Response:
         value = await run_in_threadpool(_issue_pass, ctx.db, cred.token, target, secret, now)
         query = strip_token_query(request.url.query)
         resp = RedirectResponse(_raw_path(request.scope) + ("?" + query if query else ""), status_code=307)
-        secure = (request.headers.get("x-forwarded-proto") or request.url.scheme) == "https"
+        secure = getattr(ctx, "tls", False) or (request.headers.get("x-forwarded-proto") or request.url.scheme) == "https"
         resp.set_cookie(COOKIE, value, max_age=PASS_TTL_S, path="/", httponly=True, samesite="lax", secure=secure)
         return resp
     source = request.client.host if request.client else ""

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from suanli.api import errors, proxy, proxy_ws
+from suanli.api import errors, proxy, proxy_ws, tls
 from suanli.control.access import load_secret
 
 
@@ -22,4 +22,6 @@ def create_proxy_app(ctx: Any) -> FastAPI:
     errors.install(app)
     app.include_router(proxy.router)
     app.include_router(proxy_ws.router)
+    if getattr(ctx, "tls", False):
+        tls.install_hsts(app)
     return app

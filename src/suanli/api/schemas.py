@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
 from suanli.control.task import check_max_price
 
@@ -18,6 +18,9 @@ class Strict(BaseModel):
 
 # -- requests --------------------------------------------------------------------------
 class InstanceCreate(Strict):
+    #: inputs hidden from error text: an invalid request must not echo its secrets
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
     name: str = Field(default="", max_length=100)
     gpu_model: str | None = Field(default=None, max_length=50)
     gpu_count: int = Field(default=0, ge=0, le=64)
@@ -38,6 +41,11 @@ class InstanceCreate(Strict):
         default=None,
         description="spot only: the most paid per GPU-hour, decimal text "
         '(e.g. "1.20"); above it the instance waits, and a running one is reclaimed with notice',
+    )
+    secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        repr=False,
+        description="name -> value, in the instance's environment (exec, SSH); sealed at rest, shown masked in every listing",
     )
 
     @field_validator("max_price", mode="before")
@@ -308,6 +316,9 @@ class InstanceOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     cost: CostOut | None = Field(default=None, description="cost so far and rate now; null where not computed")
+    secrets: dict[str, str] = Field(
+        default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
+    )
 
 
 class JobOut(BaseModel):
@@ -330,6 +341,9 @@ class JobOut(BaseModel):
     spec: dict
     runtime: str = Field(default="", description='`container` or `process` (no isolation); "" before its first launch')
     cost: CostOut | None = Field(default=None, description="cost so far and rate now; null where not computed")
+    secrets: dict[str, str] = Field(
+        default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
+    )
 
 
 class ExecOut(BaseModel):

@@ -14,6 +14,7 @@ from pathlib import Path
 from suanli.api.app import create_app
 from suanli.api.background import background, start_all, stop_all
 from suanli.api.context import ServerContext
+from suanli.api.tls import Tls, plain_warning
 from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
@@ -22,6 +23,8 @@ from suanli.control import auth, heartbeat, images, nodes
 from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
 from suanli.control.plane import DEFAULT_NOTICE_S, ReclaimSettings
+from suanli.control.secrets import Keyring
+from suanli.db import urls
 from suanli.db.session import Database, default_sqlite_url
 from suanli.inventory import Inventory, demo_inventory
 
@@ -47,6 +50,15 @@ def slurm_tag_prefix(data_dir: Path) -> str:
     import hashlib
 
     return "suanli-" + hashlib.blake2b(str(Path(data_dir).resolve()).encode(), digest_size=4).hexdigest()
+
+
+def private_dir(data_dir: Path) -> Path:
+    """The data directory, 0700 whatever the umask: the database, keys, tokens, uploads
+    and workloads' files under it are the server's user's alone (a directory from an
+    older server is tightened too)."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    return data_dir
 
 
 def bootstrap(db: Database, data_dir: Path, inventory: Inventory | None = None) -> Bootstrap:
@@ -89,6 +101,8 @@ def build(
     max_upload_mib: int = 100,
     audit: bool = True,
     audit_retention_days: int = 7 * 365 + 2,
+    secret_key_file: Path | None = None,
+    tls: bool = False,
 ) -> tuple[ServerContext, Bootstrap]:
     """``slurm_conf``: also drive that Slurm cluster (its nodes are registered on the first
     start, when the database has none); ``notice_s``: the spot reclaim notice;
@@ -96,9 +110,11 @@ def build(
     ``runtime``: the local backend's (``auto``: containers where an engine answers, else
     host processes; default ``$SUANLI_RUNTIME``); ``allow_process_runtime``: let every tenant
     run without isolation (default ``$SUANLI_ALLOW_PROCESS_RUNTIME``);
-    ``ssh_bind``/``ssh_host``: where instances' sshd ports listen and the host renters use."""
-    data_dir = Path(data_dir).expanduser().resolve()  # tasks run with other working directories
-    data_dir.mkdir(parents=True, exist_ok=True)
+    ``ssh_bind``/``ssh_host``: where instances' sshd ports listen and the host renters use;
+    ``secret_key_file``: the operator's key file (default ``$SUANLI_SECRET_KEY_FILE``, else
+    ``<data-dir>/secret-key``); ``tls``: the listeners serve HTTPS (HSTS, ``Secure`` cookies)."""
+    data_dir = private_dir(Path(data_dir).expanduser().resolve())  # tasks run with other working directories
+    keyring = Keyring.load(data_dir, secret_key_file)  # before the database: a bad key file changes nothing
     db = Database(db_url or default_sqlite_url(data_dir))
     db.migrate()
     runtime = runtime or os.environ.get("SUANLI_RUNTIME") or "auto"
@@ -128,6 +144,8 @@ def build(
         max_upload_bytes=max_upload_mib << 20,
         audit=audit,
         audit_retention_days=audit_retention_days,
+        tls=tls,
+        keyring=keyring,
     )
     ctx.loop = ControlLoop(
         db,
@@ -138,6 +156,7 @@ def build(
         stop_grace_s=stop_grace_s,
         reclaim=ReclaimSettings(notice_s=notice_s, grace_s=stop_grace_s),
         heartbeat_timeout_s=heartbeat_timeout_s,
+        keyring=keyring,
     )
     ctx.billing = BillingWorker(db)  # started with the server's other threads (api.background)
     # work that ended is rated at once: a run rates ended work up to now (its end has committed)
@@ -177,10 +196,10 @@ def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo) -> None:
     echo(f"image {default.ref}: {done.how} in {done.seconds:.0f} s")
 
 
-def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "localhost"):  # type: ignore[no-untyped-def]
+def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "localhost", tls: Tls | None = None):  # type: ignore[no-untyped-def]
     """The port proxy on a listener of its own, in a thread: renters' pages get an origin
-    that is not the console's, one per published port (``ID-PORT.domain``). Returns the
-    uvicorn server (set ``should_exit`` to stop it)."""
+    that is not the console's, one per published port (``ID-PORT.domain``); with ``tls``,
+    HTTPS with the API's certificate. Returns the uvicorn server (set ``should_exit`` to stop it)."""
     import threading
 
     import uvicorn
@@ -188,7 +207,8 @@ def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "l
     from suanli.api.proxy_app import create_proxy_app
 
     ctx.proxy_port, ctx.proxy_domain = port, domain
-    server = uvicorn.Server(uvicorn.Config(create_proxy_app(ctx), host=host, port=port, log_level="warning"))
+    options = tls.uvicorn_options() if tls else {}
+    server = uvicorn.Server(uvicorn.Config(create_proxy_app(ctx), host=host, port=port, log_level="warning", **options))
     thread = threading.Thread(target=server.run, name="suanli-proxy", daemon=True)
     thread.start()
     while not server.started and thread.is_alive():
@@ -196,7 +216,7 @@ def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "l
     if not server.started:
         raise SystemExit(f"the port proxy cannot listen on {host}:{port} (choose another with --proxy-port)")
     echo(
-        f"port proxy: http://ID-PORT.{domain}:{port}/ (instances' published ports, one origin each"
+        f"port proxy: {'https' if tls else 'http'}://ID-PORT.{domain}:{port}/ (instances' published ports, one origin each"
         + (
             "; browsers on this machine only: renters elsewhere need --proxy-domain with wildcard DNS)"
             if domain == "localhost"
@@ -218,13 +238,15 @@ def serve(
     heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
     proxy_port: int | None = None,
     proxy_domain: str = "localhost",
+    tls: Tls | None = None,
     **options,
 ) -> None:
     """``proxy_port``: where instances' published ports are served [default: ``port`` + 1],
-    each at ``ID-PORT.proxy_domain``;
-    ``options``: the rest of ``build``'s (runtime, ssh, upload size)."""
+    each at ``ID-PORT.proxy_domain``; ``tls``: both listeners serve HTTPS with it;
+    ``options``: the rest of ``build``'s (runtime, ssh, upload size, key file)."""
     import uvicorn
 
+    os.umask(0o077)  # every file and directory the server (and its workloads) makes is its user's alone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     ctx, boot = build(
@@ -234,6 +256,7 @@ def serve(
         notice_s=notice_s,
         heartbeat_timeout_s=heartbeat_timeout_s,
         start_loop=False,
+        tls=tls is not None,
         **options,
     )
     local = ctx.backends["local"]
@@ -249,10 +272,13 @@ def serve(
                 else "only the operator's tenant may use it"
             )
         )
-    url = f"http://{host}:{port}"
+    url = f"{'https' if tls else 'http'}://{host}:{port}"
     echo(
-        f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {data_dir.resolve()}, db {ctx.db.engine.url.render_as_string()})"
+        f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {data_dir.resolve()}, db {urls.masked(ctx.db.url)})"
     )
+    echo(f"secrets: sealed with AES-256-GCM, key file {ctx.keyring.path} (key {ctx.keyring.active_id})")
+    if tls is None and (warning := plain_warning(host)):
+        echo(warning)
     if boot.nodes_added:
         kind = (
             "Slurm nodes from sinfo"
@@ -272,11 +298,11 @@ def serve(
         echo("WARNING: auditing is OFF (--no-audit): state changes are not recorded in the audit log")
     app = create_app(ctx)
     threads = background(
-        ctx, lambda: start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo, proxy_domain)
+        ctx, lambda: start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo, proxy_domain, tls)
     )
     start_all(threads)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning", **(tls.uvicorn_options() if tls else {}))
     finally:
         stop_all(threads)
         ctx.db.dispose()

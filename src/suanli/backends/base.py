@@ -86,6 +86,15 @@ class TaskSpec:
     #: OpenSSH ``authorized_keys`` text: non-empty starts sshd in the container on port 22
     authorized_keys: str = ""
     disk_gib: int = 0  #: size of the volume to enforce; 0: no limit
+    #: the task's secrets, name -> value: in its environment like ``env``, but a backend never
+    #: writes them into a file of its own (``env.json``, ``env.sh``, ``sshd_config``); it hands
+    #: them to the process or the container as environment only
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def secret_names(self) -> str:
+        """``SUANLI_SECRET_NAMES``: which variables are secrets, for the task's own tools
+        (exec, SSH sessions) that take them from the running workload rather than a file."""
+        return " ".join(sorted(self.secrets))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ class Entry:
 COMMANDS: dict[str, Entry] = {
     "server": Entry(
         "suanli.cli.server",
-        "server",
+        "app",
         "Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm).",
     ),
     "login": Entry(

@@ -414,6 +414,7 @@ def quote_task(task_file: Path, hours: float | None, disk: int, max_price: str |
     except ValueError as exc:
         err_console.print(f"[red]error[/red] (invalid): {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    task.pop("secrets", None)  # a quote needs none: they do not leave this machine for it
     with api_errors():
         q = _req("POST", "/v1/billing/quote", json={"task": task, "max_hours": hours, "disk_gib": disk, "max_price": max_price})
     if as_json:

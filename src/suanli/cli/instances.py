@@ -6,6 +6,7 @@ import time
 
 import typer
 
+from suanli.cli import secret_args
 from suanli.cli.remote import (
     api_errors,
     client,
@@ -98,10 +99,12 @@ def create(
         help="Spot only: the most you pay per GPU-hour, e.g. 1.20; "
         "above it the instance waits, and a running one is reclaimed with notice.",
     ),
+    secret: list[str] = typer.Option([], "--secret", help=secret_args.HELP),
     wait: bool = typer.Option(False, "--wait", help="Wait until it runs (or fails)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create an instance; it starts once the scheduler places it."""
+    secrets = secret_args.parse(secret)
     model, count = None, 0
     if gpu:
         model, _, n = gpu.partition(":")
@@ -121,6 +124,7 @@ def create(
             priority=priority,
             max_price=max_price,
             ports=list(port) or None,
+            secrets=secrets or None,
         )
         if wait:
             inst = _wait(inst["id"], 120)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import typer
 
+from suanli.cli import secret_args
 from suanli.cli.billing import quote_task
 from suanli.cli.jobs import show, wait_for
 from suanli.cli.remote import api_errors, client, err_console, print_json
@@ -232,6 +233,7 @@ def launch(
     task_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Task YAML."),
     name: str = typer.Option(None, help="Override the task's name."),
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE, added to envs (repeatable)."),
+    secret: list[str] = typer.Option([], "--secret", help=secret_args.HELP + " Added to the task's secrets."),
     wait: bool = typer.Option(False, "--wait", help="Wait for the job to finish, print its logs, exit with its code."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
     dry_run: bool = typer.Option(
@@ -258,6 +260,8 @@ def launch(
         if not sep:
             raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--env")
         task.setdefault("envs", {})[key] = value
+    if secret:
+        task["secrets"] = {**(task.get("secrets") or {}), **secret_args.parse(secret)}
     with api_errors():
         if workdir is not None:
             try:

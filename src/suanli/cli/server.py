@@ -1,4 +1,5 @@
-"""``suanli server``: run the API server with its control loop."""
+"""``suanli server``: run the API server with its control loop; ``suanli server
+rotate-key``: a new secret key, every stored secret resealed, while the server runs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,41 @@ import typer
 #: Same as ``suanli.api.server.DEFAULT_PORT`` (not imported: it loads the web stack).
 DEFAULT_PORT = 8470
 
+HELP = "Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."
 
+app = typer.Typer(invoke_without_command=True, help=HELP, add_completion=False)
+
+DATA_DIR_HELP = "Database, admin token and workspaces [default: ./.suanli or $SUANLI_DATA_DIR]."
+DB_HELP = (
+    "Database URL, e.g. postgresql+psycopg://user@host/db [default: $SUANLI_DB, else SQLite in the data dir]. "
+    "A URL with a password is readable by every user of this host here: use $SUANLI_DB or --db-file."
+)
+DB_FILE_HELP = "A file (mode 0600) whose first line is the database URL: keeps a password out of argv."
+KEY_FILE_HELP = (
+    "Key file sealing workloads' secrets (mode 0600; a keyring or one base64 256-bit key) "
+    "[default: $SUANLI_SECRET_KEY_FILE, else DATA_DIR/secret-key, created on first start]."
+)
+
+
+def _db_url(db: str | None, db_file: Path | None) -> str | None:
+    from suanli.db import urls
+
+    try:
+        url, source = urls.resolve(db, db_file)
+    except urls.DbUrlError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--db-file") from None
+    if source == "--db" and url and urls.has_password(url):
+        typer.echo(
+            "WARNING: --db carries a password, which every user of this host can read in the process list; "
+            f"pass it in ${urls.DB_ENV} or --db-file instead",
+            err=True,
+        )
+    return url
+
+
+@app.callback()
 def server(
+    ctx: typer.Context,
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (only loopback unless you say otherwise)."),
     port: int = typer.Option(DEFAULT_PORT, help="TCP port."),
     proxy_port: int = typer.Option(
@@ -28,12 +62,16 @@ def server(
         "browsers on this machine, renters elsewhere need a wildcard DNS name "
         "(*.DOMAIN -> this server).",
     ),
-    data_dir: Path = typer.Option(
-        None, "--data-dir", help="Database, admin token and workspaces [default: ./.suanli or $SUANLI_DATA_DIR]."
+    data_dir: Path = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    db_file: Path = typer.Option(None, "--db-file", dir_okay=False, help=DB_FILE_HELP),
+    secret_key_file: Path = typer.Option(
+        None, "--secret-key-file", envvar="SUANLI_SECRET_KEY_FILE", dir_okay=False, help=KEY_FILE_HELP
     ),
-    db: str = typer.Option(
-        None, "--db", help="Database URL, e.g. postgresql+psycopg://user@host/db [default: SQLite in the data dir]."
+    tls_cert: Path = typer.Option(
+        None, "--tls-cert", dir_okay=False, help="PEM certificate (chain): serve the API and the port proxy over HTTPS."
     ),
+    tls_key: Path = typer.Option(None, "--tls-key", dir_okay=False, help="PEM private key of --tls-cert."),
     backend: list[str] = typer.Option(["local"], "--backend", help="Backends to drive: local (always on) and/or slurm."),
     slurm_conf: Path = typer.Option(
         None, "--slurm-conf", dir_okay=False, help="slurm.conf of the Slurm cluster [default: $SLURM_CONF]."
@@ -73,7 +111,15 @@ def server(
     ),
 ) -> None:
     """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from suanli.api.server import default_data_dir, serve
+    from suanli.api.tls import Tls
+
+    try:
+        tls = Tls.of(tls_cert, tls_key)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tls-cert/--tls-key") from None
 
     if runtime not in ("auto", "container", "process"):
         raise typer.BadParameter(f"unknown runtime {runtime!r}; choose auto, container or process", param_hint="--runtime")
@@ -96,7 +142,7 @@ def server(
         host,
         port,
         data_dir or default_data_dir(),
-        db,
+        _db_url(db, db_file),
         echo=typer.echo,
         slurm_conf=conf,
         notice_s=notice,
@@ -110,4 +156,39 @@ def server(
         audit_retention_days=audit_retention_days,
         proxy_port=proxy_port,
         proxy_domain=proxy_domain,
+        tls=tls,
+        secret_key_file=secret_key_file,
     )
+
+
+@app.command("rotate-key")
+def rotate_key(
+    data_dir: Path = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    db_file: Path = typer.Option(None, "--db-file", dir_okay=False, help=DB_FILE_HELP),
+    secret_key_file: Path = typer.Option(
+        None, "--secret-key-file", envvar="SUANLI_SECRET_KEY_FILE", dir_okay=False, help=KEY_FILE_HELP
+    ),
+    prune: bool = typer.Option(False, "--prune", help="Then drop the old keys from the key file (nothing needs them)."),
+) -> None:
+    """A new active secret key; every stored secret resealed under it. A running server
+    picks the new keyring up by itself (no restart); old keys stay unless --prune."""
+    from suanli.api.server import default_data_dir
+    from suanli.control.rekey import rotate
+    from suanli.control.secrets import SecretKeyError
+    from suanli.db.session import Database, default_sqlite_url
+
+    where = Path(data_dir or default_data_dir()).expanduser().resolve()
+    if not where.is_dir():
+        raise typer.BadParameter(f"{where} is not a data directory", param_hint="--data-dir")
+    database = Database(_db_url(db, db_file) or default_sqlite_url(where))
+    try:
+        done = rotate(database, where, secret_key_file, prune)
+    except SecretKeyError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        database.dispose()
+    typer.echo(f"key file {done.key_file}: active key {done.new} (was {done.old}); {done.resealed} secret(s) resealed")
+    if done.dropped:
+        typer.echo(f"dropped old key(s): {', '.join(done.dropped)}")

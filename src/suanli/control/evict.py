@@ -70,7 +70,10 @@ def evict(plane: Plane, kind: str, wid: int, cause: str, why: str) -> bool:
         envs["SUANLI_REQUEUES"] = str(int(envs.get("SUANLI_REQUEUES", "0")) + 1)
         resume = ""
         if ckpt:
-            envs["SUANLI_RESUME_FROM"] = resume = str(checkpoint_dir(plane.data_dir, row.id, ckpt))
+            try:
+                envs["SUANLI_RESUME_FROM"] = resume = str(checkpoint_dir(plane.data_dir, row.id, ckpt))
+            except ValueError:  # a path outside its volume (an old row): its launch says so
+                pass
         row.spec = {**row.spec, "envs": envs}
         row.exit_code = None
         transition(s, row, "queued", f"requeued; resumes from {resume}" if resume else "requeued; starts over")
@@ -82,7 +85,10 @@ def last_checkpoint(plane: Plane, row: Job | Instance) -> float | None:
     what a victim would lose if evicted now is the work since then."""
     if not isinstance(row, Job) or not row.spec.get("checkpoint_dir"):
         return None
-    root = checkpoint_dir(plane.data_dir, row.id, row.spec["checkpoint_dir"])
+    try:
+        root = checkpoint_dir(plane.data_dir, row.id, row.spec["checkpoint_dir"])
+    except ValueError:  # outside its volume: never created, nothing to lose
+        return None
     newest = None
     try:
         for entry in os.scandir(root):

@@ -7,7 +7,7 @@ one transaction, so a refused request changes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
@@ -15,10 +15,11 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
 from suanli.billing.money import to_micros
-from suanli.control import funds, images
+from suanli.control import funds, images, workload_secrets
 from suanli.control.auth import Principal
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
+from suanli.control.secrets import Keyring
 from suanli.control.sizing import size
 from suanli.control.task import check_max_price
 from suanli.db.models import Instance
@@ -40,6 +41,8 @@ class InstanceRequest:
     #: spot bid per GPU-hour, decimal text (spot only)
     max_price: str | None = None
     ports: tuple[int, ...] = ()  #: container ports to publish through the proxy
+    #: name -> value, in the instance's environment (its shell, exec, SSH); sealed at rest
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def _get(s: Session, who: Principal, instance_id: int) -> Instance:
@@ -49,7 +52,9 @@ def _get(s: Session, who: Principal, instance_id: int) -> Instance:
     return row
 
 
-def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
+def create(db: Database, who: Principal, req: InstanceRequest, keyring: Keyring | None = None) -> Instance:
+    """``keyring`` seals the request's secrets into the row (a request with secrets and no
+    keyring is refused)."""
     if not req.gpu_model and not req.gpu_count and not req.gpu_milli:
         raise Invalid("gpu_count: ask for gpu_count whole GPUs or gpu_milli of one GPU")
     try:
@@ -59,6 +64,10 @@ def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
     bad = [p for p in req.ports if not 1 <= p <= 65535]
     if bad or len(set(req.ports)) != len(req.ports):
         raise Invalid(f"ports: each a TCP port 1..65535, once ({', '.join(map(str, req.ports))})")
+    workload_secrets.check_names(list(req.secrets))
+    if req.secrets and keyring is None:
+        raise Invalid("secrets: this server holds no keyring to seal them with")
+    sealed = workload_secrets.seal(keyring, who.tenant_id, req.secrets) if keyring and req.secrets else {}
     with db.transaction() as s:
         image = images.resolve(s, req.image)
         count = req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0)
@@ -79,6 +88,7 @@ def create(db: Database, who: Principal, req: InstanceRequest) -> Instance:
             priority=req.priority,
             max_price_micros=None if bid is None else to_micros(bid),
             ports=sorted(req.ports),
+            secrets=sealed,
         )
         funds.check_start(s, row)  # refused (nothing created) if its tenant cannot pay
         s.add(row)

@@ -9,9 +9,10 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle
 from suanli.billing.money import to_micros
-from suanli.control import funds, uploads, workloads
+from suanli.control import funds, uploads, workload_secrets, workloads
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import JOB_FINAL, record_event
+from suanli.control.secrets import Keyring
 from suanli.control.sizing import size
 from suanli.control.task import Task
 from suanli.db.models import Job
@@ -41,9 +42,13 @@ def check_code(who: Principal, task: Task, data_dir: Path | None) -> None:
         raise Invalid(f"code: no upload {task.code} for this tenant; upload the directory first (`suanli launch` does it)")
 
 
-def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = None) -> Job:
-    """Queue a job. ``data_dir`` is where uploads live; without it a task with ``code`` is refused."""
+def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = None, keyring: Keyring | None = None) -> Job:
+    """Queue a job. ``data_dir`` is where uploads live; without it a task with ``code`` is
+    refused. ``keyring`` seals the task's secrets (into ``secrets``, never ``spec``)."""
     check_code(who, task, data_dir)
+    if task.secrets and keyring is None:
+        raise Invalid("secrets: this server holds no keyring to seal them with")
+    sealed = workload_secrets.seal(keyring, who.tenant_id, task.secret_values()) if keyring and task.secrets else {}
     r = task.resources
     accel = r.accel
     with db.transaction() as s:
@@ -61,7 +66,8 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
             user_id=who.user_id,
             name=task.name,
             state="queued",
-            spec=task.model_dump(mode="json"),
+            spec=task.model_dump(mode="json", exclude={"secrets"}),
+            secrets=sealed,
             gpu_models=sized.gpu_models,
             gpu_count=sized.gpu_count,
             gpu_milli=sized.gpu_milli,

@@ -17,12 +17,14 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle, TaskSpec
 from suanli.backends.local import volumes
-from suanli.control import images, keys, uploads, workloads
+from suanli.control import images, keys, uploads, workload_secrets, workloads
 from suanli.control.access import JUPYTER_PORT, jupyter_command
 from suanli.control.capacity import active_allocations, give_back
 from suanli.control.environment import distributed_env, free_port, gpu_env
 from suanli.control.lifecycle import transition
 from suanli.control.notice import clear_notice
+from suanli.control.secrets import Keyring
+from suanli.control.volume_paths import inside, volume_path
 from suanli.db.clock import utcnow
 from suanli.db.models import Allocation, Gpu, Instance, Job, Node
 from suanli.db.session import Database
@@ -54,19 +56,10 @@ def job_volume(data_dir: Path, job_id: int) -> Path:
 
 
 def checkpoint_dir(data_dir: Path, job_id: int, requested: str) -> Path:
-    path = Path(requested).expanduser()
-    return path if path.is_absolute() else job_volume(data_dir, job_id) / path
-
-
-def _in_volume(requested: str) -> str | None:
-    """``checkpoint_dir`` relative to the job's volume (``ckpt``, ``/workspace/ckpt``);
-    None for another absolute path (kept as given)."""
-    path = Path(requested)
-    if not path.is_absolute():
-        return str(path)
-    if path.parts[:2] == ("/", "workspace"):
-        return str(Path(*path.parts[2:])) if len(path.parts) > 2 else ""
-    return None
+    """The host path of a job's ``checkpoint_dir``: always in its volume. A row from before
+    paths were checked at submission with a path outside the volume is refused here
+    (``ValueError``, the launch fails with the reason), never created."""
+    return inside(job_volume(data_dir, job_id), volume_path(requested))
 
 
 def _virtual_nodes(session: Session, node_ids: set[int]) -> set[int]:
@@ -74,14 +67,18 @@ def _virtual_nodes(session: Session, node_ids: set[int]) -> set[int]:
     return set(session.scalars(select(Gpu.node_id).where(Gpu.node_id.in_(node_ids), Gpu.virtual.is_(True)).distinct()))
 
 
-def build_specs(session: Session, row: Instance | Job, allocs: list[Allocation], data_dir: Path) -> list[TaskSpec]:
-    """One spec per node, rank 0 first (the other nodes' containers resolve its address)."""
+def build_specs(
+    session: Session, row: Instance | Job, allocs: list[Allocation], data_dir: Path, keyring: Keyring
+) -> list[TaskSpec]:
+    """One spec per node, rank 0 first (the other nodes' containers resolve its address).
+    The row's secrets are unsealed here, into the specs only (``TaskSpec.secrets``)."""
     ids = {a.node_id for a in allocs}
     nodes = {n.id: n for n in session.scalars(select(Node).where(Node.id.in_(ids)))}
     virtual = _virtual_nodes(session, ids)
     port = free_port()
     specs = []
     img = images.resolve(session, (row.spec.get("image") if isinstance(row, Job) else row.image) or None)
+    secrets = workload_secrets.unseal(keyring, row.tenant_id, row.secrets)
     for a in sorted(allocs, key=lambda a: a.node_rank):
         node = nodes[a.node_id]
         env: dict[str, str] = {}
@@ -94,9 +91,9 @@ def build_specs(session: Session, row: Instance | Job, allocs: list[Allocation],
             volume_env = {}
             if spec.get("checkpoint_dir"):
                 env["SUANLI_CHECKPOINT_DIR"] = str(checkpoint_dir(data_dir, row.id, spec["checkpoint_dir"]))
-                inside = _in_volume(spec["checkpoint_dir"])
-                if inside is not None:
-                    volume_env["SUANLI_CHECKPOINT_DIR"] = inside
+                volume_env["SUANLI_CHECKPOINT_DIR"] = volume_path(spec["checkpoint_dir"])
+            if secrets:
+                env["SUANLI_SECRET_NAMES"] = " ".join(sorted(secrets))
             specs.append(
                 TaskSpec(
                     key=task_key("job", row.id, a.node_rank),
@@ -116,11 +113,14 @@ def build_specs(session: Session, row: Instance | Job, allocs: list[Allocation],
                     memory_mib=a.memory_mib,
                     image=img.ref,
                     tenant_id=row.tenant_id,
+                    secrets=secrets,
                 )
             )
         else:
             env.update(gpu_env(a, node, node.id in virtual))
             env.update({"SUANLI_INSTANCE_ID": str(row.id), "SUANLI_IMAGE": row.image, "SUANLI_DISK_GIB": str(row.disk_gib)})
+            if secrets:
+                env["SUANLI_SECRET_NAMES"] = " ".join(sorted(secrets))
             gpus = ",".join(str(i) for i in a.gpu_indices) or "none"
             keeper = INSTANCE_KEEPER.format(id=row.id, node=node.name, gpus=gpus)
             if (img.contents or {}).get("jupyterlab") and JUPYTER_PORT in (row.ports or []):
@@ -144,19 +144,22 @@ def build_specs(session: Session, row: Instance | Job, allocs: list[Allocation],
                     ports=tuple(int(p) for p in row.ports or ()),
                     authorized_keys=keys.authorized_keys(session, row.user_id),
                     disk_gib=row.disk_gib,
+                    secrets=secrets,
                 )
             )
     return specs
 
 
-def launch(db: Database, backends: dict[str, Backend], kind: str, workload_id: int, owner: str, data_dir: Path) -> None:
+def launch(
+    db: Database, backends: dict[str, Backend], kind: str, workload_id: int, owner: str, data_dir: Path, keyring: Keyring
+) -> None:
     with db.transaction() as s:
         row = workloads.get(s, kind, workload_id)
         if row is None or row.launch_owner != owner or row.handles is not None:
             return
         allocs = active_allocations(s, row)
         node_backend = dict(s.execute(select(Node.id, Node.backend).where(Node.id.in_({a.node_id for a in allocs}))).all())
-        specs = build_specs(s, row, allocs, data_dir)
+        specs = build_specs(s, row, allocs, data_dir, keyring)
         by_rank = {a.node_rank: node_backend[a.node_id] for a in allocs}
         backend_of = [by_rank[sp.node_rank] for sp in specs]
         tenant_id, code = row.tenant_id, (row.spec.get("code") if isinstance(row, Job) else None)
@@ -197,8 +200,9 @@ def _prepare(spec: TaskSpec, backend: str, data_dir: Path, tenant_id: int, code:
         dest = Path(spec.workdir) / "code"
         if code and spec.node_rank == 0 and not os.path.lexists(dest):
             uploads.extract_into(data_dir, tenant_id, code, dest)
-    if backend != "local" and "SUANLI_CHECKPOINT_DIR" in spec.env:
-        Path(spec.env["SUANLI_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
+    if backend != "local" and "SUANLI_CHECKPOINT_DIR" in spec.env and spec.workdir:
+        # checked again now: a symlink the job left in its volume must not lead the server out
+        inside(Path(spec.workdir), spec.volume_env.get("SUANLI_CHECKPOINT_DIR", "")).mkdir(parents=True, exist_ok=True)
 
 
 def fail_launch(db: Database, kind: str, workload_id: int, owner: str, error: str) -> None:

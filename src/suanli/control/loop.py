@@ -50,6 +50,7 @@ from suanli.control.outbid import outbid
 from suanli.control.plane import Plane, ReclaimSettings
 from suanli.control.preempt import preempt
 from suanli.control.scheduling import PassMemo, PassResult, Waiting, schedule_pass, waiting_work
+from suanli.control.secrets import Keyring
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
 
@@ -84,15 +85,24 @@ class ControlLoop:
         health_interval_s: float = 1.0,
         heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
         clock: Clock = SYSTEM,
+        keyring: Keyring | None = None,
     ) -> None:
         """``reclaim``: notice and grace of spot reclaim and failover (default: the
         stop grace and a five-minute notice); ``heartbeat_timeout_s``: silence after
         which a node with an agent is down (None: never); ``clock``: "now" for notices
-        (``suanli.clock``)."""
+        (``suanli.clock``); ``keyring``: what opens workloads' secrets at launch (default:
+        the data directory's key file)."""
         self.db = db
         self.backends = backends
         self.data_dir = Path(data_dir)
-        self.plane = Plane(db, backends, self.data_dir, reclaim or ReclaimSettings(grace_s=stop_grace_s), clock=clock)
+        self.plane = Plane(
+            db,
+            backends,
+            self.data_dir,
+            reclaim or ReclaimSettings(grace_s=stop_grace_s),
+            clock=clock,
+            keyring=keyring or Keyring.load(self.data_dir),
+        )
         self.policy = make_policy(policy)
         #: places a request if ``policy`` raises on it (see ``schedule_pass``)
         self.fallback = make_policy("best_fit")
@@ -216,7 +226,7 @@ class ControlLoop:
             unclaim(self.db, kind, wid, self.owner)
             return
         try:
-            launch(self.db, self.backends, kind, wid, self.owner, self.data_dir)
+            launch(self.db, self.backends, kind, wid, self.owner, self.data_dir, self.plane.keyring)
         except Exception as exc:
             log.exception("launching %s %s failed", kind, wid)
             fail_launch(self.db, kind, wid, self.owner, f"{type(exc).__name__}: {exc}")

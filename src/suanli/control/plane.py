@@ -13,6 +13,7 @@ from pathlib import Path
 
 from suanli.backends.base import Backend
 from suanli.clock import SYSTEM, Clock
+from suanli.control.secrets import Keyring
 from suanli.db.session import Database
 
 #: The spot reclaim notice a victim gets before SIGTERM, seconds (as on AWS: two minutes
@@ -50,3 +51,5 @@ class Plane:
     stats: PhaseStats = field(default_factory=PhaseStats)
     #: what "now" is for notices and lost work (``suanli.clock``: a ManualClock in tests)
     clock: Clock = SYSTEM
+    #: opens workloads' sealed secrets, at launch only (``control.secrets``)
+    keyring: Keyring = field(kw_only=True)

@@ -17,7 +17,8 @@
     setup: pip install -r requirements.txt
     run: torchrun --nproc_per_node=$NPROC_PER_NODE train.py
     envs: {EPOCHS: 3}
-    checkpoint_dir: ckpt        # relative: kept per job in the server's data dir
+    secrets: {HF_TOKEN: hf_...} # like envs, but sealed at rest and masked in every listing
+    checkpoint_dir: ckpt        # in the job's volume: relative, or under /workspace
 
 Over the API a task carries ``code: <upload id>`` (``POST /v1/uploads``) and no
 ``workdir``: the server refuses a ``workdir``, which would name a path on its own machine.
@@ -30,9 +31,12 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from suanli.billing.money import MoneyError, parse_max_price
+from suanli.control.volume_paths import volume_path
+from suanli.control.workload_secrets import check_names
+from suanli.errors import Invalid
 
 #: MODEL[:COUNT]; a model may have inner spaces, so the catalog's own names ("A100 80GB
 #: SXM4:2") are accepted like the nodes' ("A100-80G:2") and the short ones ("a100:2").
@@ -108,7 +112,8 @@ class Resources(BaseModel):
 
 
 class Task(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    #: inputs hidden from error text: an invalid task must not echo its secrets
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     name: str = Field(default="", max_length=100)
     #: an image name of the platform's catalog (``suanli images list``); None: the default image
@@ -124,6 +129,10 @@ class Task(BaseModel):
     setup: str | None = None
     run: str = Field(min_length=1)
     envs: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    #: name -> value, seen by the workload as environment variables; sealed at rest
+    #: (``control.workload_secrets``), never in ``spec``, a listing, a log or an error
+    secrets: dict[str, SecretStr] = Field(default_factory=dict, repr=False)
+    #: where the job keeps checkpoints, in its volume: relative to /workspace, or under it
     checkpoint_dir: str | None = None
 
     @field_validator("envs")
@@ -133,3 +142,31 @@ class Task(BaseModel):
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
                 raise ValueError(f"{k!r} is not a valid environment variable name")
         return v
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secret_text(cls, v: object) -> object:
+        """Scalars as text, like envs; anything else is refused without echoing it
+        (pydantic's message names the type, not the value)."""
+        if isinstance(v, dict):
+            return {k: str(x) if isinstance(x, bool | int | float) else x for k, x in v.items()}
+        return v
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, v: dict, info: ValidationInfo) -> dict:
+        try:
+            check_names(list(v), info.data.get("envs") or {})
+        except Invalid as exc:
+            raise ValueError(exc.message.removeprefix("secrets: ")) from None
+        return v
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _checkpoint_in_volume(cls, v: str | None) -> str | None:
+        if v is not None:
+            volume_path(v)  # refused at submission: nothing is created for a path outside the volume
+        return v
+
+    def secret_values(self) -> dict[str, str]:
+        return {k: v.get_secret_value() for k, v in self.secrets.items()}

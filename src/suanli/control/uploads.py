@@ -206,6 +206,15 @@ def save(
     return writer.finish()
 
 
+def _private(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's ``data`` filter, then the owner's bits only: what lies in the data
+    directory is private to the server's user (a directory stays traversable)."""
+    safe = tarfile.data_filter(member, dest)
+    if safe is None or safe.mode is None:
+        return safe
+    return safe.replace(mode=(safe.mode & 0o700) | (0o700 if safe.isdir() else 0), deep=False)
+
+
 def extract_into(data_dir: Path, tenant_id: int, upload_id: str, dest: Path, max_bytes: int | None = None) -> None:
     """Unpack a tenant's upload so that ``dest`` holds exactly the uploaded tree.
 
@@ -215,8 +224,8 @@ def extract_into(data_dir: Path, tenant_id: int, upload_id: str, dest: Path, max
     extraction. The archive is checked again first (it may have been put there around
     the API), then extracted with tarfile's ``data`` filter as a second guard; its unpacked
     size was checked at upload, and is checked again only when ``max_bytes`` is given.
-    Files are owned by the server's user with the archive's modes, less setuid and
-    group/other write. Raises NotFound (no such upload) or Invalid (unsafe archive)."""
+    Files are owned by the server's user with the owner's bits of the archive's modes
+    (no setuid, nothing for group or others). Raises NotFound (no such upload) or Invalid (unsafe archive)."""
     dest = Path(dest)
     src = archive_path(data_dir, tenant_id, upload_id)
     if not src.is_file():
@@ -224,12 +233,12 @@ def extract_into(data_dir: Path, tenant_id: int, upload_id: str, dest: Path, max
     check_archive(src, max_bytes)
     dest.parent.mkdir(parents=True, exist_ok=True)
     stage = dest.parent / f".{dest.name}.unpack-{secrets.token_hex(6)}"
-    stage.mkdir(mode=0o755)
+    stage.mkdir(mode=0o700)
     old = dest.parent / f".{dest.name}.old-{secrets.token_hex(6)}"
     try:
         with tarfile.open(src, mode="r:gz") as tar:
-            tar.extractall(stage, filter="data")
-        os.chmod(stage, 0o755)
+            tar.extractall(stage, filter=_private)
+        os.chmod(stage, 0o700)
         if dest.is_symlink() or dest.is_file():
             dest.unlink()
         elif dest.exists():

@@ -9,6 +9,7 @@ while the loop writes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +50,9 @@ class Database:
 
     def __init__(self, url: str, pool_size: int = 10) -> None:
         self.url = url
+        path = sqlite_path(url.split("?", 1)[0])
+        if path is not None and str(path) not in ("", ":memory:"):
+            private_sqlite(path)
         self.engine = make_engine(url, pool_size)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
@@ -69,6 +73,18 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def private_sqlite(path: Path) -> None:
+    """The SQLite file created 0600 (or made so): SQLite gives its WAL and shared-memory
+    files the database file's mode, so those are private too."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if p.exists():
+                os.chmod(p, 0o600)
+    except OSError:
+        pass  # not ours, or a directory that does not exist yet: SQLite's error says more
 
 
 def sqlite_path(url: str) -> Path | None:

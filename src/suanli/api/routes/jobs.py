@@ -23,7 +23,7 @@ def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = D
     require_isolation(ctx.db, ctx.backends, who, ctx.allow_process_runtime)
     with ctx.db.sessions() as s:
         images.resolve(s, task.image)  # an image not offered is refused before anything is created
-    row = jobs.submit(ctx.db, who, task, ctx.data_dir)
+    row = jobs.submit(ctx.db, who, task, ctx.data_dir, ctx.keyring)
     ctx.wake()
     return job_out(row, [], cost=costs_for(ctx.db, [row]).get(row.id))
 

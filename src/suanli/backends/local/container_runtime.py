@@ -56,6 +56,11 @@ mkdir -p "$SUANLI_CWD" && cd "$SUANLI_CWD" || exit 1
 if [ -s {mount}/sshd_config ] && [ -x /usr/sbin/sshd ]; then
   mkdir -p /run/sshd && /usr/sbin/sshd -f {mount}/sshd_config -e || echo "[suanli] sshd did not start"
   [ -d /etc/profile.d ] && echo ". {mount}/env.sh" > /etc/profile.d/00-suanli.sh
+  if [ -n "$SUANLI_SECRET_NAMES" ] && [ -d /etc/profile.d ]; then  # secrets: in this container only, no host file
+    ( umask 077; for n in $SUANLI_SECRET_NAMES; do eval "v=\\"\\${{$n-}}\\""
+      printf "export %s='%s'\\n" "$n" "$(printf '%s' "$v" | sed "s/'/'\\\\\\\\''/g")"; done > /run/suanli-secrets.sh )
+    echo "[ -r /run/suanli-secrets.sh ] && . /run/suanli-secrets.sh" >> /etc/profile.d/00-suanli.sh
+  fi
 fi
 child=
 fwd() {{ [ -n "$child" ] && {{ kill -s "$1" -- "-$child" 2>/dev/null || kill -s "$1" "$child" 2>/dev/null; }}; }}
@@ -99,7 +104,7 @@ def root_label(root: Path) -> str:
     return hashlib.blake2b(str(root).encode(), digest_size=4).hexdigest()
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
     """Replace ``path`` at once: a container or a restarted server never reads half of it."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -208,8 +213,8 @@ class ContainerRuntime:
                 self.engine.remove(name)
             if not spec.image:
                 raise BackendError(f"{spec.key}: no image to run")
-            tdir.mkdir(parents=True, exist_ok=True)
-            os.chmod(tdir, 0o755)
+            tdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(tdir, 0o700)  # the container's root is the server's user (or root): nobody else reads it
             for stale in ("exit_code", "handle.json", "preempt_deadline"):
                 (tdir / stale).unlink(missing_ok=True)
             volume = Path(spec.workdir) if spec.workdir else tdir.parent / (spec.key + ".scratch")
@@ -225,7 +230,7 @@ class ContainerRuntime:
             publish = [a for p in ports for a in ("-p", f"127.0.0.1::{p}")]
             if spec.authorized_keys or spec.kind == "instance":
                 _host_key(tdir)
-                write_atomic(tdir / "authorized_keys", spec.authorized_keys, 0o644)
+                write_atomic(tdir / "authorized_keys", spec.authorized_keys)
                 write_atomic(tdir / "sshd_config", _sshd_config(env))
                 publish += ["-p", f"{self.ssh_bind}::22"]
             else:
@@ -265,7 +270,7 @@ class ContainerRuntime:
                 "sh",
                 f"{MOUNT}/task.sh",
             ]
-            self.engine.run(args)
+            self.engine.run(args, secrets=spec.secrets)
             data = {
                 "key": spec.key,
                 "runtime": self.runtime,
@@ -432,7 +437,7 @@ class ContainerRuntime:
     def set_authorized_keys(self, handle: Handle, text: str) -> None:
         tdir = Path(handle.data["dir"])
         if (tdir / "sshd_config").exists():
-            write_atomic(tdir / "authorized_keys", text, 0o644)
+            write_atomic(tdir / "authorized_keys", text)
 
 
 def _record_exit(tdir: Path, code: int, ended_at: float | None) -> None:

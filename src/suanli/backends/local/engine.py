@@ -68,8 +68,15 @@ class Engine:
 
     # -- plumbing ------------------------------------------------------------------------
     def cli(
-        self, *args: str, timeout_s: float = 60.0, check: bool = True, input: bytes | None = None
+        self,
+        *args: str,
+        timeout_s: float = 60.0,
+        check: bool = True,
+        input: bytes | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
+        """``env``: variables added to the engine client's own environment (secrets that
+        ``run -e NAME`` takes from there, so their values are never in an argv)."""
         try:
             done = subprocess.run(
                 [self.facts.binary, *args],
@@ -77,6 +84,7 @@ class Engine:
                 timeout=timeout_s,
                 input=input,
                 stdin=None if input is not None else subprocess.DEVNULL,
+                env={**os.environ, **env} if env else None,
             )
         except subprocess.TimeoutExpired as exc:
             raise BackendError(f"{self.facts.binary} {args[0]} timed out after {timeout_s}s") from exc
@@ -100,10 +108,13 @@ class Engine:
             args += ["--ulimit", u]
         return args
 
-    def run(self, args: list[str]) -> str:
-        """``run -d``; returns the container id."""
+    def run(self, args: list[str], secrets: dict[str, str] | None = None) -> str:
+        """``run -d``; returns the container id. ``secrets`` go into the container's
+        environment through ``-e NAME`` and the client's environment: never in argv (which
+        every user of the host may read in ``ps``), never in a file."""
+        named = [a for k in sorted(secrets or {}) for a in ("-e", k)]
         try:
-            return self.cli("run", "-d", *self.run_args(), *args, timeout_s=120).stdout.decode().strip()
+            return self.cli("run", "-d", *self.run_args(), *named, *args, timeout_s=120, env=secrets).stdout.decode().strip()
         finally:
             self.invalidate()
 

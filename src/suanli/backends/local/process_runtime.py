@@ -3,10 +3,11 @@ workspace directory per task. It exists for hosts without a container engine; ev
 listing names it ``process (no isolation)`` and the server refuses it to tenants other
 than the operator's own unless told otherwise (``suanli server --allow-process-runtime``).
 
-Layout of ``<root>/<key>/``: ``setup.sh`` and ``run.sh`` (the user's commands),
-``task.sh`` (the wrapper that runs them and writes ``exit_code``), ``env.json``,
-``output.log`` (stdout and stderr) and ``handle.json`` (pid, process group and
-start time). Everything the backend needs after a server restart is on disk:
+Layout of ``<root>/<key>/`` (0700, files 0600): ``setup.sh`` and ``run.sh`` (the user's
+commands), ``task.sh`` (the wrapper that runs them and writes ``exit_code``), ``env.json``
+(the task's environment without its secrets), ``output.log`` (stdout and stderr) and
+``handle.json`` (pid, process group and start time). Secrets are only in the processes'
+environment: ``exec`` reads them from the running wrapper's (``/proc/PID/environ``). Everything the backend needs after a server restart is on disk:
 ``list_running`` rescans the workspaces, and an adopted task's exit code comes
 from the ``exit_code`` file the wrapper writes, since only the parent that
 started a process can wait for it; the file's modification time is when the task
@@ -41,6 +42,7 @@ WRAPPER = """#!/usr/bin/env bash
 # While it runs, "alive" is rewritten every second: if the whole group is killed (no exit code
 # written), its time says when the task ended.
 trap : USR1 TERM
+umask 077  # what the task writes is its own: the data directory is private to the server's user
 mkdir -p "$SUANLI_CWD" && cd "$SUANLI_CWD" || exit 1
 ( trap : USR1 TERM; while :; do : > "$SUANLI_TASK_DIR/alive"; sleep {beat}; done ) >/dev/null 2>&1 &
 beat=$!
@@ -102,7 +104,8 @@ class ProcessRuntime:
             old = self._read_handle(spec.key)
             if old is not None and self._leader_alive(old):
                 raise AlreadyRunning(f"{spec.key} is already running (pid {old['pid']})")
-            tdir.mkdir(parents=True, exist_ok=True)
+            tdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(tdir, 0o700)
             for stale in ("exit_code", "handle.json", "preempt_deadline", "alive"):
                 (tdir / stale).unlink(missing_ok=True)
             workdir = Path(spec.workdir) if spec.workdir else tdir / "work"
@@ -111,11 +114,12 @@ class ProcessRuntime:
             paths = {k: str(workdir / v) for k, v in spec.volume_env.items()}
             for p in paths.values():
                 Path(p).mkdir(parents=True, exist_ok=True)
-            (tdir / "setup.sh").write_text(spec.setup + "\n" if spec.setup else "")
-            (tdir / "run.sh").write_text(RUN_PREAMBLE + spec.run + "\n")
-            (tdir / "task.sh").write_text(WRAPPER.format(key=spec.key, beat=BEAT_S))
+            write_private(tdir / "setup.sh", spec.setup + "\n" if spec.setup else "")
+            write_private(tdir / "run.sh", RUN_PREAMBLE + spec.run + "\n")
+            write_private(tdir / "task.sh", WRAPPER.format(key=spec.key, beat=BEAT_S))
             env = base_env()
             env.update(spec.env)
+            env.update(spec.secrets)  # in the environment only, never in a file
             own = {
                 "SUANLI_TASK_DIR": str(tdir),
                 "SUANLI_WORKDIR": str(workdir),
@@ -125,10 +129,8 @@ class ProcessRuntime:
                 **paths,
             }
             env.update(own)
-            fd = os.open(tdir / "env.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump({**spec.env, **own}, f)
-            with open(tdir / "output.log", "ab") as log:
+            write_private(tdir / "env.json", json.dumps({k: v for k, v in {**spec.env, **own}.items() if k not in spec.secrets}))
+            with os.fdopen(os.open(tdir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
                 try:
                     child = subprocess.Popen(
                         ["bash", str(tdir / "task.sh")],
@@ -152,7 +154,7 @@ class ProcessRuntime:
                 "ports": {str(p): p for p in spec.ports},
                 "gpu_access": "virtual" if spec.gpu_indices else "none",
             }
-            (tdir / "handle.json").write_text(json.dumps(data))
+            write_private(tdir / "handle.json", json.dumps(data))
             self._children[spec.key] = child
             return Handle("local", spec.key, data)
 
@@ -216,6 +218,7 @@ class ProcessRuntime:
         task_env = json.loads((tdir / "env.json").read_text())
         env = base_env()
         env.update(task_env)
+        env.update(_secrets_of(int(data["pid"]), task_env.get("SUANLI_SECRET_NAMES", "")))
         deadline = tdir / "preempt_deadline"
         if deadline.exists():  # under a spot notice: a new process can be told in its environment
             env["SUANLI_PREEMPT_DEADLINE"] = deadline.read_text().strip()
@@ -236,6 +239,27 @@ class ProcessRuntime:
         with open(tdir / "output.log", "a") as log:
             log.write(f"$ {command}\n{output}")
         return ExecResult(done.returncode, output)
+
+
+def write_private(path: Path, text: str) -> None:
+    """``path`` with ``text``, readable by the server's user only (0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+
+
+def _secrets_of(pid: int, names: str) -> dict[str, str]:
+    """The task's secrets from its running wrapper's environment (they are in no file)."""
+    wanted = set(names.split())
+    if not wanted:
+        return {}
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (entry.decode(errors="replace").partition("=") for entry in raw.split(b"\0") if entry)
+    return {k: v for k, _, v in pairs if k in wanted}
 
 
 def _marker(data: dict) -> str:

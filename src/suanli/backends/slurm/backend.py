@@ -236,6 +236,9 @@ class SlurmBackend:
         in_container = self.in_container(spec)
         # a container's environment is its env.sh; the batch script keeps only its own
         env = {} if in_container else {k: v for k, v in spec.env.items() if k not in SLURM_OWNED_ENV}
+        # secrets only in the batch script, which goes to sbatch on stdin and lives in Slurm's own
+        # spool (never in a file of ours); a container takes them from it with ``-e NAME``
+        env.update(spec.secrets)
         env.update(
             {
                 "SUANLI_TASK_DIR": str(tdir),
@@ -283,7 +286,8 @@ class SlurmBackend:
         Path(sb.workdir or tdir).mkdir(parents=True, exist_ok=True)
         (tdir / "preempt_deadline").unlink(missing_ok=True)
         (tdir / "handle.json").unlink(missing_ok=True)
-        (tdir / "env.json").write_text(json.dumps(sb.env))  # what exec gives its commands
+        # what exec gives its commands: never the secrets (they are in no file of ours)
+        write_atomic(tdir / "env.json", json.dumps({k: v for k, v in sb.env.items() if k not in spec.secrets}))
         data: dict[str, object] = {"runtime": "process"}
         if sb.engine:
             for name, (text, mode) in self.containers.files(spec).items():
@@ -298,8 +302,8 @@ class SlurmBackend:
                 "disk_enforced": False,
             }
         else:
-            (tdir / "setup.sh").write_text(spec.setup + "\n" if spec.setup else "")
-            (tdir / "run.sh").write_text(RUN_PREAMBLE + spec.run + "\n")
+            write_atomic(tdir / "setup.sh", spec.setup + "\n" if spec.setup else "")
+            write_atomic(tdir / "run.sh", RUN_PREAMBLE + spec.run + "\n")
         try:
             job_id = self.client.submit(sb)
         except SlurmError as exc:

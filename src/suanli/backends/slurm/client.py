@@ -44,6 +44,10 @@ class SlurmError(RuntimeError):
         super().__init__(f"`{' '.join(self.cmd)}` {how}: {self.stderr or self.stdout or '(no output)'}")
 
 
+#: What a step started by ``step`` (exec into a job) gets of the server's environment.
+STEP_ENV = frozenset({"PATH", "LANG", "LC_ALL", "TZ", "SLURM_CONF"})
+
+
 @dataclass
 class SlurmClient:
     """Runs Slurm commands against one cluster.
@@ -172,6 +176,9 @@ class SlurmClient:
                 *argv,
             ]
         )
+        # srun hands its own environment to the step: only what finds programs and the
+        # cluster, never the server's (database URLs, tokens)
+        env = {k: v for k, v in env.items() if k in STEP_ENV}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:

@@ -100,9 +100,9 @@ class SlurmContainers:
         env = self.environment(spec)
         return {
             "env.sh": ("".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()), 0o600),
-            "setup.sh": (spec.setup + "\n" if spec.setup else "", 0o644),
-            "run.sh": (RUN_PREAMBLE + spec.run + "\n", 0o644),
-            "task.sh": (WRAPPER.format(key=spec.key, mount=MOUNT), 0o644),
+            "setup.sh": (spec.setup + "\n" if spec.setup else "", 0o600),
+            "run.sh": (RUN_PREAMBLE + spec.run + "\n", 0o600),
+            "task.sh": (WRAPPER.format(key=spec.key, mount=MOUNT), 0o600),
         }
 
     def run_args(self, spec: TaskSpec, tdir: str, volume: str, cpus: int) -> list[str]:
@@ -183,6 +183,8 @@ class SlurmContainers:
         lines += [
             "envs=()",
             f'for n in {" ".join(NODE_ENV)}; do [ -n "${{!n+x}}" ] && envs+=(-e "$n=${{!n}}"); done',
+            # the task's secrets: exported by the batch script, taken from there by name (no value in argv)
+            *([f"envs+=({' '.join(f'-e {k}' for k in sorted(spec.secrets))})"] if spec.secrets else []),
             f'exec {eng} run --cidfile "$SUANLI_CIDFILE" --label "suanli.slurm_run=$SUANLI_RUN_ID" '
             f'--label "suanli.slurm_job=${{SLURM_JOB_ID:-}}" {static} "${{gpus[@]}}" "${{envs[@]}}" '
             f"{shlex.quote(spec.image)} sh {MOUNT}/task.sh",
