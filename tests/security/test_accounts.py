@@ -234,3 +234,20 @@ def test_metrics_need_an_operator_from_off_this_machine(server: Server, cli: Any
     assert "suanli_http_requests" in server.http.get("/metrics", headers=server.headers).text
     with server.ctx.db.sessions() as s:
         assert s.scalar(select(func.count()).select_from(Instance)) == 0
+
+
+def test_key_rotation_reseals_second_factor_secrets(server: Server, cli: Any) -> None:
+    from suanli.control import rekey
+    from suanli.db.models import User
+
+    bob = onboard(cli)
+    _set_password(server, "bob", "correct horse battery")
+    h = bearer(bob["token"])
+    totp = pyotp.TOTP(server.http.post("/v1/me/2fa", headers=h).json()["secret"])
+    assert server.http.post("/v1/me/2fa/confirm", json={"code": totp.now()}, headers=h).status_code == 200
+    done = rekey.rotate(server.ctx.db, server.data_dir)
+    assert done.resealed >= 1
+    with server.ctx.db.sessions() as s:
+        assert s.scalar(select(User.totp_secret).where(User.name == "bob")).split(".")[1] == done.new
+    login = {"name": "bob", "password": "correct horse battery", "code": totp.at(time.time() + totp.interval)}
+    assert server.http.post("/v1/sessions", json=login).status_code == 201  # the running server opens it under the new key
