@@ -6,7 +6,7 @@ Passwords are kept as argon2id hashes (``argon2-cffi``); a TOTP secret is sealed
 the server's key (``Sealer``: ``control.secrets.Keyring``) and opened only to check a
 code. A tenant may require the second factor (``require_2fa``): its people then sign in
 with password and code, and one who has not enrolled yet gets a session that can only
-enrol (``route:/v1/me/2fa``).
+enrol (``ENROL_SCOPES``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from suanli.errors import Conflict, Forbidden, Invalid, NotFound, Unauthorized
 
 SESSION_HOURS = 12
 MIN_PASSWORD = 10
-ENROL_SCOPE = "route:/v1/me/2fa"
+#: what a session that must enrol a second factor may reach: who am I, the enrolment, signing out
+ENROL_SCOPES = ["route:/v1/me", "route:/v1/sessions"]
 _hasher = argon2.PasswordHasher()
 #: checked against when the user does not exist, so both answers take as long
 _DUMMY = _hasher.hash("not a password of anyone's")
@@ -282,7 +283,7 @@ def sign_in(db: Database, sealer: Sealer, name: str, password: str, code: str | 
             raise refused
         expires = utcnow() + timedelta(hours=SESSION_HOURS)
         row_token, token = mint(
-            s, user, name="console sign-in", kind="session", scopes=[ENROL_SCOPE] if must_enrol else [], expires_at=expires
+            s, user, name="console sign-in", kind="session", scopes=ENROL_SCOPES if must_enrol else [], expires_at=expires
         )
         return SignedIn(token, row_token.id, expires.isoformat(), must_enrol)
 
