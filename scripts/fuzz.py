@@ -132,8 +132,9 @@ def fresh_database(db: str) -> Iterator[str | None]:
 
 
 @contextlib.contextmanager
-def server(db_url: str | None, workdir: Path) -> Iterator[tuple[str, str]]:
+def server(db_url: str | None, workdir: Path, report_dir: str) -> Iterator[tuple[str, str]]:
     """A fuzzing server on a free port: its URL and admin token."""
+    workdir.mkdir(parents=True, exist_ok=True)
     data_dir = workdir / "data"
     port = free_port()
     cmd = [sys.executable, str(Path(__file__).resolve()), "serve", "--data-dir", str(data_dir), "--port", str(port)]
@@ -163,6 +164,8 @@ def server(db_url: str | None, workdir: Path) -> Iterator[tuple[str, str]]:
             proc.kill()
             proc.wait()
         log.close()
+        with contextlib.suppress(OSError):  # kept with the reports: a 5xx's traceback is in it
+            shutil.copyfile(workdir / "server.log", Path(report_dir) / f"server-{workdir.name}.log")
 
 
 def member_token(url: str, admin: str) -> str:
@@ -297,7 +300,8 @@ def main() -> int:
     for db in args.db or ["sqlite", PG_DEFAULT]:
         db_name = "sqlite" if db == "sqlite" else "postgresql"
         with tempfile.TemporaryDirectory(prefix="suanli-fuzz-") as tmp, fresh_database(db) as url:
-            with server(url, Path(tmp)) as (base, admin):
+            Path(args.report_dir).mkdir(parents=True, exist_ok=True)
+            with server(url, Path(tmp) / db_name, args.report_dir) as (base, admin):
                 tokens = {"admin": admin, "member": member_token(base, admin)}
                 for role in args.roles or ["member", "admin"]:
                     res = schemathesis(base, tokens[role], f"{db_name} {role}", args)

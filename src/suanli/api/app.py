@@ -12,7 +12,12 @@ from suanli.api.routes import advise, billing, images, instances, jobs, keys, no
 
 
 def create_app(ctx: ServerContext) -> FastAPI:
-    app = FastAPI(title="Suanli", version=__version__, description="Rent GPUs as instances or jobs.")
+    app = FastAPI(
+        title="Suanli",
+        version=__version__,
+        description="Rent GPUs as instances or jobs.",
+        responses=errors.DEFAULT_RESPONSES,  # every route's error answers (api.errors)
+    )
     app.state.ctx = ctx
     errors.install(app)
     metrics.install(app, ctx.db, lambda: ctx.loop.stats if ctx.loop else None)

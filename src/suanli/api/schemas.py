@@ -5,10 +5,11 @@ the same model the task YAML is validated with."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from suanli.bounds import MAX_DISK_GIB, MAX_GPUS, Cpus, Finite, MemoryGib, TenantRef, Text
 from suanli.control.task import check_max_price
 
 
@@ -18,24 +19,25 @@ class Strict(BaseModel):
 
 # -- requests --------------------------------------------------------------------------
 class InstanceCreate(Strict):
-    name: str = Field(default="", max_length=100)
-    gpu_model: str | None = Field(default=None, max_length=50)
-    gpu_count: int = Field(default=0, ge=0, le=64)
+    name: Text = Field(default="", max_length=100)
+    gpu_model: Text | None = Field(default=None, max_length=50)
+    gpu_count: int = Field(default=0, ge=0, le=MAX_GPUS)
     gpu_milli: int = Field(default=0, ge=0, le=999)
-    cpus: float | None = Field(default=None, gt=0)
-    memory_gib: float | None = Field(default=None, gt=0)
-    image: str | None = Field(
+    cpus: Cpus | None = None
+    memory_gib: MemoryGib | None = None
+    image: Text | None = Field(
         default=None, max_length=200, description="an image name of `GET /v1/images`; null: the platform's default image"
     )
-    disk_gib: int = Field(default=50, ge=1, le=65536)
-    ports: list[int] = Field(
+    disk_gib: int = Field(default=50, ge=1, le=MAX_DISK_GIB)
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
         default_factory=list,
         max_length=16,
         description="container ports to publish through the server's proxy (`/proxy/instances/ID/PORT/`); 22 is SSH's",
     )
     priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
-    max_price: str | None = Field(
+    max_price: Text | None = Field(
         default=None,
+        max_length=30,
         description="spot only: the most paid per GPU-hour, decimal text "
         '(e.g. "1.20"); above it the instance waits, and a running one is reclaimed with notice',
     )
@@ -51,8 +53,8 @@ class NodeUpdate(Strict):
 
 
 class ExecRequest(Strict):
-    command: str = Field(min_length=1)
-    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    command: Text = Field(min_length=1, max_length=100_000)
+    timeout_s: Finite = Field(default=60.0, gt=0, le=3600)
 
 
 class TenantCreate(Strict):
@@ -62,7 +64,7 @@ class TenantCreate(Strict):
 class UserCreate(Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
     role: Literal["admin", "operator", "member"] = "member"
-    tenant: str | None = None
+    tenant: TenantRef | None = Field(default=None, description="the new user's tenant, by name; default: yours")
 
 
 # -- responses -------------------------------------------------------------------------
