@@ -183,7 +183,7 @@ def one_run(args: argparse.Namespace, audit: bool) -> dict:
         tokens = make_users(url, admin, args.clients)
 
         load_before = os.getloadavg()[0]
-        create = {"gpu_milli": 100, "image": "bench", "disk_gib": 1}
+        create = {"gpu_milli": 100, "disk_gib": 1}  # the default image
         try:
             baseline = asyncio.run(drive(url, tokens, args.baseline_seconds, [("healthz", "GET", None)]))
             load = asyncio.run(drive(url, tokens, args.seconds, [("create", "POST", create), ("list", "GET", None)]))

@@ -13,7 +13,12 @@ from suanli.api.routes import audit as audit_routes
 
 
 def create_app(ctx: ServerContext) -> FastAPI:
-    app = FastAPI(title="Suanli", version=__version__, description="Rent GPUs as instances or jobs.")
+    app = FastAPI(
+        title="Suanli",
+        version=__version__,
+        description="Rent GPUs as instances or jobs.",
+        responses=errors.DEFAULT_RESPONSES,  # every route's error answers (api.errors)
+    )
     app.state.ctx = ctx
     errors.install(app)
     metrics.install(app, ctx, lambda: ctx.loop.stats if ctx.loop else None)

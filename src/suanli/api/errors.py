@@ -16,6 +16,7 @@ from typing import TypeVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from suanli.control.throttle import Throttled
@@ -64,6 +65,52 @@ def http_status(exc: DomainError) -> int:
         if cls in STATUS:
             return STATUS[cls]
     return 400
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="what went wrong, for programs: not_found, invalid, forbidden, exists, ...")
+    message: str = Field(description="what went wrong, for people: names the field or the object")
+    fields: list[str] | None = Field(default=None, description="422 only: the fields at fault (resources.cpus)")
+
+
+class ErrorOut(BaseModel):
+    """The body of every 4xx and 5xx."""
+
+    error: ErrorDetail
+
+
+#: what each documented status means, for the schema
+MEANING = {
+    400: "refused: the request cannot be carried out as asked (the message says why)",
+    401: "no valid token (Authorization: Bearer TOKEN)",
+    402: "the tenant's balance or budget does not cover the work",
+    403: "the token's user may not do this",
+    404: "no such object, or not one this user may see",
+    409: "conflicts with the object's state, or it exists already",
+    413: "the body is larger than the server accepts",
+    415: "the body's Content-Type is not one this route accepts",
+    422: "a field is invalid (out of bounds, wrong type, unknown): `fields` names it",
+    429: "too many requests: wait as long as the Retry-After header says",
+}
+
+
+def documented(*statuses: int) -> dict[int | str, dict]:
+    """OpenAPI ``responses`` entries of these statuses, each with the error body's schema;
+    429 also documents its Retry-After header."""
+    out: dict[int | str, dict] = {}
+    for status in statuses:
+        entry: dict = {"model": ErrorOut, "description": MEANING[status]}
+        if status == 429:
+            entry["headers"] = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+        out[status] = entry
+    return out
+
+
+#: every route's error answers, set once on the app (``api.app``) so a route added later
+#: is covered: authentication (401), roles (403), lookups (404), state (409), validation
+#: (422), refusals of the domain (400) and the rate limit (429). Routes that can also
+#: answer 402, 413 or 415 add those on their router.
+DEFAULT_RESPONSES = documented(400, 401, 403, 404, 409, 422, 429)
 
 
 def error_body(code: str, message: str, **extra: object) -> dict:

@@ -60,6 +60,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from suanli.api import errors
+from suanli.bounds import DB_INT_MAX
 from suanli.control import instances
 from suanli.control.access import (
     PASS_TTL_S,
@@ -122,7 +123,7 @@ class Target:
     prefix: str = ""
 
 
-_PATH_FORM = re.compile(r"^/proxy/instances/(\d{1,12})/(\d{1,5})(/.*)?$")
+_PATH_FORM = re.compile(r"^/proxy/instances/([0-9]{1,12})/([0-9]{1,5})(/.*)?$")
 
 
 def target_of(host: str | None, raw_path: str, domain: str) -> Target | str | None:
@@ -131,7 +132,7 @@ def target_of(host: str | None, raw_path: str, domain: str) -> Target | str | No
     if (hit := parse_port_host(host, domain)) is not None:
         return Target(hit[0], hit[1], by_host=True)
     m = _PATH_FORM.match(raw_path)
-    if m is None or not 0 < int(m.group(2)) < 65536:
+    if m is None or not 0 < int(m.group(2)) < 65536 or not 0 < int(m.group(1)) <= DB_INT_MAX:
         return None
     if m.group(3) is None:
         return raw_path + "/"

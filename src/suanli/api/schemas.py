@@ -5,10 +5,11 @@ the same model the task YAML is validated with."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
+from suanli.bounds import MAX_DISK_GIB, MAX_GPUS, Cpus, Finite, MemoryGib, TenantRef, Text
 from suanli.control.task import check_max_price
 
 
@@ -21,24 +22,25 @@ class InstanceCreate(Strict):
     #: inputs hidden from error text: an invalid request must not echo its secrets
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    name: str = Field(default="", max_length=100)
-    gpu_model: str | None = Field(default=None, max_length=50)
-    gpu_count: int = Field(default=0, ge=0, le=64)
+    name: Text = Field(default="", max_length=100)
+    gpu_model: Text | None = Field(default=None, max_length=50)
+    gpu_count: int = Field(default=0, ge=0, le=MAX_GPUS)
     gpu_milli: int = Field(default=0, ge=0, le=999)
-    cpus: float | None = Field(default=None, gt=0)
-    memory_gib: float | None = Field(default=None, gt=0)
-    image: str | None = Field(
+    cpus: Cpus | None = None
+    memory_gib: MemoryGib | None = None
+    image: Text | None = Field(
         default=None, max_length=200, description="an image name of `GET /v1/images`; null: the platform's default image"
     )
-    disk_gib: int = Field(default=50, ge=1, le=65536)
-    ports: list[int] = Field(
+    disk_gib: int = Field(default=50, ge=1, le=MAX_DISK_GIB)
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
         default_factory=list,
         max_length=16,
         description="container ports to publish through the server's proxy (`/proxy/instances/ID/PORT/`); 22 is SSH's",
     )
     priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
-    max_price: str | None = Field(
+    max_price: Text | None = Field(
         default=None,
+        max_length=30,
         description="spot only: the most paid per GPU-hour, decimal text "
         '(e.g. "1.20"); above it the instance waits, and a running one is reclaimed with notice',
     )
@@ -59,8 +61,8 @@ class NodeUpdate(Strict):
 
 
 class ExecRequest(Strict):
-    command: str = Field(min_length=1)
-    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    command: Text = Field(min_length=1, max_length=100_000)
+    timeout_s: Finite = Field(default=60.0, gt=0, le=3600)
 
 
 class TenantCreate(Strict):
@@ -75,41 +77,39 @@ class TenantPatch(Strict):
 class UserCreate(Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
     role: Literal["admin", "operator", "member"] = "member"
-    tenant: str | None = Field(default=None, max_length=100)
-    password: str | None = Field(default=None, max_length=1024, description="for console sign-in; at least 10 characters")
+    tenant: TenantRef | None = Field(default=None, description="the new user's tenant, by name; default: yours")
+    password: Text | None = Field(default=None, max_length=1024, description="for console sign-in; at least 10 characters")
 
 
 class UserPatch(Strict):
     disabled: bool | None = None
-    password: str | None = Field(default=None, max_length=1024)
+    password: Text | None = Field(default=None, max_length=1024)
     #: an admin turns off a user's second factor (a lost device)
     reset_2fa: bool = False
 
 
 class PasswordChange(Strict):
-    password: str = Field(max_length=1024)
-    current: str | None = Field(default=None, max_length=1024)
+    password: Text = Field(max_length=1024)
+    current: Text | None = Field(default=None, max_length=1024)
 
 
 class TokenCreate(Strict):
-    name: str = Field(default="", max_length=100)
-    scopes: list[str] = Field(
+    name: Text = Field(default="", max_length=100)
+    scopes: list[Text] = Field(
         default_factory=list, max_length=20, description="'read' (GET only), 'route:/v1/PATH' (only paths under it)"
     )
     expires_in_days: float | None = Field(default=None, gt=0, le=3660, allow_inf_nan=False)
-    tenant: str | None = Field(
-        default=None, max_length=100, description="pin the token to this tenant: it acts there only, as a member"
-    )
+    tenant: TenantRef | None = Field(default=None, description="pin the token to this tenant: it acts there only, as a member")
 
 
 class SignIn(Strict):
-    name: str = Field(min_length=1, max_length=100)
-    password: str = Field(min_length=1, max_length=1024)
-    code: str | None = Field(default=None, max_length=10, description="the TOTP code, when two-factor sign-in is on")
+    name: Text = Field(min_length=1, max_length=100)
+    password: Text = Field(min_length=1, max_length=1024)
+    code: Text | None = Field(default=None, max_length=10, description="the TOTP code, when two-factor sign-in is on")
 
 
 class Code(Strict):
-    code: str = Field(min_length=1, max_length=10)
+    code: Text = Field(min_length=1, max_length=10)
 
 
 # -- responses -------------------------------------------------------------------------

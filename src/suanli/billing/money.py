@@ -12,6 +12,10 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 MICROS = 1_000_000
+#: the largest amount one request may name (a top-up, a price, a limit, GiB moved): far
+#: above any real one, and small enough that balances and sums of many of them stay
+#: within the ledger's 64-bit integer columns (2**63 micro-units is about 9.2e12 units)
+MAX_AMOUNT = Decimal(1_000_000_000)
 SYMBOLS = {"CNY": "¥", "USD": "$", "EUR": "€"}
 
 
@@ -30,6 +34,8 @@ def to_micros(value: str | int | float | Decimal, *, allow_negative: bool = Fals
         raise MoneyError(f"not a finite amount: {value!r}")
     if d < 0 and not allow_negative:
         raise MoneyError(f"negative amount: {value!r}")
+    if abs(d) > MAX_AMOUNT:
+        raise MoneyError(f"at most {MAX_AMOUNT} in absolute value, got {value!r}")
     return int((d * MICROS).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 

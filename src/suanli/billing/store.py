@@ -33,6 +33,7 @@ from suanli.billing.tables import (
     TermsRow,
     Transfer,
 )
+from suanli.bounds import parse_id
 from suanli.clock import SYSTEM
 from suanli.db.models import Node, Tenant
 from suanli.db.session import Database
@@ -183,11 +184,21 @@ def trial_balance(s: Session) -> int:
     return int(s.scalar(select(func.coalesce(func.sum(Posting.amount), 0))) or 0)
 
 
+def find_tenant(s: Session, tenant: str | int) -> int | None:
+    """The id of the tenant ``tenant`` names (its id, else its name), or None: digits are
+    read by ``bounds.parse_id`` (ASCII only, within the id range: "²" and 2**64 are names,
+    of no tenant, rather than a ValueError or an overflow)."""
+    text = str(tenant)
+    n = parse_id(text)
+    row = s.get(Tenant, n) if n is not None else s.scalar(select(Tenant).where(Tenant.name == text))
+    return None if row is None else row.id
+
+
 def tenant_id_of(s: Session, tenant: str | int) -> int:
-    row = s.get(Tenant, int(tenant)) if str(tenant).isdigit() else s.scalar(select(Tenant).where(Tenant.name == str(tenant)))
-    if row is None:
-        raise NotFound(f"no tenant {tenant!r}")
-    return row.id
+    tid = find_tenant(s, tenant)
+    if tid is None:
+        raise NotFound(f"no tenant {str(tenant)!r}")
+    return tid
 
 
 def topup(db: Database, tenant: str | int, amount: str, key: str | None = None, memo: str = "") -> tuple[bool, int]:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from suanli.bounds import DB_INT_MAX
 from suanli.control.auth import Principal, hash_token, principal_of, usable
 from suanli.db.models import ApiToken, User
 from suanli.db.session import Database
@@ -53,7 +54,7 @@ def port_url(scheme: str, domain: str, proxy_port: int | None, instance_id: int,
     return f"{scheme}://{where}/"
 
 
-_HOST = re.compile(r"^(\d{1,12})-(\d{1,5})\.(.+?)(?::\d{1,5})?$")
+_HOST = re.compile(r"^([0-9]{1,12})-([0-9]{1,5})\.(.+?)(?::[0-9]{1,5})?$")
 
 
 def parse_port_host(host: str | None, domain: str) -> tuple[int, int] | None:
@@ -62,7 +63,7 @@ def parse_port_host(host: str | None, domain: str) -> tuple[int, int] | None:
     if m is None or m.group(3) != domain.lower().rstrip("."):
         return None
     instance_id, port = int(m.group(1)), int(m.group(2))
-    return (instance_id, port) if instance_id > 0 and 0 < port < 65536 else None
+    return (instance_id, port) if 0 < instance_id <= DB_INT_MAX and 0 < port < 65536 else None
 
 
 def proxy_path(instance_id: int, port: int) -> str:

@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle, SupportsSsh
+from suanli.bounds import parse_id
 from suanli.control.auth import Principal
 from suanli.db.models import Instance, SshKey
 from suanli.db.session import Database
@@ -146,8 +147,8 @@ def remove(db: Database, who: Principal, key: int | str, on_change: Callable[[in
     with db.transaction() as s:
         q = select(SshKey).where(SshKey.user_id == who.user_id)
         text = str(key).strip()
-        if text.isdigit():
-            q = q.where(SshKey.id == int(text))
+        if (key_id := parse_id(text)) is not None:
+            q = q.where(SshKey.id == key_id)
         elif text.startswith("SHA256:"):
             q = q.where(SshKey.fingerprint == text)
         else:

@@ -27,6 +27,7 @@ Validation errors name the field path (``resources.accelerators``).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -34,6 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from suanli.billing.money import MoneyError, parse_max_price
+from suanli.bounds import MAX_GPUS, Cpus, MemoryGib, Text
 from suanli.control.volume_paths import volume_path
 from suanli.control.workload_secrets import check_names
 from suanli.errors import Invalid
@@ -54,8 +56,8 @@ def parse_accelerators(value: str) -> Accelerators:
     if not m:
         raise ValueError(f"expected MODEL or MODEL:COUNT (e.g. H100:8), got {value!r}")
     count = int(m.group(2)) if m.group(2) is not None else 1
-    if count < 1:
-        raise ValueError("the GPU count must be at least 1")
+    if not 1 <= count <= MAX_GPUS:
+        raise ValueError(f"the GPU count must be 1..{MAX_GPUS} (GPUs per node; more nodes: num_nodes)")
     return Accelerators(m.group(1), count)
 
 
@@ -78,8 +80,8 @@ class Resources(BaseModel):
 
     accelerators: str | None = None
     gpu_milli: int | None = Field(default=None, ge=1, le=999)
-    cpus: float | None = Field(default=None, gt=0)
-    memory: float | None = Field(default=None, gt=0)
+    cpus: Cpus | None = None  #: finite, at most bounds.MAX_CPUS
+    memory: MemoryGib | None = None
     priority: Literal["on-demand", "spot", "reserved"] = "on-demand"
     #: spot bid per GPU-hour, decimal text; declared after ``priority`` so it can check it
     max_price: str | None = None
@@ -96,6 +98,8 @@ class Resources(BaseModel):
             ((k, n),) = v.items()
             v = f"{k}:{n}"
         if v is not None:
+            if len(str(v)) > 100:
+                raise ValueError("at most 100 characters (MODEL or MODEL:COUNT)")
             parse_accelerators(str(v))
             return str(v)
         return v
@@ -115,25 +119,25 @@ class Task(BaseModel):
     #: inputs hidden from error text: an invalid task must not echo its secrets
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    name: str = Field(default="", max_length=100)
+    name: Text = Field(default="", max_length=100)
     #: an image name of the platform's catalog (``suanli images list``); None: the default image
-    image: str | None = Field(default=None, max_length=200)
+    image: Text | None = Field(default=None, max_length=200)
     resources: Resources = Field(default_factory=Resources)
     num_nodes: int = Field(default=1, ge=1, le=64)
     #: the LOCAL directory ``suanli launch`` packs and uploads (relative to the YAML); the
     #: server never reads a path of its own from a task and refuses a job that sends one
-    workdir: str | None = None
+    workdir: Text | None = Field(default=None, max_length=4096)
     #: the upload id (SHA-256 of the archive, control/uploads.py) the CLI fills in from
     #: ``workdir``; the job runs with that tree as its working directory (/workspace/code)
     code: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    setup: str | None = None
-    run: str = Field(min_length=1)
-    envs: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    setup: Text | None = Field(default=None, max_length=100_000)
+    run: Text = Field(min_length=1, max_length=100_000)
+    envs: dict[str, str | int | float | bool] = Field(default_factory=dict, max_length=1000)
     #: name -> value, seen by the workload as environment variables; sealed at rest
     #: (``control.workload_secrets``), never in ``spec``, a listing, a log or an error
-    secrets: dict[str, SecretStr] = Field(default_factory=dict, repr=False)
+    secrets: dict[str, SecretStr] = Field(default_factory=dict, max_length=1000, repr=False)
     #: where the job keeps checkpoints, in its volume: relative to /workspace, or under it
-    checkpoint_dir: str | None = None
+    checkpoint_dir: Text | None = Field(default=None, max_length=4096)
 
     @field_validator("envs")
     @classmethod
@@ -141,6 +145,13 @@ class Task(BaseModel):
         for k in v:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
                 raise ValueError(f"{k!r} is not a valid environment variable name")
+        for k, value in v.items():  # here, not in the type: a union's error names each member
+            if isinstance(value, str) and len(value) > 100_000:
+                raise ValueError(f"{k}: at most 100000 characters")
+            if isinstance(value, str) and "\x00" in value:
+                raise ValueError(f"{k}: must not contain a NUL character (\\x00): an environment holds none")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{k}: must be a finite number, got {value}")
         return v
 
     @field_validator("secrets", mode="before")

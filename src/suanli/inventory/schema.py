@@ -4,26 +4,30 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from suanli.bounds import MAX_GPUS, Cpus, GpuMemoryGib, MemoryGib, Text
 
 
 class NodeDecl(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    gpu_model: str = Field(min_length=1, max_length=50)
-    gpu_count: int = Field(ge=0, le=64)
-    gpu_memory_gib: float = Field(default=0, ge=0)
-    cpu_cores: float = Field(gt=0)
-    memory_gib: float = Field(gt=0)
-    zone: str = ""
+    gpu_model: Text = Field(min_length=1, max_length=50)
+    gpu_count: int = Field(ge=0, le=MAX_GPUS)
+    gpu_memory_gib: GpuMemoryGib = 0
+    cpu_cores: Cpus
+    memory_gib: MemoryGib
+    zone: Text = Field(default="", max_length=100)
     backend: Literal["local", "slurm", "kubernetes"] = "local"
-    ib_leaf: str = ""
-    nvlink_islands: list[list[int]] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
+    ib_leaf: Text = Field(default="", max_length=100)
+    nvlink_islands: list[list[int]] = Field(default_factory=list, max_length=MAX_GPUS)
+    labels: dict[Annotated[Text, Field(max_length=100)], Annotated[Text, Field(max_length=1000)]] = Field(
+        default_factory=dict, max_length=100
+    )
     #: take the GPUs from NVML on this host instead of declaring them (local only)
     discover: bool = False
 
@@ -39,7 +43,7 @@ class NodeDecl(BaseModel):
 class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    nodes: list[NodeDecl] = Field(min_length=1)
+    nodes: list[NodeDecl] = Field(min_length=1, max_length=10_000)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Inventory:

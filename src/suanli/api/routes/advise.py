@@ -11,7 +11,7 @@ Advisor errors are 422 with the advisor's message, which names the bad value.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from suanli.advisor import AdvisorError, service, to_jsonable
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.bounds import Finite, Text
 from suanli.control import nodes
 from suanli.control.auth import Principal
 from suanli.control.platform_gpus import platform_gpus
@@ -26,45 +27,54 @@ from suanli.errors import Invalid
 
 router = APIRouter(prefix="/v1/advise", tags=["advisor"])
 
+#: a model's context (tokens) and a cluster's GPUs an answer may be asked for: far above
+#: any real one, low enough that the arithmetic stays quick
+MAX_CONTEXT = 100_000_000
+MAX_GPUS_ADVISED = 1_000_000
+
 
 class ModelQuery(BaseModel):
     """A model and how it is run: what every memory-based question starts from."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(default=None, description="bundled model name, e.g. qwen2.5-72b")
-    params: str | float | None = Field(default=None, description="or a parameter count, e.g. 70B")
-    task: str = "inference"
-    precision: str = "bf16"
-    context: int = Field(default=4096, ge=1)
-    batch: int = Field(default=1, ge=1)
+    model: Text | None = Field(default=None, max_length=100, description="bundled model name, e.g. qwen2.5-72b")
+    params: Annotated[Text, Field(max_length=30)] | Annotated[Finite, Field(gt=0, le=1e15)] | None = Field(
+        default=None, description="or a parameter count, e.g. 70B"
+    )
+    task: Text = Field(default="inference", max_length=30)
+    precision: Text = Field(default="bf16", max_length=30)
+    context: int = Field(default=4096, ge=1, le=MAX_CONTEXT)
+    batch: int = Field(default=1, ge=1, le=1_000_000)
     training: dict[str, Any] = Field(default_factory=dict, description="zero, offload, optimizer, checkpointing, lora_rank, ...")
 
 
 class MemoryQuery(ModelQuery):
-    gpus: int = Field(default=1, ge=1)
-    kv_cache_dtype: str = "bf16"
-    prefill_tokens: int | None = Field(default=None, ge=1)
+    gpus: int = Field(default=1, ge=1, le=MAX_GPUS_ADVISED)
+    kv_cache_dtype: Text = Field(default="bf16", max_length=30)
+    prefill_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
 
 
 class FitQuery(ModelQuery):
-    tokens: float | None = Field(default=None, gt=0, description="training tokens, for time and total cost")
+    tokens: Finite | None = Field(default=None, gt=0, le=1e16, description="training tokens, for time and total cost")
 
 
 class PlatformQuery(FitQuery):
-    plan: str = Field(default="on-demand", description="on-demand | spot | monthly | reserved: the plan each price is on")
+    plan: Text = Field(
+        default="on-demand", max_length=30, description="on-demand | spot | monthly | reserved: the plan each price is on"
+    )
 
 
 class TcoQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpus: int | None = Field(default=None, ge=1)
-    gpu_model: str | None = None
-    gpu_price: float | None = Field(default=None, gt=0)
-    depreciation_years: float | None = Field(default=None, gt=0)
-    residual_fraction: float | None = Field(default=None, ge=0, le=1)
-    utilization: float | None = Field(default=None, gt=0, le=1)
-    rent_per_gpu_hour: float | None = Field(default=None, gt=0)
+    gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS_ADVISED)
+    gpu_model: Text | None = Field(default=None, max_length=100)
+    gpu_price: Finite | None = Field(default=None, gt=0, le=1e9)
+    depreciation_years: Finite | None = Field(default=None, gt=0, le=100)
+    residual_fraction: Finite | None = Field(default=None, ge=0, le=1)
+    utilization: Finite | None = Field(default=None, gt=0, le=1)
+    rent_per_gpu_hour: Finite | None = Field(default=None, gt=0, le=1e6)
 
 
 def _answer(call: Any) -> Any:

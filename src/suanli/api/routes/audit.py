@@ -11,6 +11,7 @@ from fastapi.responses import StreamingResponse
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.params import IdQuery, TextQuery
 from suanli.api.schemas import AuditOut, AuditVerdict
 from suanli.control import audit
 from suanli.control.auth import Principal
@@ -20,9 +21,9 @@ router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
 @router.get("", response_model=list[AuditOut])
 def records(
-    tenant_id: int | None = Query(None, ge=1, le=2**31 - 1),
-    actor: str | None = Query(None, max_length=100),
-    action: str | None = Query(None, max_length=100, description="a prefix: 'instances.' is every instance action"),
+    tenant_id: IdQuery = None,
+    actor: TextQuery = None,
+    action: TextQuery = None,
     since: datetime | None = None,
     after: int = Query(0, ge=0, le=2**62, description="the pager: the last id of the previous page"),
     limit: int = Query(100, ge=1, le=1000),

@@ -8,7 +8,7 @@ server's billing thread (``control.billing_worker``) and ``POST /rate`` rate."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
@@ -17,14 +17,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from suanli import gpu_names
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.params import IdPath, TenantQuery
 from suanli.billing import funds, rater, reports, spot, store
 from suanli.billing import quote as quoting
 from suanli.billing.money import MoneyError
-from suanli.billing.store import BillingError, dt_to_ms, tenant_id_of
+from suanli.billing.store import BillingError, dt_to_ms
+from suanli.bounds import DB_INT_MAX, MAX_DISK_GIB, EpochMs, Finite, TenantRef, Text
 from suanli.control import admission
 from suanli.control.auth import Principal
 from suanli.control.task import Task, check_max_price
-from suanli.errors import Forbidden
+from suanli.errors import Forbidden, NotFound
 
 router = APIRouter(prefix="/v1/billing", tags=["billing"])
 OPERATOR = ("admin", "operator")
@@ -35,83 +37,90 @@ class Strict(BaseModel):
 
 
 class PriceSet(Strict):
-    gpu_model: str | None = Field(default=None, max_length=50)
-    plan: str = Field(min_length=1, max_length=20)
-    price: str = Field(min_length=1, max_length=30, description='decimal text in the book\'s currency, e.g. "1.96"')
-    note: str = Field(default="", max_length=500)
-    effective_ms: int | None = None
+    gpu_model: Text | None = Field(default=None, max_length=50)
+    plan: Text = Field(min_length=1, max_length=20)
+    price: Text = Field(min_length=1, max_length=30, description='decimal text in the book\'s currency, e.g. "1.96"')
+    note: Text = Field(default="", max_length=500)
+    effective_ms: EpochMs | None = None
 
 
 class TopUp(Strict):
-    tenant: str
-    amount: str = Field(min_length=1, max_length=30)
-    key: str | None = Field(default=None, max_length=100, description="idempotency key: a repeat posts nothing")
-    memo: str = Field(default="", max_length=500)
+    tenant: TenantRef
+    amount: Text = Field(min_length=1, max_length=30)
+    key: Text | None = Field(default=None, max_length=100, description="idempotency key: a repeat posts nothing")
+    memo: Text = Field(default="", max_length=500)
 
 
 class GrantIn(Strict):
-    tenant: str
-    gpu_model: str | None = Field(default=None, max_length=50)
-    max_gpus: float = Field(gt=0, le=100_000)
-    gpu_minutes: int | None = Field(default=None, ge=0)
+    tenant: TenantRef
+    gpu_model: Text | None = Field(default=None, max_length=50)
+    max_gpus: Finite = Field(gt=0, le=100_000)
+    gpu_minutes: int | None = Field(default=None, ge=0, le=DB_INT_MAX)
     qos: Literal["spot", "on-demand", "reserved"] = "on-demand"
     expires_at: datetime | None = None
 
 
 class BudgetIn(Strict):
-    tenant: str | None = None
-    limit: str | None = Field(default=None, max_length=30)
-    thresholds: list[int] = Field(default_factory=lambda: [50, 80, 100])
+    tenant: TenantRef | None = None
+    limit: Text | None = Field(default=None, max_length=30)
+    thresholds: list[Annotated[int, Field(ge=1, le=1000)]] = Field(
+        default_factory=lambda: [50, 80, 100], max_length=20, description="percent of the limit at which to alert"
+    )
     hard_cap: bool = False
     notice_s: int = Field(default=300, ge=0, le=86_400 * 7)
 
 
 class TermsIn(Strict):
-    tenant: str | None = None
+    tenant: TenantRef | None = None
     terms: Literal["prepaid", "credit", "postpaid"] | None = None
-    credit_limit: str | None = Field(
+    credit_limit: Text | None = Field(
         default=None, max_length=30, description="credit terms: how far below zero the balance may go"
     )
     grace_s: int | None = Field(default=None, ge=0, le=86_400 * 7, description="notice before running work stops")
-    low_balance: str | None = Field(default=None, max_length=30, description='alert below this amount; "" turns it off')
-    storage_debt_limit: str | None = Field(
+    low_balance: Text | None = Field(default=None, max_length=30, description='alert below this amount; "" turns it off')
+    storage_debt_limit: Text | None = Field(
         default=None, max_length=30, description="how far a stopped disk's storage may take the balance below its floor"
     )
 
 
 class SubscriptionIn(Strict):
-    tenant: str | None = None
+    tenant: TenantRef | None = None
     plan: Literal["monthly", "reserved"]
-    gpu_model: str = Field(min_length=1, max_length=50)
+    gpu_model: Text = Field(min_length=1, max_length=50)
     gpu_count: int = Field(ge=1, le=4096)
     months: int = Field(default=1, ge=1, le=36)
 
 
 class TransferIn(Strict):
-    tenant: str
-    gib: str = Field(min_length=1, max_length=30)
-    note: str = Field(default="", max_length=200)
+    tenant: TenantRef
+    gib: Text = Field(min_length=1, max_length=30)
+    note: Text = Field(default="", max_length=200)
 
 
 class QuoteIn(Strict):
     task: Task
-    max_hours: float | None = Field(default=None, gt=0, le=24 * 366)
-    disk_gib: int = Field(default=0, ge=0)
-    max_price: str | None = Field(default=None, description="spot bid per GPU-hour; default: the task's resources.max_price")
+    max_hours: Finite | None = Field(default=None, gt=0, le=24 * 366)
+    disk_gib: int = Field(default=0, ge=0, le=MAX_DISK_GIB)
+    max_price: Text | None = Field(
+        default=None, max_length=30, description="spot bid per GPU-hour; default: the task's resources.max_price"
+    )
 
 
 class RateIn(Strict):
-    cutoff_ms: int | None = None
+    cutoff_ms: EpochMs | None = None
 
 
 def _tenant(ctx: ServerContext, who: Principal, tenant: str | None) -> int:
+    """The tenant ``?tenant=`` (or a body's ``tenant``) names, for ``who``: its own always,
+    any for operators. A member naming another tenant gets the very answer a tenant that
+    does not exist gets (404, same body), so the answer tells no tenant's name."""
     if tenant is None:
         return who.tenant_id
     with ctx.db.sessions() as s:
-        tid = tenant_id_of(s, tenant)
-    if tid != who.tenant_id:
-        who.require(*OPERATOR)
-    return tid
+        tid = store.find_tenant(s, tenant)
+    if tid is not None and (tid == who.tenant_id or who.role in OPERATOR):
+        return tid
+    raise NotFound("no tenant of that name or id that you may see")
 
 
 def install(app: FastAPI) -> None:
@@ -121,7 +130,7 @@ def install(app: FastAPI) -> None:
 
 @router.get("/usage")
 def usage(
-    tenant: str | None = None,
+    tenant: TenantQuery = None,
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int = Query(1000, ge=1, le=100_000),
@@ -136,7 +145,7 @@ def usage(
 
 
 @router.get("/bill")
-def bill(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+def bill(tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
     tid = _tenant(ctx, who, tenant)
     out = reports.bill(ctx.db, tid)
     with ctx.db.sessions() as s:
@@ -145,7 +154,7 @@ def bill(tenant: str | None = None, ctx: ServerContext = Depends(context), who: 
 
 
 @router.get("/terms")
-def terms(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+def terms(tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
     """Payment terms (prepaid, credit, post-paid), grace period, low-balance alert and
     what the tenant has left."""
     tid = _tenant(ctx, who, tenant)
@@ -179,8 +188,8 @@ def set_terms(body: TermsIn, ctx: ServerContext = Depends(context), who: Princip
 
 @router.get("/invoice", response_model=None)
 def invoice(
-    month: str,
-    tenant: str | None = None,
+    month: str = Query(pattern=r"^[0-9]{4}-[0-9]{2}$", description="YYYY-MM"),
+    tenant: TenantQuery = None,
     format: Literal["json", "html"] = "json",
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
@@ -244,7 +253,7 @@ def _grant_out(g) -> dict:  # type: ignore[no-untyped-def]
 
 
 @router.get("/grants")
-def grants(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[dict]:
+def grants(tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[dict]:
     tid = None if (tenant is None and who.sees_all) else _tenant(ctx, who, tenant)
     return [_grant_out(g) for g in store.list_grants(ctx.db, tid)]
 
@@ -259,7 +268,7 @@ def create_grant(body: GrantIn, ctx: ServerContext = Depends(context), who: Prin
 
 
 @router.delete("/grants/{grant_id}")
-def revoke_grant(grant_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+def revoke_grant(grant_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
     who.require(*OPERATOR)
     store.revoke_grant(ctx.db, grant_id)
     ctx.wake()
@@ -278,7 +287,7 @@ def set_budget(body: BudgetIn, ctx: ServerContext = Depends(context), who: Princ
 
 @router.get("/budget/changes")
 def budget_changes(
-    tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> list[dict]:
     """Who changed the budget, when, from what to what."""
     tid = _tenant(ctx, who, tenant)
@@ -306,7 +315,7 @@ def _sub_out(r) -> dict:  # type: ignore[no-untyped-def]
 
 @router.get("/subscriptions")
 def subscriptions(
-    tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> list[dict]:
     return [_sub_out(r) for r in store.list_subscriptions(ctx.db, _tenant(ctx, who, tenant))]
 
@@ -318,7 +327,7 @@ def subscribe(body: SubscriptionIn, ctx: ServerContext = Depends(context), who: 
 
 
 @router.post("/subscriptions/{sub_id}/cancel")
-def cancel(sub_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
+def cancel(sub_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
     return _sub_out(store.cancel_subscription(ctx.db, sub_id, None if who.sees_all else who.tenant_id))
 
 

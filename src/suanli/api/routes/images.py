@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.params import NamePath
 from suanli.backends.local import imagebuild
+from suanli.bounds import Text
 from suanli.control import images
 from suanli.control.auth import Principal
 from suanli.db.models import Image
@@ -24,8 +26,8 @@ router = APIRouter(prefix="/v1/images", tags=["images"])
 
 class ImageContents(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    python: str | None = Field(default=None, max_length=20, description="Python version inside, e.g. 3.11")
-    cuda: str | None = Field(default=None, max_length=20, description="CUDA version inside, e.g. 12.4")
+    python: Text | None = Field(default=None, max_length=20, description="Python version inside, e.g. 3.11")
+    cuda: Text | None = Field(default=None, max_length=20, description="CUDA version inside, e.g. 12.4")
     jupyterlab: bool = False
     sshd: bool = Field(default=False, description="has OpenSSH's sshd: `suanli ssh`, scp and sftp work")
 
@@ -35,8 +37,8 @@ class ImageCreate(BaseModel):
     name: str = Field(
         min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9._-]*$", description="what renters write in `--image` / `image:`"
     )
-    ref: str = Field(min_length=1, max_length=300, description="the engine's reference, e.g. localhost/suanli/python:3.11")
-    description: str = Field(default="", max_length=2000)
+    ref: Text = Field(min_length=1, max_length=300, description="the engine's reference, e.g. localhost/suanli/python:3.11")
+    description: Text = Field(default="", max_length=2000)
     contents: ImageContents = Field(default_factory=ImageContents)
     default: bool = Field(default=False, description="use it when a request names no image (unsets the previous default)")
 
@@ -102,14 +104,16 @@ def add(body: ImageCreate, ctx: ServerContext = Depends(context), who: Principal
 
 
 @router.patch("/{name}", response_model=ImageOut)
-def update(name: str, body: ImageUpdate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> ImageOut:
+def update(
+    name: NamePath, body: ImageUpdate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> ImageOut:
     if not body.default:
         raise Invalid("to change the default, set it on another image (default: true)")
     return _out(images.set_default(ctx.db, who, name), _present_refs())
 
 
 @router.delete("/{name}", response_model=ImageOut)
-def remove(name: str, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> ImageOut:
+def remove(name: NamePath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> ImageOut:
     return _out(images.remove(ctx.db, who, name), _present_refs())
 
 

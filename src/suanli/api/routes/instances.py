@@ -7,6 +7,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from suanli.api.context import ServerContext
 from suanli.api.convert import access_for, allocations_for, costs_for, instance_out
 from suanli.api.deps import context, principal
+from suanli.api.errors import documented
+from suanli.api.params import IdPath, LogTail
 from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut
 from suanli.control import instances
 from suanli.control.auth import Principal
@@ -14,6 +16,8 @@ from suanli.control.isolation import require_isolation
 from suanli.db.models import Instance
 
 router = APIRouter(prefix="/v1/instances", tags=["instances"])
+#: create and start check that the tenant can pay (``control.funds``)
+PAYS = documented(402)
 
 
 def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[InstanceOut]:
@@ -46,7 +50,7 @@ def to_request(body: InstanceCreate) -> instances.InstanceRequest:
     )
 
 
-@router.post("", response_model=InstanceOut, status_code=201)
+@router.post("", response_model=InstanceOut, status_code=201, responses=PAYS)
 def create(
     body: InstanceCreate, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
@@ -68,23 +72,23 @@ def list_(
 
 @router.get("/{instance_id}", response_model=InstanceOut)
 def get(
-    instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    instance_id: IdPath, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
     return _out(ctx, request, instances.get(ctx.db, who, instance_id))
 
 
 @router.post("/{instance_id}/stop", response_model=InstanceOut)
 def stop(
-    instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    instance_id: IdPath, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
     row = instances.stop(ctx.db, who, instance_id)
     ctx.wake()
     return _out(ctx, request, row)
 
 
-@router.post("/{instance_id}/start", response_model=InstanceOut)
+@router.post("/{instance_id}/start", response_model=InstanceOut, responses=PAYS)
 def start(
-    instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    instance_id: IdPath, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
     row = instances.start(ctx.db, who, instance_id)
     ctx.wake()
@@ -93,7 +97,7 @@ def start(
 
 @router.delete("/{instance_id}", response_model=InstanceOut)
 def delete(
-    instance_id: int, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    instance_id: IdPath, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
     row = instances.delete(ctx.db, who, instance_id, ctx.data_dir)
     ctx.wake()
@@ -102,7 +106,7 @@ def delete(
 
 @router.post("/{instance_id}/exec", response_model=ExecOut)
 def exec_(
-    instance_id: int, body: ExecRequest, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    instance_id: IdPath, body: ExecRequest, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> ExecOut:
     result = instances.exec_(ctx.db, ctx.backends, who, instance_id, body.command, body.timeout_s)
     return ExecOut(exit_code=result.exit_code, output=result.output)
@@ -110,8 +114,8 @@ def exec_(
 
 @router.get("/{instance_id}/logs", response_model=LogsOut)
 def logs(
-    instance_id: int,
-    tail_bytes: int | None = Query(None, ge=1),
+    instance_id: IdPath,
+    tail_bytes: LogTail = None,
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> LogsOut:

@@ -8,6 +8,8 @@ from sqlalchemy import select
 from suanli.api.context import ServerContext
 from suanli.api.convert import allocations_for, costs_for, event_out, job_out
 from suanli.api.deps import context, principal
+from suanli.api.errors import documented
+from suanli.api.params import IdPath, IdQuery, LogTail, TextQuery
 from suanli.api.schemas import EventOut, JobOut, LogsOut
 from suanli.control import images, jobs
 from suanli.control.auth import Principal
@@ -18,7 +20,7 @@ from suanli.db.models import Event
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
-@router.post("/jobs", response_model=JobOut, status_code=201)
+@router.post("/jobs", response_model=JobOut, status_code=201, responses=documented(402))  # control.funds
 def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
     require_isolation(ctx.db, ctx.backends, who, ctx.allow_process_runtime)
     with ctx.db.sessions() as s:
@@ -29,7 +31,7 @@ def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = D
 
 
 @router.get("/jobs", response_model=list[JobOut])
-def list_(state: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[JobOut]:
+def list_(state: TextQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[JobOut]:
     rows = jobs.list_(ctx.db, who, state)
     allocs = allocations_for(ctx.db, rows)
     costs = costs_for(ctx.db, rows)
@@ -37,14 +39,14 @@ def list_(state: str | None = None, ctx: ServerContext = Depends(context), who: 
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get(job_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
+def get(job_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
     row = jobs.get(ctx.db, who, job_id)
     allocs = allocations_for(ctx.db, [row]).get(row.id, [])
     return job_out(row, allocs, ctx.waiting_reason("job", row.id), costs_for(ctx.db, [row]).get(row.id))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
+def cancel(job_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
     row = jobs.cancel(ctx.db, who, job_id)
     ctx.wake()
     return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []), cost=costs_for(ctx.db, [row]).get(row.id))
@@ -52,8 +54,8 @@ def cancel(job_id: int, ctx: ServerContext = Depends(context), who: Principal = 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogsOut)
 def logs(
-    job_id: int,
-    tail_bytes: int | None = Query(None, ge=1),
+    job_id: IdPath,
+    tail_bytes: LogTail = None,
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> LogsOut:
@@ -62,8 +64,8 @@ def logs(
 
 @router.get("/events", response_model=list[EventOut])
 def events(
-    kind: str | None = None,
-    object_id: int | None = None,
+    kind: TextQuery = None,
+    object_id: IdQuery = None,
     limit: int = Query(200, ge=1, le=5000),
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.params import NamePath
+from suanli.bounds import Text
 from suanli.control import keys
 from suanli.control.auth import Principal
 from suanli.db.models import SshKey
@@ -22,12 +24,12 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    public_key: str = Field(
+    public_key: Text = Field(
         min_length=1,
         max_length=keys.MAX_TEXT + 1,
         description="one OpenSSH public key line, e.g. the content of ~/.ssh/id_ed25519.pub",
     )
-    name: str = Field(default="", max_length=keys.NAME_MAX, description="a label; default: the key's comment")
+    name: Text = Field(default="", max_length=keys.NAME_MAX, description="a label; default: the key's comment")
 
 
 class KeyOut(BaseModel):
@@ -35,7 +37,7 @@ class KeyOut(BaseModel):
     name: str
     type: str = Field(description="ssh-ed25519, ecdsa-sha2-nistp256, ssh-rsa, ...")
     fingerprint: str = Field(description="SHA256:..., as `ssh-keygen -lf FILE` prints it")
-    public_key: str = Field(description="the stored, normalised line")
+    public_key: Text = Field(description="the stored, normalised line")
     created_at: datetime
 
 
@@ -61,6 +63,6 @@ def list_(ctx: ServerContext = Depends(context), who: Principal = Depends(princi
 
 
 @router.delete("/{key_id:path}", response_model=KeyOut)
-def delete(key_id: str, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
+def delete(key_id: NamePath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
     """``key_id``: the key's id, or its ``SHA256:...`` fingerprint (URL-encoded)."""
     return key_out(keys.remove(ctx.db, who, key_id, on_change=partial(keys.push_keys, ctx.db, ctx.backends)))

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends
 from suanli.api.context import ServerContext
 from suanli.api.convert import gpu_model_out, node_out
 from suanli.api.deps import context, principal
+from suanli.api.params import NamePath
 from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate
 from suanli.backends.local import discover_gpus
 from suanli.billing.offers import offers
@@ -41,7 +42,7 @@ def add_nodes(body: Inventory, ctx: ServerContext = Depends(context), who: Princ
 
 
 @router.post("/nodes/{name}/heartbeat", response_model=NodeOut)
-def heartbeat(name: str, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> NodeOut:
+def heartbeat(name: NamePath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> NodeOut:
     """The node's agent says it is alive (operator token). Once a node has sent one,
     silence longer than the server's heartbeat timeout marks it down and fails its work over."""
     heartbeat_mod.beat(ctx.db, who, name)
@@ -50,7 +51,7 @@ def heartbeat(name: str, ctx: ServerContext = Depends(context), who: Principal =
 
 @router.patch("/nodes/{name}", response_model=NodeOut)
 def update_node(
-    name: str, body: NodeUpdate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    name: NamePath, body: NodeUpdate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> NodeOut:
     """Cordon a node (it keeps its work, gets no new work), mark it down, or make it ready."""
     nodes.set_state(ctx.db, who, name, body.state)

@@ -16,7 +16,8 @@ from starlette.requests import ClientDisconnect
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
-from suanli.api.errors import http_error
+from suanli.api.errors import documented, http_error
+from suanli.api.params import UploadId
 from suanli.control import uploads
 from suanli.control.auth import Principal
 from suanli.errors import DomainError, Invalid
@@ -53,11 +54,11 @@ def limit(ctx: ServerContext = Depends(context), _: Principal = Depends(principa
 
 
 @router.get("/{upload_id}", response_model=UploadOut)
-def get(upload_id: str, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> UploadOut:
+def get(upload_id: UploadId, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> UploadOut:
     return UploadOut(id=upload_id, size=uploads.size_of(ctx.data_dir, who.tenant_id, upload_id))
 
 
-@router.post("", response_model=UploadOut, status_code=201)
+@router.post("", response_model=UploadOut, status_code=201, responses=documented(413, 415))  # over the cap; not gzip
 async def upload(request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> UploadOut:
     cap = max_upload_bytes(ctx)
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()

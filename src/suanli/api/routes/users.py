@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Request
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal, source
+from suanli.api.params import IdPath, NamePath
 from suanli.api.schemas import (
     Code,
     EnrolmentOut,
@@ -94,7 +95,7 @@ def list_tokens(all: bool = False, ctx: ServerContext = Depends(context), who: P
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenInfo)
-def revoke_token(token_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> TokenInfo:
+def revoke_token(token_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> TokenInfo:
     """Revoke one of your tokens (an admin: anyone's): refused from now on."""
     row = tokens.revoke(ctx.db, who, token_id, ctx.tokens)
     return TokenInfo(**_token_info(row, who.name if row.user_id == who.user_id else str(row.user_id)))
@@ -115,7 +116,7 @@ def create_tenant(body: TenantCreate, ctx: ServerContext = Depends(context), who
 
 @router.patch("/tenants/{tenant}", response_model=TenantOut)
 def patch_tenant(
-    tenant: str, body: TenantPatch, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    tenant: NamePath, body: TenantPatch, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> TenantOut:
     """Require (or stop requiring) a second factor at sign-in for the tenant's people."""
     return _tenant_out(accounts.set_tenant_2fa(ctx.db, who, tenant, body.require_2fa))
@@ -133,7 +134,9 @@ def create_user(body: UserCreate, ctx: ServerContext = Depends(context), who: Pr
 
 
 @router.patch("/users/{user}", response_model=UserOut)
-def patch_user(user: str, body: UserPatch, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> UserOut:
+def patch_user(
+    user: NamePath, body: UserPatch, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> UserOut:
     """Admins: disable or enable a user (their tokens stop at once), set a password,
     turn a second factor off."""
     who.require("admin")

@@ -1,0 +1,76 @@
+"""What a request may carry: ids within the database's integer range, finite numbers within
+physical bounds, text without NUL. One definition of each, used by every request model
+(``api.schemas``, ``control.task``, ``inventory``) and, through ``api.params``, by the path
+and query parameters, so a bad value is a 422 naming its field before anything is read or
+written.
+
+Why each bound: an id above 2**63 overflowed SQLite's driver and one from 2**31 PostgreSQL's
+INTEGER columns (500s); ``1e309`` is a float, infinity, and infinite cores or GiB failed the
+arithmetic that turns them into milli-cores and MiB (500); PostgreSQL refuses a NUL in text
+and in JSON (500), and a NUL in an environment variable was stored, then failed the launch.
+``str.isdigit`` is true for "²", which ``int`` refuses: ``parse_id`` reads ASCII digits only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+#: the largest id, and the largest value of any INTEGER column (PostgreSQL's INTEGER;
+#: SQLite's are wider, but one server's data must move to the other)
+DB_INT_MAX = 2**31 - 1
+
+#: physical bounds of one node's (and one request's) resources: generous, but finite
+MAX_CPUS = 4096.0  #: cores
+MAX_MEMORY_GIB = 65536.0  #: 64 TiB
+MAX_GPU_MEMORY_GIB = 4096.0  #: per GPU
+MAX_GPUS = 64  #: per node
+MAX_DISK_GIB = 65536
+#: a timestamp in ms since the epoch: up to the end of year 9999
+MAX_MS = 253_402_300_799_999
+
+NUL_PATTERN = r"^[^\x00]*$"
+
+
+def no_nul(value: str) -> str:
+    """PostgreSQL stores no NUL in text or JSON, and a process gets none in its environment."""
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character (\\x00)")
+    return value
+
+
+#: text without NUL; give its length at the field (``Text = Field(max_length=...)``). The
+#: schema carries the rule as a pattern, so clients and fuzzers know it.
+Text = Annotated[str, AfterValidator(no_nul), Field(json_schema_extra={"pattern": NUL_PATTERN})]
+
+#: a tenant named by its name or its id (``parse_id``)
+TenantRef = Annotated[
+    str, AfterValidator(no_nul), Field(min_length=1, max_length=100, json_schema_extra={"pattern": NUL_PATTERN})
+]
+
+#: an id of a row: what a path or body names a row by
+Id = Annotated[int, Field(ge=1, le=DB_INT_MAX)]
+
+#: a count or a size stored in an INTEGER column
+DbInt = Annotated[int, Field(ge=0, le=DB_INT_MAX)]
+
+#: finite floats (``allow_inf_nan=False``) within the physical bounds above
+Cpus = Annotated[float, Field(gt=0, le=MAX_CPUS, allow_inf_nan=False)]
+MemoryGib = Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)]
+GpuMemoryGib = Annotated[float, Field(ge=0, le=MAX_GPU_MEMORY_GIB, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+#: a point in time as ms since the epoch
+EpochMs = Annotated[int, Field(ge=0, le=MAX_MS)]
+
+
+def parse_id(text: str) -> int | None:
+    """The id ``text`` spells (ASCII digits, 1..``DB_INT_MAX``), else None: a caller that
+    also takes names looks the text up as a name then, and finds none for a number out of
+    range, rather than overflowing the database's integer."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()):
+        return None
+    n = int(text)
+    return n if 1 <= n <= DB_INT_MAX else None
