@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyotp
@@ -18,17 +16,12 @@ from suanli.billing.tables import Grant as BillingGrant
 from suanli.billing.tables import PriceVersion
 from suanli.control import tokens
 from suanli.db.models import ApiToken, Instance, Tenant
-from tests.control.control_helpers import Server, start_server
+from tests.control.control_helpers import Server
 
 
 @pytest.fixture
-def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
-    """No loop (nothing here needs work placed); renters may use host processes."""
-    s = start_server(tmp_path / "data", db_url, start_loop=False, allow_process_runtime=True)
-    try:
-        yield s
-    finally:
-        s.close()
+def server(quiet_server: Server) -> Server:
+    return quiet_server
 
 
 def bearer(token: str) -> dict[str, str]:

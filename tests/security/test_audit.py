@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +15,7 @@ from suanli.api.audit import OPERATOR_READS, UNAUDITED, WRITES
 from suanli.control import audit
 from suanli.db.clock import utcnow
 from suanli.db.models import AuditRecord
-from tests.control.control_helpers import Server, start_server
+from tests.control.control_helpers import Server
 
 
 @pytest.fixture
@@ -26,13 +24,8 @@ def srv(server: Server) -> Server:
 
 
 @pytest.fixture
-def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
-    """No loop (nothing here needs work placed); renters may use host processes."""
-    s = start_server(tmp_path / "data", db_url, start_loop=False, allow_process_runtime=True)
-    try:
-        yield s
-    finally:
-        s.close()
+def server(quiet_server: Server) -> Server:
+    return quiet_server
 
 
 def member(srv: Server, name: str = "bob", tenant: str = "acme") -> dict:

@@ -24,9 +24,11 @@ import anyio.to_thread
 from fastapi import FastAPI
 from sqlalchemy import select
 
+from suanli.billing.store import find_tenant
+from suanli.bounds import parse_id
 from suanli.control import audit
 from suanli.control.auth import Principal
-from suanli.db.models import Instance, Job, Tenant
+from suanli.db.models import Instance, Job
 from suanli.db.session import Database
 
 log = logging.getLogger(__name__)
@@ -62,11 +64,10 @@ def _tenant_of(db: Database, obj: str, asked: str | None) -> int | None:
     kind, _, ident = obj.partition("/")
     model = {"instance": Instance, "job": Job}.get(kind)
     with db.sessions() as s:
-        if model is not None and ident.isascii() and ident.isdigit() and len(ident) < 10:
-            return s.scalar(select(model.tenant_id).where(model.id == int(ident)))
+        if model is not None and (n := parse_id(ident)) is not None:
+            return s.scalar(select(model.tenant_id).where(model.id == n))
         if asked:
-            by_id = asked.isascii() and asked.isdigit() and len(asked) < 10
-            return s.scalar(select(Tenant.id).where(Tenant.id == int(asked) if by_id else Tenant.name == asked))
+            return find_tenant(s, asked)
     return None
 
 

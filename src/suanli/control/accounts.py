@@ -22,6 +22,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from suanli.billing.store import tenant_id_of
+from suanli.bounds import parse_id
 from suanli.control.auth import ROLES, Principal, TokenCache, mint
 from suanli.db.clock import utcnow
 from suanli.db.models import ApiToken, Tenant, User
@@ -77,10 +79,8 @@ def set_tenant_2fa(db: Database, who: Principal, tenant: str, required: bool) ->
 
 
 def _tenant(s: Session, tenant: str) -> Tenant:
-    by_id = tenant.isascii() and tenant.isdigit() and len(tenant) < 10
-    t = s.scalar(select(Tenant).where(Tenant.id == int(tenant) if by_id else Tenant.name == tenant))
-    if t is None:
-        raise NotFound(f"no tenant {tenant!r}")
+    t = s.get(Tenant, tenant_id_of(s, tenant))
+    assert t is not None
     return t
 
 
@@ -117,8 +117,9 @@ def list_users(db: Database, who: Principal, tenant: str | None = None) -> list[
 
 
 def _user(s: Session, user: str) -> User:
-    by_id = user.isascii() and user.isdigit() and len(user) < 10
-    row = s.scalar(select(User).where(User.id == int(user) if by_id else User.name == user))
+    """The user ``user`` names: its id (``bounds.parse_id``), else its name."""
+    n = parse_id(user)
+    row = s.get(User, n) if n is not None else s.scalar(select(User).where(User.name == user))
     if row is None:
         raise NotFound(f"no user {user!r}")
     return row

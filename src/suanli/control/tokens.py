@@ -15,9 +15,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from suanli.billing.store import find_tenant
 from suanli.control.auth import Principal, TokenCache, mint, usable
 from suanli.db.clock import utcnow
-from suanli.db.models import ApiToken, Tenant, User
+from suanli.db.models import ApiToken, User
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
 
@@ -71,20 +72,15 @@ def create(db: Database, who: Principal, req: TokenRequest, kind: str = "api") -
 
 def _pin(s: Session, who: Principal, tenant: str | None) -> int | None:
     if who.pinned:
-        if tenant is not None and _tenant_id(s, tenant) != who.tenant_id:
+        if tenant is not None and find_tenant(s, tenant) != who.tenant_id:
             raise NotFound(f"no tenant {tenant!r}")
         return who.tenant_id
     if tenant is None:
         return None
-    tid = _tenant_id(s, tenant)
+    tid = find_tenant(s, tenant)
     if tid is None or (not who.sees_all and tid != who.tenant_id):
         raise NotFound(f"no tenant {tenant!r}")  # the same answer for a tenant that is not yours
     return tid
-
-
-def _tenant_id(s: Session, tenant: str) -> int | None:
-    by_id = tenant.isascii() and tenant.isdigit() and len(tenant) < 10
-    return s.scalar(select(Tenant.id).where(Tenant.id == int(tenant) if by_id else Tenant.name == tenant))
 
 
 def listing(db: Database, who: Principal, everyone: bool = False) -> list[tuple[ApiToken, str]]:
