@@ -60,7 +60,7 @@ def test_each_call_is_recorded_with_actor_tenant_action_object_source_and_result
     acme = bob["tenant_id"]
     got = [(r.actor, r.actor_role, r.tenant_id, r.action, r.object, r.result) for r in records(srv)]
     assert got == [
-        ("admin", "admin", 1, "tenants.create", f"tenant/{acme}", "201"),
+        ("admin", "admin", acme, "tenants.create", f"tenant/{acme}", "201"),
         ("admin", "admin", acme, "users.create", f"user/{bob['id']}", "201"),
         ("admin", "admin", acme, "topups.create", "topups", "201"),
         ("bob", "member", acme, "instances.create", f"instance/{iid}", "201"),

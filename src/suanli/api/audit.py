@@ -132,7 +132,8 @@ class AuditMiddleware:
                 kind = obj.split("/")[0]
                 if out.get("id") is not None:
                     obj = f"{_KINDS.get(kind, kind.removesuffix('s'))}/{out['id']}"
-                tenant_id = out.get("tenant_id") if isinstance(out.get("tenant_id"), int) else None
+                own = out.get("id") if kind == "tenants" else out.get("tenant_id")  # a new tenant is its own
+                tenant_id = own if isinstance(own, int) else None
         client = scope.get("client")
         entry = audit.Entry(
             actor=who.name if who else "-",
