@@ -40,7 +40,7 @@ plane's job (``control.health``), so a backend never touches it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -191,6 +191,16 @@ class SupportsNotice(Protocol):
     signal travels (Slurm: through its batch wrapper), which is why it is theirs to do."""
 
     def notice(self, handle: Handle, deadline: float, send_signal: bool = True) -> None: ...
+
+
+@runtime_checkable
+class ReportsExits(Protocol):
+    """Optional: the backend calls ``callback`` (from any thread) as soon as one of its
+    tasks may have ended, so the control loop polls then instead of at its next interval
+    (a pipeline's next job starts when the last one ends, not up to a poll later). Only a
+    hint: ends are still read from ``status``."""
+
+    def on_task_exit(self, callback: Callable[[], None]) -> None: ...
 
 
 class NodeHealth(StrEnum):

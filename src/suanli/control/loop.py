@@ -6,7 +6,8 @@ this order, each in a module of its own:
 1. **health** (``health``, ``heartbeat``): node state from the backends that report
    it and from agents' heartbeats, every ``health_interval_s``;
 2. **reconcile** (``reconcile``): the backends' view of running work: exits every
-   ``poll_interval_s``, stop and cancel requests every tick;
+   ``poll_interval_s`` and at once when a backend says a task ended (``ReportsExits``),
+   stop and cancel requests every tick;
 3. **failover** (``failover``): work on a down node requeued from its checkpoint;
 4. **notices** (``expiry``): work whose notice ran out evicted and requeued (spot
    victims), or stopped and requeued (a tenant out of funds);
@@ -40,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suanli.backends.base import Backend
+from suanli.backends.base import Backend, ReportsExits
 from suanli.clock import SYSTEM, Clock
 from suanli.control import admission, funds, health, heartbeat, reconcile, workloads
 from suanli.control.expiry import expire_notices
@@ -124,6 +125,11 @@ class ControlLoop:
         self.owner = f"{uuid.uuid4().hex[:12]}"
         self.stats = LoopStats()
         self._wake = threading.Event()
+        #: set by backends that say when a task ends (``ReportsExits``): poll on the next tick
+        self._exited = threading.Event()
+        for backend in backends.values():
+            if isinstance(backend, ReportsExits):
+                backend.on_task_exit(self.task_exited)
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._tick_lock = threading.Lock()
@@ -143,8 +149,9 @@ class ControlLoop:
         """One pass of the recipe in the module docstring."""
         with self._tick_lock:
             t0 = time.perf_counter()
-            poll = time.monotonic() - self._last_poll >= self.poll_interval_s
+            poll = time.monotonic() - self._last_poll >= self.poll_interval_s or self._exited.is_set()
             if poll:
+                self._exited.clear()
                 self._last_poll = time.monotonic()
             self._guarded(self.sync_health)  # 1
             ended = bool(
@@ -232,6 +239,12 @@ class ControlLoop:
             fail_launch(self.db, kind, wid, self.owner, f"{type(exc).__name__}: {exc}")
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def task_exited(self) -> None:
+        """A backend saw a task end: poll now, so what waits on it (a pipeline's next
+        job, queued work wanting its GPUs) need not wait for ``poll_interval_s``."""
+        self._exited.set()
         self._wake.set()
 
     def _run(self) -> None:

@@ -10,11 +10,13 @@ change of runtime is still watched, stopped and adopted by the right one.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from suanli.backends.base import BackendError, ExecResult, Handle, TaskSpec, TaskStatus
 from suanli.backends.local.container_runtime import ContainerRuntime
 from suanli.backends.local.engine import Engine, detect
+from suanli.backends.local.exits import ExitWatcher
 from suanli.backends.local.process_runtime import ProcessRuntime
 
 log = logging.getLogger(__name__)
@@ -39,8 +41,9 @@ class LocalBackend:
             engine = detect()
             if engine is None and runtime == "container":
                 raise BackendError("no container engine answers here (install podman, or run with --runtime process)")
-        self.processes = ProcessRuntime(self.root)
-        self.containers = ContainerRuntime(self.root, engine, ssh_bind=ssh_bind) if engine is not None else None
+        self.exits = ExitWatcher()
+        self.processes = ProcessRuntime(self.root, self.exits)
+        self.containers = ContainerRuntime(self.root, engine, ssh_bind=ssh_bind, exits=self.exits) if engine is not None else None
         self.runtime = "container" if self.containers is not None and runtime != "process" else "process"
         if self.runtime == "process":
             log.warning("local backend: workloads run as host processes with NO isolation")
@@ -109,6 +112,16 @@ class LocalBackend:
         return found
 
     # -- optional capabilities -----------------------------------------------------------------
+    def on_task_exit(self, callback: Callable[[], None]) -> None:
+        """``ReportsExits``: tasks this server started, host processes and containers."""
+
+        def ended() -> None:
+            if self.containers is not None:
+                self.containers.engine.invalidate()  # the next poll must not read a listing from before the exit
+            callback()
+
+        self.exits.on_exit = ended
+
     def exec(self, handle: Handle, command: str, timeout_s: float = 60.0) -> ExecResult:
         return self._of(handle).exec(handle, command, timeout_s)
 

@@ -40,7 +40,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handle, TaskSpec, TaskState, TaskStatus
 from suanli.backends.local import firewall, volumes
-from suanli.backends.local.engine import Engine, parse_time
+from suanli.backends.local.engine import Engine, parse_time, ports_of
+from suanli.backends.local.exits import ExitWatcher
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +162,18 @@ class ContainerRuntime:
 
     runtime = "container"
 
-    def __init__(self, root: Path, engine: Engine, *, ssh_bind: str = "127.0.0.1", pids_limit: int = 4096) -> None:
+    def __init__(
+        self,
+        root: Path,
+        engine: Engine,
+        *,
+        ssh_bind: str = "127.0.0.1",
+        pids_limit: int = 4096,
+        exits: ExitWatcher | None = None,
+    ) -> None:
         self.root = Path(root)
         self.engine = engine
+        self.exits = exits or ExitWatcher()
         self.ssh_bind = ssh_bind
         self.pids_limit = pids_limit
         self.label = f"suanli.root={root_label(self.root)}"
@@ -271,13 +281,15 @@ class ContainerRuntime:
                 f"{MOUNT}/task.sh",
             ]
             self.engine.run(args, secrets=spec.secrets)
+            info = self.engine.inspect(name) or {}
+            self.exits.watch(int((info.get("State") or {}).get("Pid") or 0))  # the container's init, on this host
             data = {
                 "key": spec.key,
                 "runtime": self.runtime,
                 "name": name,
                 "dir": str(tdir),
                 "network": network,
-                "ports": {str(k): v for k, v in self.engine.host_ports(name).items()},
+                "ports": {str(k): v for k, v in ports_of(info).items()},
                 "gpu_access": gpu_access,
                 "volume": str(volume),
                 "disk_enforced": enforced,

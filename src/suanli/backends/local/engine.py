@@ -159,13 +159,7 @@ class Engine:
 
     def host_ports(self, name: str) -> dict[str, int]:
         """Published ports: container port (text) -> host port."""
-        info = self.inspect(name) or {}
-        out: dict[str, int] = {}
-        for cport, binds in ((info.get("NetworkSettings") or {}).get("Ports") or {}).items():
-            for b in binds or []:
-                if b.get("HostPort"):
-                    out[cport.split("/")[0]] = int(b["HostPort"])
-        return out
+        return ports_of(self.inspect(name) or {})
 
     def address(self, name: str, network: str) -> str | None:
         info = self.inspect(name) or {}
@@ -320,6 +314,16 @@ def detect(preferred: str | None = None) -> Engine | None:
         except BackendError:
             continue
     return None
+
+
+def ports_of(info: dict[str, Any]) -> dict[str, int]:
+    """The published ports in an ``inspect`` answer: container port (text) -> host port."""
+    out: dict[str, int] = {}
+    for cport, binds in ((info.get("NetworkSettings") or {}).get("Ports") or {}).items():
+        for b in binds or []:
+            if b.get("HostPort"):
+                out[cport.split("/")[0]] = int(b["HostPort"])
+    return out
 
 
 def parse_time(text: str) -> float | None:
