@@ -93,6 +93,19 @@ def _grant_usage(s: Session, grants: list[quotas.Grant], at_ms: int) -> tuple[di
     return in_use, minutes
 
 
+def _rows(s: Session, work: Sequence) -> dict[Key, Instance | Job]:
+    """The rows of ``work`` in one query per kind (a ``get`` each cost a query per
+    waiting row on every tick: a queue of 1,000 took a third of a second)."""
+    out: dict[Key, Instance | Job] = {}
+    for kind in ("instance", "job"):
+        model: type[Instance] | type[Job] = Instance if kind == "instance" else Job
+        ids = [w.id for w in work if w.kind == kind]
+        for i in range(0, len(ids), 500):  # bounded IN lists
+            found: list[Instance | Job] = list(s.scalars(select(model).where(model.id.in_(ids[i : i + 500]))))
+            out.update(((kind, row.id), row) for row in found)
+    return out
+
+
 def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
     """Held, rejected and narrowed work (module docstring); reads only."""
     out = Decision()
@@ -102,8 +115,9 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
     owners = {}
     bids: dict[Key, int] = {}
     disks: dict[Key, int] = {}
+    rows = _rows(s, work)
     for w in work:
-        row: Instance | Job | None = s.get(Instance, w.id) if w.kind == "instance" else s.get(Job, w.id)
+        row = rows.get((w.kind, w.id))
         if row is not None:
             owners[(w.kind, w.id)] = row.tenant_id
             disks[(w.kind, w.id)] = getattr(row, "disk_gib", 0) or 0
