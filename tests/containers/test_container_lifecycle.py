@@ -3,6 +3,7 @@ exec, logs, quotas, the spot notice inside the container, distributed nodes."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -85,13 +86,18 @@ def test_disk_size_is_enforced(csrv: Server) -> None:
 
 
 def test_job_runs_in_the_container_and_exits_with_its_code(csrv: Server) -> None:
+    local = csrv.ctx.backends["local"]
+    assert isinstance(local, LocalBackend)
+    told, tell_loop = threading.Event(), local.exits.on_exit
+    assert tell_loop is not None, "the control loop listens for ends (ReportsExits)"
+    local.exits.on_exit = lambda: (told.set(), tell_loop())  # type: ignore[func-returns-value]
     job = csrv.post(
         "/v1/jobs",
         {
             "name": "c",
             "image": "tiny",
             "resources": {"accelerators": "H100:2"},
-            "run": "echo gpus=$CUDA_VISIBLE_DEVICES ws=$SUANLI_WORKDIR; test -e /etc/debian_version; exit 3",
+            "run": "echo gpus=$CUDA_VISIBLE_DEVICES ws=$SUANLI_WORKDIR; test -e /etc/debian_version; sleep 1; exit 3",  # running when watched
             "checkpoint_dir": "ckpt",
         },
         expect=201,
@@ -101,6 +107,7 @@ def test_job_runs_in_the_container_and_exits_with_its_code(csrv: Server) -> None
     logs = csrv.get(f"/v1/jobs/{job['id']}/logs")["text"]
     assert "gpus=0,1 ws=/workspace" in logs, logs  # BusyBox image: no /etc/debian_version of the host
     wait_until(lambda: containers_of(csrv) == {}, 10)  # exit code recorded, container removed
+    assert told.is_set(), "the container's end was not told (its init's pidfd)"
 
 
 def test_spot_notice_reaches_the_workload_inside_its_container(images: list[str], tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ its next status poll: real processes, a real loop on a real SQLite database."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -22,7 +23,7 @@ ADMIN = Principal(user_id=1, tenant_id=1, name="admin", role="admin")
 def test_the_watcher_tells_when_a_process_ends_and_only_then() -> None:
     ended = threading.Event()
     watcher = ExitWatcher()
-    assert not watcher.watch(1), "nobody listens yet: nothing is watched"
+    assert not watcher.watch(os.getpid()), "nobody listens yet: nothing is watched"
     watcher.on_exit = ended.set
     child = subprocess.Popen(["sleep", "30"])
     try:
@@ -37,9 +38,10 @@ def test_the_watcher_tells_when_a_process_ends_and_only_then() -> None:
     while any(t.name == "suanli-exit-watcher" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(t.name == "suanli-exit-watcher" for t in threading.enumerate()), "the idle watcher kept its thread"
+    ended.clear()
     gone = subprocess.Popen(["true"])
     gone.wait()
-    assert not watcher.watch(gone.pid), "a reaped process cannot be watched"
+    assert watcher.watch(gone.pid) and ended.is_set(), "a process that ended before it was watched is told at once"
 
 
 def test_a_job_ends_long_before_the_next_status_poll(tmp_path: Path) -> None:

@@ -34,13 +34,19 @@ class ExitWatcher:
         self._thread: threading.Thread | None = None
 
     def watch(self, pid: int) -> bool:
-        """Watch ``pid``; False where it cannot be (no pidfds here, the process is
-        already gone, or nobody listens): the regular poll then finds its end."""
-        if self.on_exit is None or pid <= 0 or not hasattr(os, "pidfd_open"):
+        """Watch ``pid`` (0: a process that has ended already, told at once); False where
+        it cannot be (nobody listens, no pidfds here): the regular poll then finds its end."""
+        notify = self.on_exit
+        if notify is None or not hasattr(os, "pidfd_open"):
             return False
         try:
+            if pid <= 0:
+                raise ProcessLookupError(pid)
             fd = os.pidfd_open(pid)
-        except OSError:  # gone already, or a kernel before 5.3
+        except ProcessLookupError:  # ended before it could be watched (a task of milliseconds)
+            self._tell(notify)
+            return True
+        except OSError:  # a kernel before 5.3
             return False
         with self._lock:
             self._selector.register(fd, selectors.EVENT_READ)
@@ -64,7 +70,11 @@ class ExitWatcher:
                     os.close(key.fd)
             notify = self.on_exit
             if notify is not None:
-                try:
-                    notify()
-                except Exception:
-                    log.exception("exit callback failed")
+                self._tell(notify)
+
+    @staticmethod
+    def _tell(notify: Callable[[], None]) -> None:
+        try:
+            notify()
+        except Exception:
+            log.exception("exit callback failed")
