@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from suanli import __version__
-from suanli.api import audit, console, errors, metrics, tls
+from suanli.api import audit, console, docs, errors, metrics, tls
 from suanli.api.context import ServerContext
 from suanli.api.routes import advise, billing, images, instances, jobs, keys, nodes, uploads, users
 from suanli.api.routes import audit as audit_routes
@@ -18,6 +18,8 @@ def create_app(ctx: ServerContext) -> FastAPI:
         version=__version__,
         description="Rent GPUs as instances or jobs.",
         responses=errors.DEFAULT_RESPONSES,  # every route's error answers (api.errors)
+        docs_url=None,  # api.docs serves them without a CDN
+        redoc_url=None,
     )
     app.state.ctx = ctx
     errors.install(app)
@@ -36,6 +38,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         app.include_router(module.router)
     billing.install(app)  # its thread is one of the server's (api.background)
     console.install(app)
+    docs.install(app)
     if ctx.tls:
         tls.install_hsts(app)
     # The port proxy is not here: it serves renters' own pages, which must not share the

@@ -11,6 +11,7 @@ enrol (``ENROL_SCOPES``).
 
 from __future__ import annotations
 
+import functools
 import hmac
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,8 +36,14 @@ MIN_PASSWORD = 10
 #: what a session that must enrol a second factor may reach: who am I, the enrolment, signing out
 ENROL_SCOPES = ["route:/v1/me", "route:/v1/sessions"]
 _hasher = argon2.PasswordHasher()
-#: checked against when the user does not exist, so both answers take as long
-_DUMMY = _hasher.hash("not a password of anyone's")
+
+
+@functools.cache
+def _dummy() -> str:
+    """Checked against when the user does not exist, so both answers take as long. Made on
+    first use, not at import: a hash costs 0.15 s of CPU, and every process that imports
+    the server (CLI runs, workers) paid it."""
+    return _hasher.hash("not a password of anyone's")
 
 
 class Sealer(Protocol):
@@ -173,7 +180,7 @@ def set_password(db: Database, who: Principal, user: str | None, password: str, 
 
 def _matches(hashed: str | None, password: str) -> bool:
     try:
-        return _hasher.verify(hashed or _DUMMY, password) and hashed is not None
+        return _hasher.verify(hashed or _dummy(), password) and hashed is not None
     except argon2.exceptions.VerificationError:
         return False
     except argon2.exceptions.InvalidHashError:
