@@ -45,12 +45,14 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A table in a box of its own that scrolls sideways, so a wide one never widens the page
+// on a phone.
 function table(columns, rows, empty) {
   if (!rows.length) return el("p", { class: "muted" }, empty);
-  return el("table", {},
+  return el("div", { class: "scroll" }, el("table", {},
     el("thead", {}, el("tr", {}, columns.map((c) => el("th", {}, c)))),
     el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) =>
-      c instanceof Node && c.tagName === "TD" ? c : el("td", {}, c))))));
+      c instanceof Node && c.tagName === "TD" ? c : el("td", {}, c)))))));
 }
 
 const num = (v) => el("td", { class: "num" }, String(v));
@@ -79,7 +81,8 @@ async function act(what, fn) {
 }
 
 function gpuDesc(o) {
-  const model = o.gpu_model || "any";
+  // asked for no model: the one it landed on, once placed
+  const model = o.gpu_model || (o.allocations && o.allocations.length ? o.allocations[0].gpu_model : "any");
   if (o.gpu_milli) return `${model} × ${o.gpu_milli / 1000}`;
   if (o.gpu_count) return `${model} × ${o.gpu_count}`;
   return "CPU only";
@@ -93,15 +96,38 @@ function ago(iso) {
   return s < 120 ? `${s.toFixed(0)} s ago` : `${(s / 60).toFixed(0)} min ago`;
 }
 
-async function showLogs(path) {
-  try {
-    const logs = await api("GET", path + "?tail_bytes=20000");
-    const pane = document.getElementById("logs");
-    pane.replaceChildren(el("h2", {}, path), el("pre", { class: "logs" }, logs.text || "(no output yet)"));
-    pane.hidden = false;
-  } catch (e) {
-    flash(e.message);
-  }
+// The log pane of one workload: it follows the log (fetched again every REFRESH_MS while
+// open), staying at the end unless the reader scrolled up, until closed or the view changes.
+let logsTimer = null;
+
+function closeLogs() {
+  clearTimeout(logsTimer);
+  const pane = document.getElementById("logs");
+  if (pane) pane.hidden = true;
+}
+
+async function showLogs(kind, w) {
+  clearTimeout(logsTimer);
+  const pane = document.getElementById("logs");
+  const path = `/v1/${kind}s/${w.id}/logs`;
+  const title = `Logs of ${kind} ${w.id}${w.name ? ` (${w.name})` : ""}`;
+  const pre = el("pre", { class: "logs", id: "logs-text" }, "");
+  pane.replaceChildren(el("h2", {}, title, " ", el("button", { class: "plain", id: "logs-close", onclick: closeLogs }, "Close")), pre);
+  pane.hidden = false;
+  const follow = async () => {
+    if (pane.hidden || !pane.isConnected) return;
+    try {
+      const logs = await api("GET", path + "?tail_bytes=20000");
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = logs.text || "(no output yet)";
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    } catch (e) {
+      flash(e.message);
+      return;
+    }
+    logsTimer = setTimeout(follow, REFRESH_MS);
+  };
+  await follow();
 }
 
 // Put text on the clipboard: the async Clipboard API where the page is a secure context
@@ -313,6 +339,7 @@ async function formInstance() {
       max_price: b.max_price || null }, b.disk_gib);
   };
   form.addEventListener("change", requote);
+  form.addEventListener("invalid", () => flash(""), true);  // the browser blocked the submit: the last answer is old
   const portsInput = form.querySelector("input[name=ports]");
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -338,7 +365,7 @@ async function liveInstances() {
     i.desired === "running" && !["stopped", "deleted", "failed"].includes(i.state) &&
       el("button", { class: "plain", onclick: () => act(`Stopping instance ${i.id}.`, () => api("POST", `/v1/instances/${i.id}/stop`)) }, "Stop"),
     i.state === "stopped" && el("button", { class: "plain", onclick: () => act(`Starting instance ${i.id}.`, () => api("POST", `/v1/instances/${i.id}/start`)) }, "Start"),
-    el("button", { class: "plain", onclick: () => showLogs(`/v1/instances/${i.id}/logs`) }, "Logs"),
+    el("button", { class: "plain", onclick: () => showLogs("instance", i) }, "Logs"),
     el("button", { class: "plain", onclick: () => confirm(`Delete instance ${i.id} and its disk?`) &&
       act(`Deleting instance ${i.id}.`, () => api("DELETE", `/v1/instances/${i.id}`)) }, "Delete"));
   return el("section", {}, el("h2", {}, "Instances"),
@@ -376,7 +403,7 @@ async function liveJobs() {
   const actions = (j) => el("span", {},
     !done.includes(j.state) && !j.cancel_requested &&
       el("button", { class: "plain", onclick: () => act(`Cancelling job ${j.id}.`, () => api("POST", `/v1/jobs/${j.id}/cancel`)) }, "Cancel"),
-    el("button", { class: "plain", onclick: () => showLogs(`/v1/jobs/${j.id}/logs`) }, "Logs"));
+    el("button", { class: "plain", onclick: () => showLogs("job", j) }, "Logs"));
   return el("section", {}, el("h2", {}, "Jobs"),
     table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "EXIT", "WHY", ""],
       rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), priorityDesc(j), placed(j.allocations),
@@ -559,6 +586,13 @@ async function viewEvents() {
       "No events."));
 }
 
+// How an estimate was made: inference at a precision, context and batch; training by its
+// method, sequence length and micro-batch (its estimate has no precision or context).
+function memoryTerms(m) {
+  if (m.method) return `${m.method === "full" ? "full fine-tune" : m.method}, sequence ${m.seq_len}, micro-batch ${m.micro_batch}`;
+  return `${m.precision}, context ${m.context}, batch ${m.batch}`;
+}
+
 // What to rent for a model: memory, then what this platform can rent (its own price book,
 // GPU counts its nodes hold), then every catalog GPU at market reference prices. Each
 // table's heading says what it is sorted by and each price says its plan.
@@ -589,7 +623,7 @@ async function formAdvisor() {
       const byTotal = here.sorted_by === "total_cost";
       const marketBy = q.task === "inference" ? "price per hour" : "price per unit of work (price / (GPUs x TFLOPS x MFU))";
       out.replaceChildren(
-        el("p", {}, `${mem.model}: `, el("b", { id: "memory-total" }, `${gib(mem.total_bytes)} GiB`), ` of GPU memory on one GPU (${mem.precision}, context ${mem.context}, batch ${mem.batch}).`),
+        el("p", {}, `${mem.model}: `, el("b", { id: "memory-total" }, `${gib(mem.total_bytes)} GiB`), ` of GPU memory on one GPU (${memoryTerms(mem)}).`),
         el("h2", {}, `On this platform: ${here.plan}, cheapest first`),
         table(["GPU", "GPUS", "NODES", "PARALLELISM", "MEMORY USED", "PLAN", "PRICE / GPU-HOUR", byTotal ? "TOTAL" : "PRICE / HOUR", "FREE NOW"],
           here.answers.map((a) => [a.model, num(a.gpus), num(a.nodes), a.parallelism, num(`${(100 * a.memory_used_fraction).toFixed(0)} %`),
@@ -602,6 +636,7 @@ async function formAdvisor() {
             num(o.hourly_cost === null ? "" : o.hourly_cost.toFixed(2) + (o.billed_gpus && o.billed_gpus !== o.gpus ? ` (${o.billed_gpus} GPUs billed: whole nodes)` : ""))]),
           "Nothing fits."));
     } catch (e) {
+      out.replaceChildren();  // an answer to an earlier question is not this one's
       flash(e instanceof ApiError ? `${e.message} (${e.code})` : String(e));
     }
   });
@@ -642,6 +677,7 @@ function viewLogin() {
     localStorage.setItem(TOKEN_KEY, new FormData(form).get("token").trim());
     localStorage.removeItem(SESSION_KEY);
     me = null;
+    flash("");  // a refusal of an earlier token is not this one's
     await render();
   });
   return el("section", {}, el("h2", {}, "Sign in"), signIn, el("h2", {}, "Or use an API token"), form);
@@ -770,5 +806,5 @@ async function render() {
   timer = setTimeout(render, REFRESH_MS);
 }
 
-window.addEventListener("hashchange", () => { flash(""); render(); });
+window.addEventListener("hashchange", () => { flash(""); closeLogs(); render(); });
 render();
