@@ -30,10 +30,11 @@ def row(page, text: str):  # type: ignore[no-untyped-def]
     return page.locator("#live tbody tr", has_text=text)
 
 
-def new_context(chromium, base_url: str):  # type: ignore[no-untyped-def]
-    """A browser context (a fresh profile) on ``base_url`` whose console pages refresh
-    every ``REFRESH_MS`` (set on the console's origin only: instances' pages get nothing)."""
-    context = chromium.new_context(base_url=base_url)
+def new_context(chromium, base_url: str, locale: str = "en-US"):  # type: ignore[no-untyped-def]
+    """A browser context (a fresh profile, its language ``locale``) on ``base_url`` whose
+    console pages refresh every ``REFRESH_MS`` (set on the console's origin only:
+    instances' pages get nothing)."""
+    context = chromium.new_context(base_url=base_url, locale=locale)
     origin = json.dumps(base_url.rstrip("/"))
     context.add_init_script(f"if (location.origin === {origin}) localStorage.setItem('suanli.refresh_ms', '{REFRESH_MS}');")
     return context

@@ -48,15 +48,15 @@ function el(tag, attrs = {}, ...children) {
 // A table in a box of its own that scrolls sideways, so a wide one never widens the page
 // on a phone.
 function table(columns, rows, empty) {
-  if (!rows.length) return el("p", { class: "muted" }, empty);
+  if (!rows.length) return el("p", { class: "muted" }, t(empty));
   return el("div", { class: "scroll" }, el("table", {},
-    el("thead", {}, el("tr", {}, columns.map((c) => el("th", {}, c)))),
+    el("thead", {}, el("tr", {}, columns.map((c) => el("th", {}, t(c))))),
     el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) =>
       c instanceof Node && c.tagName === "TD" ? c : el("td", {}, c)))))));
 }
 
 const num = (v) => el("td", { class: "num" }, String(v));
-const stateCell = (s) => el("span", { class: `state state-${s}`, "data-state": s }, s);
+const stateCell = (s) => el("span", { class: `state state-${s}`, "data-state": s }, t(s));
 const isOperator = () => me && (me.role === "admin" || me.role === "operator");
 
 function flash(message, ok = false) {
@@ -85,15 +85,15 @@ function gpuDesc(o) {
   const model = o.gpu_model || (o.allocations && o.allocations.length ? o.allocations[0].gpu_model : "any");
   if (o.gpu_milli) return `${model} × ${o.gpu_milli / 1000}`;
   if (o.gpu_count) return `${model} × ${o.gpu_count}`;
-  return "CPU only";
+  return t("CPU only");
 }
 
 const placed = (allocs) => allocs.map((a) => `${a.node} [${a.gpu_indices.join(",")}]`).join(" ");
 
 function ago(iso) {
-  if (!iso) return "never";
+  if (!iso) return t("never");
   const s = Math.max(0, (Date.now() - new Date(iso).getTime()) / 1000);
-  return s < 120 ? `${s.toFixed(0)} s ago` : `${(s / 60).toFixed(0)} min ago`;
+  return s < 120 ? t("{n} s ago", { n: s.toFixed(0) }) : t("{n} min ago", { n: (s / 60).toFixed(0) });
 }
 
 // The log pane of one workload: it follows the log (fetched again every REFRESH_MS while
@@ -110,16 +110,16 @@ async function showLogs(kind, w) {
   clearTimeout(logsTimer);
   const pane = document.getElementById("logs");
   const path = `/v1/${kind}s/${w.id}/logs`;
-  const title = `Logs of ${kind} ${w.id}${w.name ? ` (${w.name})` : ""}`;
+  const title = t(kind === "job" ? "Logs of job {id}" : "Logs of instance {id}", { id: w.id }) + (w.name ? ` (${w.name})` : "");
   const pre = el("pre", { class: "logs", id: "logs-text" }, "");
-  pane.replaceChildren(el("h2", {}, title, " ", el("button", { class: "plain", id: "logs-close", onclick: closeLogs }, "Close")), pre);
+  pane.replaceChildren(el("h2", {}, title, " ", el("button", { class: "plain", id: "logs-close", onclick: closeLogs }, t("Close"))), pre);
   pane.hidden = false;
   const follow = async () => {
     if (pane.hidden || !pane.isConnected) return;
     try {
       const logs = await api("GET", path + "?tail_bytes=20000");
       const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-      pre.textContent = logs.text || "(no output yet)";
+      pre.textContent = logs.text || t("(no output yet)");
       if (atEnd) pre.scrollTop = pre.scrollHeight;
     } catch (e) {
       flash(e.message);
@@ -142,11 +142,11 @@ async function copyText(text) {
       area.select();
       const done = document.execCommand("copy");
       area.remove();
-      if (!done) throw new Error("the browser refused");
+      if (!done) throw new Error(t("the browser refused"));
     }
-    flash("Copied: " + text, true);
+    flash(t("Copied: {text}", { text }), true);
   } catch (e) {
-    flash(`Could not copy (${e.message || e}): select the command and copy it by hand.`);
+    flash(t("Could not copy ({error}): select the command and copy it by hand.", { error: e.message || e }));
   }
 }
 
@@ -157,19 +157,19 @@ function contentTags(image) {
   if (!image) return [];
   const c = image.contents || {};
   return [c.python && `Python ${c.python}`, c.cuda && `CUDA ${c.cuda}`, c.sshd && "sshd", c.jupyterlab && "JupyterLab"]
-    .filter(Boolean).map((t) => el("span", { class: "tag" }, t));
+    .filter(Boolean).map((tag) => el("span", { class: "tag" }, tag));
 }
 
 // "container", or the no-isolation fallback said loudly (a host process shares the host
 // with every other tenant); with how its GPUs are given where it has any.
 function runtimeCell(i) {
-  if (!i.runtime) return el("span", { class: "muted" }, "not started");
+  if (!i.runtime) return el("span", { class: "muted" }, t("not started"));
   if (i.runtime.startsWith("process")) {
     return el("span", { class: "warn runtime", "data-runtime": "process",
-      title: "runs as a host process: no isolation from the host or from other tenants" }, "process (no isolation)");
+      title: t("runs as a host process: no isolation from the host or from other tenants") }, t("process (no isolation)"));
   }
   return el("span", { class: "runtime", "data-runtime": i.runtime }, i.runtime,
-    i.gpu_access && i.gpu_access !== "none" && el("span", { class: "tags" }, el("span", { class: "tag" }, `GPUs: ${i.gpu_access}`)));
+    i.gpu_access && i.gpu_access !== "none" && el("span", { class: "tags" }, el("span", { class: "tag" }, t("GPUs: {access}", { access: i.gpu_access }))));
 }
 
 // A published port: a plain link to the port proxy, which serves every port on an origin
@@ -181,7 +181,7 @@ function runtimeCell(i) {
 // never sees the console's token, not in its URL, its Referer (noreferrer) nor its scripts.
 function portLink(port, url) {
   const a = el("a", { href: url, target: "_blank", rel: "noopener noreferrer", "data-port": port,
-    title: `port ${port} of the instance, through the server's port proxy` }, `${port} ↗`);
+    title: t("port {port} of the instance, through the server's port proxy", { port }) }, `${port} ↗`);
   a.addEventListener("click", (ev) => {
     ev.preventDefault();
     const once = new URL(url);
@@ -196,11 +196,11 @@ function accessCell(i) {
   const ports = Object.entries(i.ports || {});
   return el("div", { class: "access" },
     ssh && el("div", { class: "ssh" },
-      el("code", { title: "KEYFILE: the private key of a public key added under SSH keys" }, ssh),
-      el("button", { class: "plain", type: "button", onclick: () => copyText(ssh) }, "Copy")),
+      el("code", { title: t("KEYFILE: the private key of a public key added under SSH keys") }, ssh),
+      el("button", { class: "plain", type: "button", onclick: () => copyText(ssh) }, t("Copy"))),
     !ssh && i.state === "running" && el("span", { class: "muted" },
-      i.runtime && i.runtime.startsWith("process") ? "no SSH (process runtime)" : "no SSH (image has no sshd)"),
-    ports.length > 0 && el("div", { class: "ports" }, "ports: ", ports.map(([p, u]) => portLink(p, u))));
+      i.runtime && i.runtime.startsWith("process") ? t("no SSH (process runtime)") : t("no SSH (image has no sshd)")),
+    ports.length > 0 && el("div", { class: "ports" }, t("ports: "), ports.map(([p, u]) => portLink(p, u))));
 }
 
 // "8888, 6006" -> [8888, 6006]. Anything else throws with what is wrong, before anything is sent.
@@ -210,13 +210,13 @@ function parsePorts(text) {
   const out = [];
   for (const p of parts) {
     if (!/^[0-9]{1,5}$/.test(p) || Number(p) < 1 || Number(p) > 65535) {
-      throw new Error(`Ports: ${JSON.stringify(p)} is not a TCP port (1 to 65535); write them comma-separated, ` +
-        "e.g. 8888, 6006. Nothing was sent.");
+      throw new Error(t("Ports: {port} is not a TCP port (1 to 65535); write them comma-separated, e.g. 8888, 6006. Nothing was sent.",
+        { port: JSON.stringify(p) }));
     }
-    if (out.includes(Number(p))) throw new Error(`Ports: ${p} is listed twice. Nothing was sent.`);
+    if (out.includes(Number(p))) throw new Error(t("Ports: {port} is listed twice. Nothing was sent.", { port: p }));
     out.push(Number(p));
   }
-  if (out.length > 16) throw new Error(`Ports: at most 16 (got ${out.length}). Nothing was sent.`);
+  if (out.length > 16) throw new Error(t("Ports: at most 16 (got {n}). Nothing was sent.", { n: out.length }));
   return out;
 }
 
@@ -225,7 +225,7 @@ function imageChoice(images) {
   const select = el("select", { name: "image" }, images.length
     ? images.map((im) => el("option", { value: im.name, selected: im.default },
       im.description ? `${im.name} — ${im.description}` : im.name))
-    : el("option", { value: "" }, "the platform's default"));
+    : el("option", { value: "" }, t("the platform's default")));
   const show = () => tags.replaceChildren(...contentTags(images.find((im) => im.name === select.value)));
   select.addEventListener("change", show);
   show();
@@ -240,7 +240,7 @@ const SYMBOLS = { CNY: "¥", USD: "$", EUR: "€" };
 function money(value, currency) {
   if (value === null || value === undefined) return "";
   const places = value !== 0 && Math.abs(value) < 0.01 ? 4 : 2;
-  const text = Math.abs(value).toLocaleString("en-US", { minimumFractionDigits: places, maximumFractionDigits: places });
+  const text = Math.abs(value).toLocaleString(lang(), { minimumFractionDigits: places, maximumFractionDigits: places });
   const sym = SYMBOLS[currency];
   return `${value < 0 ? "-" : ""}${sym || ""}${text}${sym || !currency ? "" : " " + currency}`;
 }
@@ -256,17 +256,17 @@ function reservedTerm(g) {
 
 async function viewGpus() {
   const gpus = await api("GET", "/v1/gpus");
-  return el("section", {}, el("h2", {}, "GPUs on offer"),
+  return el("section", {}, el("h2", {}, t("GPUs on offer")),
     table(["MODEL", "VENDOR", "MEMORY GiB", "TOTAL", "FREE", "FREE (fractional)", "NODES", "KIND",
       "ON DEMAND /GPU-h", "SPOT NOW /GPU-h", "MONTHLY /GPU", "RESERVED /GPU"],
       gpus.map((g) => [g.model, g.vendor || "", num(g.memory_gib), num(g.total), num(g.free), num((g.free_milli / 1000).toFixed(1)),
-        num(g.nodes), el("span", { class: "tag" }, g.virtual ? "virtual" : "real"),
-        g.price_per_gpu_hour === null ? el("td", { class: "muted", "data-price": "on-demand" }, "not priced")
-          : priceCell(g.price_per_gpu_hour, g.currency, "on demand, per GPU-hour", "on-demand"),
+        num(g.nodes), el("span", { class: "tag" }, g.virtual ? t("virtual") : t("real")),
+        g.price_per_gpu_hour === null ? el("td", { class: "muted", "data-price": "on-demand" }, t("not priced"))
+          : priceCell(g.price_per_gpu_hour, g.currency, t("on demand, per GPU-hour"), "on-demand"),
         priceCell(g.spot_price_per_gpu_hour, g.currency, g.spot_utilisation_permille === null ? "" :
-          `spot, per GPU-hour now, at ${(g.spot_utilisation_permille / 10).toFixed(1)} % utilisation; it rises with utilisation`, "spot"),
-        priceCell(g.monthly_price_per_gpu, g.currency, "monthly plan, per GPU-month, paid up front", "monthly"),
-        el("td", { class: "num price", title: "reserved plan, per GPU for the whole term, paid up front", "data-price": "reserved" },
+          t("spot, per GPU-hour now, at {pct} % utilisation; it rises with utilisation", { pct: (g.spot_utilisation_permille / 10).toFixed(1) }), "spot"),
+        priceCell(g.monthly_price_per_gpu, g.currency, t("monthly plan, per GPU-month, paid up front"), "monthly"),
+        el("td", { class: "num price", title: t("reserved plan, per GPU for the whole term, paid up front"), "data-price": "reserved" },
           g.reserved_price_per_gpu === null ? "" : money(g.reserved_price_per_gpu, g.currency) + reservedTerm(g))]),
       "No GPUs registered yet."));
 }
@@ -276,32 +276,32 @@ function costCell(w) {
   const c = w.cost;
   if (!c) return el("td", { class: "num" }, "");
   return el("td", { class: "num cost", "data-cost": c.so_far_micros,
-    title: `${money(c.rated, c.currency)} rated + ${money(c.accruing, c.currency)} accruing, not yet rated` },
+    title: t("{rated} rated + {accruing} accruing, not yet rated", { rated: money(c.rated, c.currency), accruing: money(c.accruing, c.currency) }) },
     money(c.so_far, c.currency));
 }
 
 function rateCell(w) {
   const c = w.cost;
   if (!c) return el("td", { class: "num" }, "");
-  const parts = [`GPUs ${money(c.gpu_per_hour, c.currency)}/h`];
-  if (c.storage_per_hour) parts.push(`disk ${money(c.storage_per_hour, c.currency)}/h`);
-  return el("td", { class: "num rate", "data-rate": c.per_hour_micros, title: `now: ${parts.join(" + ")}` },
+  const parts = [t("GPUs {price}/h", { price: money(c.gpu_per_hour, c.currency) })];
+  if (c.storage_per_hour) parts.push(t("disk {price}/h", { price: money(c.storage_per_hour, c.currency) }));
+  return el("td", { class: "num rate", "data-rate": c.per_hour_micros, title: t("now: {parts}", { parts: parts.join(" + ") }) },
     `${money(c.per_hour, c.currency)}/h`);
 }
 
 function priorityDesc(w) {
-  return w.max_price ? `${w.priority} ≤ ${w.max_price}/GPU-h` : w.priority;
+  return w.max_price ? `${t(w.priority)} ≤ ${w.max_price}/GPU-h` : t(w.priority);
 }
 
 function gpuChoice(gpus, name) {
-  return el("select", { name }, gpus.map((g) => el("option", { value: g.model }, `${g.model} (${g.free} free)`)));
+  return el("select", { name }, gpus.map((g) => el("option", { value: g.model }, t("{model} ({free} free)", { model: g.model, free: g.free }))));
 }
 
 async function quoteInto(target, resources, diskGib) {
   try {
     const q = await api("POST", "/v1/billing/quote", { task: { run: ":", resources }, max_hours: 1, disk_gib: diskGib });
     const first = q.quotes[0];
-    target.textContent = first ? `costs ${first.per_hour_text} per hour (${first.plan})${first.plan === "spot" ? ` — ${first.note}` : ""}` : "";
+    target.textContent = first ? t("costs {price} per hour ({plan})", { price: first.per_hour_text, plan: t(first.plan) }) + (first.plan === "spot" ? ` — ${first.note}` : "") : "";
   } catch (e) {
     target.textContent = e instanceof ApiError ? e.message : "";
   }
@@ -311,18 +311,18 @@ async function formInstance() {
   const [gpus, images] = await Promise.all([api("GET", "/v1/gpus"), api("GET", "/v1/images")]);
   const price = el("span", { class: "muted", id: "instance-price" });
   const form = el("form", { class: "inline", id: "create-instance" },
-    el("label", {}, "Name", el("input", { name: "name", placeholder: "my-box" })),
-    el("label", {}, "GPU", gpuChoice(gpus, "gpu_model")),
-    el("label", {}, "Count", el("input", { name: "gpu_count", type: "number", min: 0, max: 64, value: 1, style: "width:5em" })),
-    el("label", {}, "or share of one", el("select", { name: "share" },
-      el("option", { value: "" }, "whole GPUs"), [1, 2, 3, 4, 5, 6, 7, 8, 9].map((t) => el("option", { value: t * 100 }, `0.${t} GPU`)))),
-    el("label", {}, "Priority", el("select", { name: "priority" }, ["on-demand", "spot", "reserved"].map((p) => el("option", {}, p)))),
-    el("label", { id: "max-price", style: "display:none" }, "Max price / GPU-h",
-      el("input", { name: "max_price", inputmode: "decimal", placeholder: "spot: optional, e.g. 1.20", style: "width:9em" })),
-    el("label", {}, "Image", imageChoice(images)),
-    el("label", {}, "Disk GiB", el("input", { name: "disk_gib", type: "number", min: 1, value: 50, style: "width:6em" })),
-    el("label", {}, "Ports (e.g. 8888, 6006)", el("input", { name: "ports", placeholder: "none", style: "width:10em" })),
-    el("button", { type: "submit" }, "Rent"), price);
+    el("label", {}, t("Name"), el("input", { name: "name", placeholder: t("my-box") })),
+    el("label", {}, t("GPU"), gpuChoice(gpus, "gpu_model")),
+    el("label", {}, t("Count"), el("input", { name: "gpu_count", type: "number", min: 0, max: 64, value: 1, style: "width:5em" })),
+    el("label", {}, t("or share of one"), el("select", { name: "share" },
+      el("option", { value: "" }, t("whole GPUs")), [1, 2, 3, 4, 5, 6, 7, 8, 9].map((n) => el("option", { value: n * 100 }, `0.${n} GPU`)))),
+    el("label", {}, t("Priority"), el("select", { name: "priority" }, ["on-demand", "spot", "reserved"].map((p) => el("option", { value: p }, t(p))))),
+    el("label", { id: "max-price", style: "display:none" }, t("Max price / GPU-h"),
+      el("input", { name: "max_price", inputmode: "decimal", placeholder: t("spot: optional, e.g. 1.20"), style: "width:9em" })),
+    el("label", {}, t("Image"), imageChoice(images)),
+    el("label", {}, t("Disk GiB"), el("input", { name: "disk_gib", type: "number", min: 1, value: 50, style: "width:6em" })),
+    el("label", {}, t("Ports (e.g. 8888, 6006)"), el("input", { name: "ports", placeholder: t("none"), style: "width:10em" })),
+    el("button", { type: "submit" }, t("Rent")), price);
   const body = () => {
     const f = new FormData(form);
     const share = Number(f.get("share") || 0);
@@ -353,22 +353,22 @@ async function formInstance() {
       return;
     }
     portsInput.removeAttribute("aria-invalid");
-    if (await act("Instance requested.", () => api("POST", "/v1/instances", b))) portsInput.value = "";
+    if (await act(t("Instance requested."), () => api("POST", "/v1/instances", b))) portsInput.value = "";
   });
   requote();
-  return el("section", {}, el("h2", {}, "Rent an instance"), form);
+  return el("section", {}, el("h2", {}, t("Rent an instance")), form);
 }
 
 async function liveInstances() {
   const rows = await api("GET", "/v1/instances");
   const actions = (i) => el("span", {},
     i.desired === "running" && !["stopped", "deleted", "failed"].includes(i.state) &&
-      el("button", { class: "plain", onclick: () => act(`Stopping instance ${i.id}.`, () => api("POST", `/v1/instances/${i.id}/stop`)) }, "Stop"),
-    i.state === "stopped" && el("button", { class: "plain", onclick: () => act(`Starting instance ${i.id}.`, () => api("POST", `/v1/instances/${i.id}/start`)) }, "Start"),
-    el("button", { class: "plain", onclick: () => showLogs("instance", i) }, "Logs"),
-    el("button", { class: "plain", onclick: () => confirm(`Delete instance ${i.id} and its disk?`) &&
-      act(`Deleting instance ${i.id}.`, () => api("DELETE", `/v1/instances/${i.id}`)) }, "Delete"));
-  return el("section", {}, el("h2", {}, "Instances"),
+      el("button", { class: "plain", onclick: () => act(t("Stopping instance {id}.", { id: i.id }), () => api("POST", `/v1/instances/${i.id}/stop`)) }, t("Stop")),
+    i.state === "stopped" && el("button", { class: "plain", onclick: () => act(t("Starting instance {id}.", { id: i.id }), () => api("POST", `/v1/instances/${i.id}/start`)) }, t("Start")),
+    el("button", { class: "plain", onclick: () => showLogs("instance", i) }, t("Logs")),
+    el("button", { class: "plain", onclick: () => confirm(t("Delete instance {id} and its disk?", { id: i.id })) &&
+      act(t("Deleting instance {id}.", { id: i.id }), () => api("DELETE", `/v1/instances/${i.id}`)) }, t("Delete")));
+  return el("section", {}, el("h2", {}, t("Instances")),
     table(["ID", "NAME", "STATE", "GPU", "IMAGE", "RUNTIME", "PRIORITY", "PLACED ON", "COST", "RATE", "ACCESS", "WHY", ""],
       rows.map((i) => [String(i.id), i.name, stateCell(i.state), gpuDesc(i), i.image, runtimeCell(i), priorityDesc(i),
         placed(i.allocations), costCell(i), rateCell(i), accessCell(i), i.reason, actions(i)]),
@@ -378,23 +378,23 @@ async function liveInstances() {
 async function formJob() {
   const gpus = await api("GET", "/v1/gpus");
   const form = el("form", { class: "inline", id: "launch-job" },
-    el("label", {}, "Name", el("input", { name: "name", placeholder: "train" })),
-    el("label", {}, "GPU", gpuChoice(gpus, "gpu_model")),
-    el("label", {}, "GPUs per node", el("input", { name: "count", type: "number", min: 1, max: 64, value: 1, style: "width:5em" })),
-    el("label", {}, "Nodes", el("input", { name: "num_nodes", type: "number", min: 1, max: 64, value: 1, style: "width:5em" })),
-    el("label", {}, "Priority", el("select", { name: "priority" }, ["on-demand", "spot", "reserved"].map((p) => el("option", {}, p)))),
-    el("label", {}, "Checkpoint dir", el("input", { name: "checkpoint_dir", placeholder: "ckpt (optional)" })),
-    el("label", { style: "flex-basis:100%" }, "Run", el("textarea", { name: "run", required: true, placeholder: "torchrun --nproc_per_node=$NPROC_PER_NODE train.py" })),
-    el("button", { type: "submit" }, "Launch"));
+    el("label", {}, t("Name"), el("input", { name: "name", placeholder: t("train") })),
+    el("label", {}, t("GPU"), gpuChoice(gpus, "gpu_model")),
+    el("label", {}, t("GPUs per node"), el("input", { name: "count", type: "number", min: 1, max: 64, value: 1, style: "width:5em" })),
+    el("label", {}, t("Nodes"), el("input", { name: "num_nodes", type: "number", min: 1, max: 64, value: 1, style: "width:5em" })),
+    el("label", {}, t("Priority"), el("select", { name: "priority" }, ["on-demand", "spot", "reserved"].map((p) => el("option", { value: p }, t(p))))),
+    el("label", {}, t("Checkpoint dir"), el("input", { name: "checkpoint_dir", placeholder: t("ckpt (optional)") })),
+    el("label", { style: "flex-basis:100%" }, t("Run"), el("textarea", { name: "run", required: true, placeholder: "torchrun --nproc_per_node=$NPROC_PER_NODE train.py" })),
+    el("button", { type: "submit" }, t("Launch")));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const f = new FormData(form);
     const task = { name: f.get("name"), run: f.get("run"), num_nodes: Number(f.get("num_nodes")),
       resources: { accelerators: `${f.get("gpu_model")}:${f.get("count")}`, priority: f.get("priority") } };
     if (f.get("checkpoint_dir")) task.checkpoint_dir = f.get("checkpoint_dir");
-    act("Job submitted.", () => api("POST", "/v1/jobs", task));
+    act(t("Job submitted."), () => api("POST", "/v1/jobs", task));
   });
-  return el("section", {}, el("h2", {}, "Launch a job"), form);
+  return el("section", {}, el("h2", {}, t("Launch a job")), form);
 }
 
 async function liveJobs() {
@@ -402,9 +402,9 @@ async function liveJobs() {
   const done = ["succeeded", "failed", "cancelled"];
   const actions = (j) => el("span", {},
     !done.includes(j.state) && !j.cancel_requested &&
-      el("button", { class: "plain", onclick: () => act(`Cancelling job ${j.id}.`, () => api("POST", `/v1/jobs/${j.id}/cancel`)) }, "Cancel"),
-    el("button", { class: "plain", onclick: () => showLogs("job", j) }, "Logs"));
-  return el("section", {}, el("h2", {}, "Jobs"),
+      el("button", { class: "plain", onclick: () => act(t("Cancelling job {id}.", { id: j.id }), () => api("POST", `/v1/jobs/${j.id}/cancel`)) }, t("Cancel")),
+    el("button", { class: "plain", onclick: () => showLogs("job", j) }, t("Logs")));
+  return el("section", {}, el("h2", {}, t("Jobs")),
     table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "EXIT", "WHY", ""],
       rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), priorityDesc(j), placed(j.allocations),
         costCell(j), rateCell(j), j.exit_code ?? "", j.reason, actions(j)]),
@@ -419,13 +419,13 @@ const PRIVATE_KEY = /-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----|PuTTY-User-Key-File-|
 
 async function formKeys() {
   const text = el("textarea", { name: "public_key", required: true, spellcheck: "false",
-    placeholder: "ssh-ed25519 AAAA… you@laptop" });
+    placeholder: t("ssh-ed25519 AAAA… you@laptop") });
   const file = el("input", { name: "file", type: "file", accept: ".pub,text/plain" });
   const form = el("form", { class: "inline", id: "add-key" },
-    el("label", { style: "flex-basis:100%" }, "Public key: one line of your .pub file (e.g. ~/.ssh/id_ed25519.pub), never the private key", text),
-    el("label", {}, "Name", el("input", { name: "name", placeholder: "default: the key's comment", maxlength: 100 })),
-    el("label", {}, "or read a .pub file", file),
-    el("button", { type: "submit" }, "Add key"));
+    el("label", { style: "flex-basis:100%" }, t("Public key: one line of your .pub file (e.g. ~/.ssh/id_ed25519.pub), never the private key"), text),
+    el("label", {}, t("Name"), el("input", { name: "name", placeholder: t("default: the key's comment"), maxlength: 100 })),
+    el("label", {}, t("or read a .pub file"), file),
+    el("button", { type: "submit" }, t("Add key")));
   file.addEventListener("change", async () => {
     if (file.files[0]) text.value = (await file.files[0].text()).slice(0, 20000);
     file.value = "";
@@ -436,40 +436,39 @@ async function formKeys() {
     const key = String(f.get("public_key") || "");
     if (PRIVATE_KEY.test(key)) {
       text.value = "";
-      flash("This looks like a PRIVATE key; nothing was sent or stored. Paste the public key (the .pub file, " +
-        "e.g. ~/.ssh/id_ed25519.pub) and keep the private key to yourself.");
+      flash(t("This looks like a PRIVATE key; nothing was sent or stored. Paste the public key (the .pub file, e.g. ~/.ssh/id_ed25519.pub) and keep the private key to yourself."));
       return;
     }
     const body = { public_key: key };
     if (String(f.get("name") || "").trim()) body.name = String(f.get("name")).trim();
-    if (await act("Key added: it opens your running instances now.", () => api("POST", "/v1/keys", body))) form.reset();
+    if (await act(t("Key added: it opens your running instances now."), () => api("POST", "/v1/keys", body))) form.reset();
   });
-  return el("section", {}, el("h2", {}, "Add an SSH key"),
-    el("p", { class: "muted" }, "Your keys open your own instances (ssh, scp, sftp), nobody else's."), form);
+  return el("section", {}, el("h2", {}, t("Add an SSH key")),
+    el("p", { class: "muted" }, t("Your keys open your own instances (ssh, scp, sftp), nobody else's.")), form);
 }
 
 async function liveKeys() {
   const keys = await api("GET", "/v1/keys");
-  return el("section", {}, el("h2", {}, "Your SSH keys"),
+  return el("section", {}, el("h2", {}, t("Your SSH keys")),
     table(["NAME", "TYPE", "FINGERPRINT", "ADDED", ""],
-      keys.map((k) => [k.name, k.type, el("code", { class: "fp" }, k.fingerprint), new Date(k.created_at).toLocaleString(),
-        el("button", { class: "plain", onclick: () => confirm(`Remove key ${k.name || k.fingerprint}? It stops opening your instances.`) &&
-          act(`Key ${k.name || k.fingerprint} removed.`, () => api("DELETE", `/v1/keys/${k.id}`)) }, "Remove")]),
+      keys.map((k) => [k.name, k.type, el("code", { class: "fp" }, k.fingerprint), new Date(k.created_at).toLocaleString(lang()),
+        el("button", { class: "plain", onclick: () => confirm(t("Remove key {key}? It stops opening your instances.", { key: k.name || k.fingerprint })) &&
+          act(t("Key {key} removed.", { key: k.name || k.fingerprint }), () => api("DELETE", `/v1/keys/${k.id}`)) }, t("Remove"))]),
       "No SSH keys yet: add one to reach your instances with ssh."));
 }
 
 async function formImages() {
   if (!isOperator()) return "";
   const form = el("form", { class: "inline", id: "add-image" },
-    el("label", {}, "Name", el("input", { name: "name", required: true, placeholder: "pytorch", style: "width:9em" })),
-    el("label", {}, "Engine ref", el("input", { name: "ref", required: true, placeholder: "localhost/suanli/python:3.11" })),
-    el("label", { style: "flex:1" }, "Description", el("input", { name: "description" })),
-    el("label", {}, "Python", el("input", { name: "python", placeholder: "3.11", style: "width:5em" })),
-    el("label", {}, "CUDA", el("input", { name: "cuda", placeholder: "12.4", style: "width:5em" })),
+    el("label", {}, t("Name"), el("input", { name: "name", required: true, placeholder: "pytorch", style: "width:9em" })),
+    el("label", {}, t("Engine ref"), el("input", { name: "ref", required: true, placeholder: "localhost/suanli/python:3.11" })),
+    el("label", { style: "flex:1" }, t("Description"), el("input", { name: "description" })),
+    el("label", {}, t("Python"), el("input", { name: "python", placeholder: "3.11", style: "width:5em" })),
+    el("label", {}, t("CUDA"), el("input", { name: "cuda", placeholder: "12.4", style: "width:5em" })),
     el("label", { class: "check" }, el("input", { name: "sshd", type: "checkbox" }), "sshd"),
     el("label", { class: "check" }, el("input", { name: "jupyterlab", type: "checkbox" }), "JupyterLab"),
-    el("label", { class: "check" }, el("input", { name: "default", type: "checkbox" }), "default"),
-    el("button", { type: "submit" }, "Offer image"));
+    el("label", { class: "check" }, el("input", { name: "default", type: "checkbox" }), t("default")),
+    el("button", { type: "submit" }, t("Offer image")));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = new FormData(form);
@@ -477,23 +476,23 @@ async function formImages() {
     const body = { name: String(f.get("name")).trim(), ref: String(f.get("ref")).trim(), description: String(f.get("description") || ""),
       default: f.get("default") === "on",
       contents: { python: opt("python"), cuda: opt("cuda"), sshd: f.get("sshd") === "on", jupyterlab: f.get("jupyterlab") === "on" } };
-    if (await act(`Image ${body.name} offered.`, () => api("POST", "/v1/images", body))) form.reset();
+    if (await act(t("Image {name} offered.", { name: body.name }), () => api("POST", "/v1/images", body))) form.reset();
   });
-  return el("section", {}, el("h2", {}, "Offer an image"), form);
+  return el("section", {}, el("h2", {}, t("Offer an image")), form);
 }
 
 async function liveImages() {
   const images = await api("GET", "/v1/images");
-  const here = (im) => im.present === null ? el("span", { class: "muted" }, "no engine") :
-    im.present ? "yes" : el("span", { class: "warn" }, "no: build or pull it");
+  const here = (im) => im.present === null ? el("span", { class: "muted" }, t("no engine")) :
+    im.present ? t("yes") : el("span", { class: "warn" }, t("no: build or pull it"));
   const actions = (im) => isOperator() && el("span", {},
-    !im.default && el("button", { class: "plain", onclick: () => act(`${im.name} is the default image.`,
-      () => api("PATCH", `/v1/images/${encodeURIComponent(im.name)}`, { default: true })) }, "Make default"),
-    el("button", { class: "plain", onclick: () => confirm(`Stop offering image ${im.name}?`) &&
-      act(`Image ${im.name} removed.`, () => api("DELETE", `/v1/images/${encodeURIComponent(im.name)}`)) }, "Remove"));
-  return el("section", {}, el("h2", {}, "Images renters can pick"),
+    !im.default && el("button", { class: "plain", onclick: () => act(t("{name} is the default image.", { name: im.name }),
+      () => api("PATCH", `/v1/images/${encodeURIComponent(im.name)}`, { default: true })) }, t("Make default")),
+    el("button", { class: "plain", onclick: () => confirm(t("Stop offering image {name}?", { name: im.name })) &&
+      act(t("Image {name} removed.", { name: im.name }), () => api("DELETE", `/v1/images/${encodeURIComponent(im.name)}`)) }, t("Remove")));
+  return el("section", {}, el("h2", {}, t("Images renters can pick")),
     table(["NAME", "DESCRIPTION", "CONTAINS", "REF", "ON THIS HOST", ""],
-      images.map((im) => [el("td", {}, im.name, im.default && el("span", { class: "tags" }, el("span", { class: "tag" }, "default"))),
+      images.map((im) => [el("td", {}, im.name, im.default && el("span", { class: "tags" }, el("span", { class: "tag" }, t("default")))),
         im.description, el("span", { class: "tags" }, contentTags(im)), el("code", { class: "fp" }, im.ref), here(im), actions(im)]),
       "No images offered: operators add them here or with `suanli images add`."));
 }
@@ -501,32 +500,32 @@ async function liveImages() {
 async function formBilling() {
   // Everyone: an alert when the balance runs low. Operators: top-ups and payment terms.
   const alert = el("form", { class: "inline", id: "low-balance" },
-    el("label", {}, "Alert me when less than this is left", el("input", { name: "low_balance", placeholder: "e.g. 50 (empty: off)", style: "width:10em" })),
-    el("button", { type: "submit" }, "Set alert"));
+    el("label", {}, t("Alert me when less than this is left"), el("input", { name: "low_balance", placeholder: t("e.g. 50 (empty: off)"), style: "width:10em" })),
+    el("button", { type: "submit" }, t("Set alert")));
   alert.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const v = String(new FormData(alert).get("low_balance") || "").trim();
-    await act(v ? `Low-balance alert set at ${v}.` : "Low-balance alert off.", () => api("PUT", "/v1/billing/terms", { low_balance: v }));
+    await act(v ? t("Low-balance alert set at {amount}.", { amount: v }) : t("Low-balance alert off."), () => api("PUT", "/v1/billing/terms", { low_balance: v }));
   });
-  if (!isOperator()) return el("section", {}, el("h2", {}, "Low-balance alert"), alert);
+  if (!isOperator()) return el("section", {}, el("h2", {}, t("Low-balance alert")), alert);
   const topup = el("form", { class: "inline", id: "topup" },
-    el("label", {}, "Tenant", el("input", { name: "tenant", required: true, style: "width:9em" })),
-    el("label", {}, "Amount", el("input", { name: "amount", required: true, placeholder: "500", style: "width:7em" })),
-    el("label", {}, "Memo", el("input", { name: "memo", placeholder: "bank transfer 7731" })),
-    el("button", { type: "submit" }, "Top up"));
+    el("label", {}, t("Tenant"), el("input", { name: "tenant", required: true, style: "width:9em" })),
+    el("label", {}, t("Amount"), el("input", { name: "amount", required: true, placeholder: "500", style: "width:7em" })),
+    el("label", {}, t("Memo"), el("input", { name: "memo", placeholder: t("bank transfer 7731") })),
+    el("button", { type: "submit" }, t("Top up")));
   topup.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = new FormData(topup);
     const body = { tenant: String(f.get("tenant")), amount: String(f.get("amount")), memo: String(f.get("memo") || "") };
-    if (await act(`Topped up ${body.tenant} by ${body.amount}.`, () => api("POST", "/v1/billing/topups", body))) topup.reset();
+    if (await act(t("Topped up {tenant} by {amount}.", { tenant: body.tenant, amount: body.amount }), () => api("POST", "/v1/billing/topups", body))) topup.reset();
   });
   const terms = el("form", { class: "inline", id: "terms" },
-    el("label", {}, "Tenant", el("input", { name: "tenant", required: true, style: "width:9em" })),
-    el("label", {}, "Terms", el("select", { name: "terms" }, ...["prepaid", "credit", "postpaid"].map((t) => el("option", { value: t }, t)))),
-    el("label", {}, "Credit limit", el("input", { name: "credit_limit", placeholder: "credit only", style: "width:7em" })),
-    el("label", {}, "Grace (s)", el("input", { name: "grace_s", type: "number", min: 0, placeholder: "300", style: "width:6em" })),
-    el("label", {}, "Storage debt limit", el("input", { name: "storage_debt_limit", placeholder: "10", style: "width:6em" })),
-    el("button", { type: "submit" }, "Set terms"));
+    el("label", {}, t("Tenant"), el("input", { name: "tenant", required: true, style: "width:9em" })),
+    el("label", {}, t("Terms"), el("select", { name: "terms" }, ...["prepaid", "credit", "postpaid"].map((v) => el("option", { value: v }, t(v))))),
+    el("label", {}, t("Credit limit"), el("input", { name: "credit_limit", placeholder: t("credit only"), style: "width:7em" })),
+    el("label", {}, t("Grace (s)"), el("input", { name: "grace_s", type: "number", min: 0, placeholder: "300", style: "width:6em" })),
+    el("label", {}, t("Storage debt limit"), el("input", { name: "storage_debt_limit", placeholder: "10", style: "width:6em" })),
+    el("button", { type: "submit" }, t("Set terms")));
   terms.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = new FormData(terms);
@@ -534,32 +533,33 @@ async function formBilling() {
     if (String(f.get("credit_limit") || "").trim()) body.credit_limit = String(f.get("credit_limit")).trim();
     if (String(f.get("grace_s") || "").trim()) body.grace_s = Number(f.get("grace_s"));
     if (String(f.get("storage_debt_limit") || "").trim()) body.storage_debt_limit = String(f.get("storage_debt_limit")).trim();
-    await act(`Terms of ${body.tenant}: ${body.terms}.`, () => api("PUT", "/v1/billing/terms", body));
+    await act(t("Terms of {tenant}: {terms}.", { tenant: body.tenant, terms: t(body.terms) }), () => api("PUT", "/v1/billing/terms", body));
   });
-  return el("section", {}, el("h2", {}, "Top-ups and payment terms"),
-    el("p", { class: "muted" }, "New tenants pay in advance: work starts only while their balance covers it."),
-    topup, terms, el("h2", {}, "Low-balance alert (your tenant)"), alert);
+  return el("section", {}, el("h2", {}, t("Top-ups and payment terms")),
+    el("p", { class: "muted" }, t("New tenants pay in advance: work starts only while their balance covers it.")),
+    topup, terms, el("h2", {}, t("Low-balance alert (your tenant)")), alert);
 }
 
 async function viewBilling() {
   const b = await api("GET", "/v1/billing/bill");
-  const t = b.terms;
+  const terms = b.terms;
   const hours = (s) => (s / 3600).toFixed(2);
   return [
-    el("section", {}, el("h2", {}, `Account of ${b.tenant} — ${b.period}`),
+    el("section", {}, el("h2", {}, t("Account of {tenant} — {period}", { tenant: b.tenant, period: b.period })),
       el("div", { class: "cards" },
-        el("div", {}, el("div", { class: "muted" }, "Balance"), el("div", { class: "big", id: "balance" }, b.balance_text)),
-        el("div", {}, el("div", { class: "muted" }, "This month"), el("div", { class: "big" }, b.current_period_total_text)),
-        el("div", {}, el("div", { class: "muted" }, "Running now, not yet billed"), el("div", { class: "big" }, b.accruing_text)),
-        t && el("div", {}, el("div", { class: "muted" }, `Terms: ${t.terms}${t.low_balance !== null ? `, alert below ${t.low_balance}` : ""}`),
-          el("div", { class: "big", id: "left" }, t.terms === "postpaid" ? "post-paid" : `${t.left_text} left`)),
-        b.budget && b.budget.limit !== null && el("div", {}, el("div", { class: "muted" }, "Budget"),
-          el("div", { class: "big" }, `${b.budget.limit} ${b.currency}${b.budget.hard_cap ? " (hard cap)" : ""}`)))),
-    el("section", {}, el("h2", {}, "Charges this month"),
-      table(["KIND", "GPU", "PLAN", "HOURS", `AMOUNT (${b.currency})`],
-        b.charges.map((c) => [c.kind, c.gpu_model || "", c.plan, num(hours(c.billed_seconds)), num(c.amount_text)]),
+        el("div", {}, el("div", { class: "muted" }, t("Balance")), el("div", { class: "big", id: "balance" }, b.balance_text)),
+        el("div", {}, el("div", { class: "muted" }, t("This month")), el("div", { class: "big" }, b.current_period_total_text)),
+        el("div", {}, el("div", { class: "muted" }, t("Running now, not yet billed")), el("div", { class: "big" }, b.accruing_text)),
+        terms && el("div", {}, el("div", { class: "muted" }, t("Terms: {terms}", { terms: t(terms.terms) }) +
+            (terms.low_balance !== null ? t(", alert below {amount}", { amount: terms.low_balance }) : "")),
+          el("div", { class: "big", id: "left" }, terms.terms === "postpaid" ? t("post-paid") : t("{amount} left", { amount: terms.left_text }))),
+        b.budget && b.budget.limit !== null && el("div", {}, el("div", { class: "muted" }, t("Budget")),
+          el("div", { class: "big" }, `${b.budget.limit} ${b.currency}${b.budget.hard_cap ? t(" (hard cap)") : ""}`)))),
+    el("section", {}, el("h2", {}, t("Charges this month")),
+      table(["KIND", "GPU", "PLAN", "HOURS", t("AMOUNT ({currency})", { currency: b.currency })],
+        b.charges.map((c) => [t(c.kind), c.gpu_model || "", t(c.plan), num(hours(c.billed_seconds)), num(c.amount_text)]),
         "Nothing billed this month.")),
-    el("section", {}, el("h2", {}, "Notices"),
+    el("section", {}, el("h2", {}, t("Notices")),
       table(["WHEN", "KIND", "MESSAGE"], b.notices.map((n) => [n.at, n.kind, n.message]), "No notices.")),
   ];
 }
@@ -568,29 +568,31 @@ async function viewNodes() {
   const nodes = await api("GET", "/v1/nodes");
   const actions = (n) => isOperator() && el("span", {},
     n.state === "ready"
-      ? el("button", { class: "plain", onclick: () => act(`${n.name} cordoned.`, () => api("PATCH", `/v1/nodes/${n.name}`, { state: "cordoned" })) }, "Cordon")
-      : el("button", { class: "plain", onclick: () => act(`${n.name} ready.`, () => api("PATCH", `/v1/nodes/${n.name}`, { state: "ready" })) }, "Make ready"));
-  return el("section", {}, el("h2", {}, "Nodes"),
+      ? el("button", { class: "plain", onclick: () => act(t("{name} cordoned.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "cordoned" })) }, t("Cordon"))
+      : el("button", { class: "plain", onclick: () => act(t("{name} ready.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "ready" })) }, t("Make ready")));
+  return el("section", {}, el("h2", {}, t("Nodes")),
     table(["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU used/total", "MEM GiB used/total", "ZONE", "HEARTBEAT", "KIND", ""],
       nodes.map((n) => [n.name, stateCell(n.state), n.backend, `${n.gpu_model} × ${n.gpu_count}`, num(n.gpus_free),
         `${n.cpu_used / 1000}/${n.cpu_milli / 1000}`, `${(n.mem_used / 1024).toFixed(0)}/${(n.memory_mib / 1024).toFixed(0)}`,
-        n.zone, n.heartbeat_at ? ago(n.heartbeat_at) : "not watched", el("span", { class: "tag" }, n.virtual ? "virtual" : "real"), actions(n)]),
+        n.zone, n.heartbeat_at ? ago(n.heartbeat_at) : t("not watched"), el("span", { class: "tag" }, n.virtual ? t("virtual") : t("real")), actions(n)]),
       "No nodes registered."));
 }
 
 async function viewEvents() {
   const events = await api("GET", "/v1/events?limit=100");
-  return el("section", {}, el("h2", {}, "Latest events"),
+  return el("section", {}, el("h2", {}, t("Latest events")),
     table(["WHEN", "OBJECT", "FROM", "TO", "MESSAGE"],
-      events.reverse().map((e) => [new Date(e.ts).toLocaleString(), `${e.kind} ${e.object_id}`, e.from_state || "", stateCell(e.to_state), e.message]),
+      events.reverse().map((e) => [new Date(e.ts).toLocaleString(lang()), `${t(e.kind)} ${e.object_id}`, e.from_state ? t(e.from_state) : "", stateCell(e.to_state), e.message]),
       "No events."));
 }
 
 // How an estimate was made: inference at a precision, context and batch; training by its
 // method, sequence length and micro-batch (its estimate has no precision or context).
 function memoryTerms(m) {
-  if (m.method) return `${m.method === "full" ? "full fine-tune" : m.method}, sequence ${m.seq_len}, micro-batch ${m.micro_batch}`;
-  return `${m.precision}, context ${m.context}, batch ${m.batch}`;
+  if (m.method) {
+    return t("{method}, sequence {seq}, micro-batch {batch}", { method: m.method === "full" ? t("full fine-tune") : m.method, seq: m.seq_len, batch: m.micro_batch });
+  }
+  return t("{precision}, context {context}, batch {batch}", { precision: m.precision, context: m.context, batch: m.batch });
 }
 
 // What to rent for a model: memory, then what this platform can rent (its own price book,
@@ -599,14 +601,14 @@ function memoryTerms(m) {
 async function formAdvisor() {
   const out = el("div", { id: "advice" });
   const form = el("form", { class: "inline", id: "advise" },
-    el("label", {}, "Model (e.g. llama-3.1-70b)", el("input", { name: "model", placeholder: "qwen2.5-72b" })),
-    el("label", {}, "or parameters", el("input", { name: "params", placeholder: "70B", style: "width:6em" })),
-    el("label", {}, "Task", el("select", { name: "task" }, ["inference", "lora", "qlora", "full-finetune"].map((t) => el("option", {}, t)))),
-    el("label", {}, "Precision", el("select", { name: "precision" }, ["bf16", "fp8", "int8", "int4"].map((t) => el("option", {}, t)))),
-    el("label", {}, "Context", el("input", { name: "context", type: "number", min: 1, value: 4096, style: "width:7em" })),
-    el("label", {}, "Batch", el("input", { name: "batch", type: "number", min: 1, value: 1, style: "width:5em" })),
-    el("label", {}, "Plan", el("select", { name: "plan" }, ["on-demand", "spot", "monthly", "reserved"].map((t) => el("option", {}, t)))),
-    el("button", { type: "submit" }, "Advise"));
+    el("label", {}, t("Model (e.g. llama-3.1-70b)"), el("input", { name: "model", placeholder: "qwen2.5-72b" })),
+    el("label", {}, t("or parameters"), el("input", { name: "params", placeholder: "70B", style: "width:6em" })),
+    el("label", {}, t("Task"), el("select", { name: "task" }, ["inference", "lora", "qlora", "full-finetune"].map((v) => el("option", { value: v }, t(v))))),
+    el("label", {}, t("Precision"), el("select", { name: "precision" }, ["bf16", "fp8", "int8", "int4"].map((v) => el("option", {}, v)))),
+    el("label", {}, t("Context"), el("input", { name: "context", type: "number", min: 1, value: 4096, style: "width:7em" })),
+    el("label", {}, t("Batch"), el("input", { name: "batch", type: "number", min: 1, value: 1, style: "width:5em" })),
+    el("label", {}, t("Plan"), el("select", { name: "plan" }, ["on-demand", "spot", "monthly", "reserved"].map((v) => el("option", { value: v }, t(v))))),
+    el("button", { type: "submit" }, t("Advise")));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = new FormData(form);
@@ -621,36 +623,36 @@ async function formAdvisor() {
         api("POST", "/v1/advise/platform", { ...q, plan: f.get("plan") }), api("POST", "/v1/advise/fit", q)]);
       flash("");
       const byTotal = here.sorted_by === "total_cost";
-      const marketBy = q.task === "inference" ? "price per hour" : "price per unit of work (price / (GPUs x TFLOPS x MFU))";
+      const marketBy = q.task === "inference" ? t("price per hour") : t("price per unit of work (price / (GPUs x TFLOPS x MFU))");
       out.replaceChildren(
-        el("p", {}, `${mem.model}: `, el("b", { id: "memory-total" }, `${gib(mem.total_bytes)} GiB`), ` of GPU memory on one GPU (${memoryTerms(mem)}).`),
-        el("h2", {}, `On this platform: ${here.plan}, cheapest first`),
+        el("p", {}, `${mem.model}: `, el("b", { id: "memory-total" }, `${gib(mem.total_bytes)} GiB`), t(" of GPU memory on one GPU ({terms}).", { terms: memoryTerms(mem) })),
+        el("h2", {}, t("On this platform: {plan}, cheapest first", { plan: t(here.plan) })),
         table(["GPU", "GPUS", "NODES", "PARALLELISM", "MEMORY USED", "PLAN", "PRICE / GPU-HOUR", byTotal ? "TOTAL" : "PRICE / HOUR", "FREE NOW"],
           here.answers.map((a) => [a.model, num(a.gpus), num(a.nodes), a.parallelism, num(`${(100 * a.memory_used_fraction).toFixed(0)} %`),
-            a.plan, price(a.price_per_gpu_hour), price(byTotal ? a.total_cost : a.price_per_hour),
-            num(`${a.free_now ? "yes" : "no"}: ${a.free} of ${a.total}${a.virtual ? " (virtual)" : ""}`)]),
+            t(a.plan), price(a.price_per_gpu_hour), price(byTotal ? a.total_cost : a.price_per_hour),
+            num(t("{answer}: {free} of {total}", { answer: a.free_now ? t("yes") : t("no"), free: a.free, total: a.total }) + (a.virtual ? t(" (virtual)") : ""))]),
           "No GPU offered here can hold it."),
-        el("h2", {}, `Market reference prices (seed articles' providers, not this platform), by ${marketBy}`),
+        el("h2", {}, t("Market reference prices (seed articles' providers, not this platform), by {order}", { order: marketBy })),
         table(["GPU", "GPUS", "PARALLELISM", "PLAN", "PRICE / GPU-HOUR", "PRICE / HOUR"],
-          options.slice(0, 12).map((o) => [o.gpu, num(o.gpus), o.parallelism, plan(o.price_plan), price(o.price_per_gpu_hour),
-            num(o.hourly_cost === null ? "" : o.hourly_cost.toFixed(2) + (o.billed_gpus && o.billed_gpus !== o.gpus ? ` (${o.billed_gpus} GPUs billed: whole nodes)` : ""))]),
+          options.slice(0, 12).map((o) => [o.gpu, num(o.gpus), o.parallelism, t(plan(o.price_plan)), price(o.price_per_gpu_hour),
+            num(o.hourly_cost === null ? "" : o.hourly_cost.toFixed(2) + (o.billed_gpus && o.billed_gpus !== o.gpus ? t(" ({n} GPUs billed: whole nodes)", { n: o.billed_gpus }) : ""))]),
           "Nothing fits."));
     } catch (e) {
       out.replaceChildren();  // an answer to an earlier question is not this one's
       flash(e instanceof ApiError ? `${e.message} (${e.code})` : String(e));
     }
   });
-  return el("section", {}, el("h2", {}, "What do I need to rent?"), form, out);
+  return el("section", {}, el("h2", {}, t("What do I need to rent?")), form, out);
 }
 
 function viewLogin() {
   // People sign in with name and password (and a TOTP code when two-factor sign-in is on);
   // programs' API tokens still work, pasted in the second form.
   const signIn = el("form", { class: "inline", id: "signin" },
-    el("label", {}, "User", el("input", { name: "name", autocomplete: "username", required: true })),
-    el("label", {}, "Password", el("input", { name: "password", type: "password", autocomplete: "current-password", required: true })),
-    el("label", {}, "Code (2FA)", el("input", { name: "code", inputmode: "numeric", autocomplete: "one-time-code", size: 8 })),
-    el("button", { type: "submit" }, "Sign in"));
+    el("label", {}, t("User"), el("input", { name: "name", autocomplete: "username", required: true })),
+    el("label", {}, t("Password"), el("input", { name: "password", type: "password", autocomplete: "current-password", required: true })),
+    el("label", {}, t("Code (2FA)"), el("input", { name: "code", inputmode: "numeric", autocomplete: "one-time-code", size: 8 })),
+    el("button", { type: "submit" }, t("Sign in")));
   signIn.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = new FormData(signIn);
@@ -658,7 +660,7 @@ function viewLogin() {
       const s = await fetch("/v1/sessions", { method: "POST", headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ name: f.get("name").trim(), password: f.get("password"), code: f.get("code").trim() || null }) });
       const data = await s.json();
-      if (!s.ok) return flash((data.error && data.error.message) || "sign-in failed");
+      if (!s.ok) return flash((data.error && data.error.message) || t("sign-in failed"));
       localStorage.setItem(TOKEN_KEY, data.token);
       localStorage.setItem(SESSION_KEY, data.must_enrol_2fa ? "enrol" : "1");
       me = null;
@@ -669,9 +671,9 @@ function viewLogin() {
     }
   });
   const form = el("form", { class: "inline", id: "login" },
-    el("label", { style: "flex:1" }, "API token (the server prints the admin's at first start; `suanli login` uses the same)",
+    el("label", { style: "flex:1" }, t("API token (the server prints the admin's at first start; `suanli login` uses the same)"),
       el("input", { name: "token", type: "password", autocomplete: "off", required: true })),
-    el("button", { type: "submit" }, "Use token"));
+    el("button", { type: "submit" }, t("Use token")));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     localStorage.setItem(TOKEN_KEY, new FormData(form).get("token").trim());
@@ -680,40 +682,40 @@ function viewLogin() {
     flash("");  // a refusal of an earlier token is not this one's
     await render();
   });
-  return el("section", {}, el("h2", {}, "Sign in"), signIn, el("h2", {}, "Or use an API token"), form);
+  return el("section", {}, el("h2", {}, t("Sign in")), signIn, el("h2", {}, t("Or use an API token")), form);
 }
 
 // Your tenant requires a second factor and you have none yet: this session may only enrol.
 function viewEnrol() {
   const out = el("div", { id: "enrol" });
-  const start = el("button", { type: "button", id: "enrol-start" }, "Make my secret");
+  const start = el("button", { type: "button", id: "enrol-start" }, t("Make my secret"));
   start.addEventListener("click", async () => {
     try {
       const e = await api("POST", "/v1/me/2fa");
       const confirm = el("form", { class: "inline", id: "enrol-confirm" },
-        el("label", {}, "Code from your app", el("input", { name: "code", inputmode: "numeric", required: true, size: 8 })),
-        el("button", { type: "submit" }, "Turn on"));
+        el("label", {}, t("Code from your app"), el("input", { name: "code", inputmode: "numeric", required: true, size: 8 })),
+        el("button", { type: "submit" }, t("Turn on")));
       confirm.addEventListener("submit", async (ev) => {
         ev.preventDefault();
         try {
           await api("POST", "/v1/me/2fa/confirm", { code: new FormData(confirm).get("code").trim() });
           await signOut();
-          flash("Two-factor sign-in is on: sign in again with a code.", true);
+          flash(t("Two-factor sign-in is on: sign in again with a code."), true);
         } catch (err) {
           flash(err.message);
         }
       });
       out.replaceChildren(
-        el("p", {}, "Add this secret to an authenticator app (or open the otpauth link on your phone):"),
+        el("p", {}, t("Add this secret to an authenticator app (or open the otpauth link on your phone):")),
         el("p", {}, el("code", { id: "enrol-secret" }, e.secret)),
-        el("p", {}, el("a", { href: e.uri }, "otpauth link")),
+        el("p", {}, el("a", { href: e.uri }, t("otpauth link"))),
         confirm);
     } catch (err) {
       flash(err.message);
     }
   });
-  return el("section", {}, el("h2", {}, "Turn on two-factor sign-in"),
-    el("p", {}, "Your tenant requires a code from an authenticator app at sign-in."), start, out);
+  return el("section", {}, el("h2", {}, t("Turn on two-factor sign-in")),
+    el("p", {}, t("Your tenant requires a code from an authenticator app at sign-in.")), start, out);
 }
 
 async function signOut() {
@@ -770,7 +772,7 @@ async function render() {
     if (e.status === 401) {
       localStorage.removeItem(TOKEN_KEY);
       localStorage.removeItem(SESSION_KEY);
-      flash("That token was not accepted: " + e.message);
+      flash(t("That token was not accepted: {error}", { error: e.message }));
       return render();
     }
     flash(String(e.message || e));
@@ -778,7 +780,7 @@ async function render() {
   }
   tabs.hidden = false;
   for (const a of tabs.querySelectorAll("[data-role=operator]")) a.hidden = !isOperator();
-  who.replaceChildren(`${me.name} (${me.role})`, el("button", { class: "plain", onclick: signOut }, "Sign out"));
+  who.replaceChildren(`${me.name} (${t(me.role)})`, el("button", { class: "plain", onclick: signOut }, t("Sign out")));
   if (localStorage.getItem(SESSION_KEY) === "enrol") {
     tabs.hidden = true;
     if (view.dataset.view !== "enrol") {
@@ -807,4 +809,9 @@ async function render() {
 }
 
 window.addEventListener("hashchange", () => { flash(""); closeLogs(); render(); });
-render();
+document.getElementById("lang-switch").replaceChildren(languageSwitch(() => {
+  delete document.getElementById("view").dataset.view;  // forms are built once per view: build them again
+  flash("");
+  render();
+}));
+loadLanguage().then(render);
