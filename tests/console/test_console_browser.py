@@ -25,6 +25,7 @@ def test_sign_in_is_required_and_a_bad_token_is_refused(page: Page, console_serv
     expect(page.locator("#tabs")).to_be_hidden()
     sign_in(page, console_server.token)
     expect(page.locator("#who")).to_contain_text("admin (admin)")
+    page.click("a[href='#gpus']")
     expect(row(page, "H100")).to_contain_text("virtual")  # the demo inventory's GPUs, said to be virtual
 
 

@@ -586,6 +586,118 @@ async function viewEvents() {
       "No events."));
 }
 
+// -- dashboard --------------------------------------------------------------------------
+
+// Chart.js (static/vendor, served by this server) draws the charts. A live part is built
+// again on every refresh, so the charts of the last one are destroyed first.
+let charts = [];
+const COLOURS = ["#2457c5", "#1b7f3b", "#a15c00", "#b3261e", "#6b3fa0", "#00838f", "#5d6b82"];
+
+function chart(id, type, labels, datasets, yTitle, percent = false, registry = charts) {
+  const canvas = el("canvas", { id, height: 220, role: "img", "aria-label": yTitle });
+  registry.push(new Chart(canvas, {
+    type,
+    data: { labels, datasets: datasets.map((d, i) => ({ borderColor: COLOURS[i % COLOURS.length], backgroundColor: COLOURS[i % COLOURS.length],
+      pointRadius: 0, borderWidth: 2, ...d })) },
+    options: { animation: false, responsive: true, maintainAspectRatio: false, interaction: { mode: "index", intersect: false },
+      scales: { y: { beginAtZero: true, title: { display: true, text: yTitle }, max: percent ? 100 : undefined } },
+      plugins: { legend: { display: datasets.length > 1 } } },
+  }));
+  return el("div", { class: "chart" }, canvas);
+}
+
+const dashboardDays = () => Number(localStorage.getItem("suanli.dashboard_days")) || 30;
+const shortTime = (iso) => new Date(iso).toLocaleString(lang(), { month: "numeric", day: "numeric", hour: "numeric" });
+const shortDay = (day) => new Date(day + "T00:00:00Z").toLocaleDateString(lang(), { month: "numeric", day: "numeric", timeZone: "UTC" });
+
+function uptime(iso) {
+  if (!iso) return "";
+  const s = Math.max(0, (Date.now() - new Date(iso).getTime()) / 1000);
+  const h = Math.floor(s / 3600);
+  return h ? t("{h} h {m} min", { h, m: Math.floor((s % 3600) / 60) }) : t("{m} min", { m: Math.floor(s / 60) });
+}
+
+async function formDashboard() {
+  const select = el("select", { name: "days", id: "dashboard-days" },
+    [1, 7, 30, 90].map((d) => el("option", { value: d, selected: d === dashboardDays() }, t("last {n} days", { n: d }))));
+  select.addEventListener("change", () => { localStorage.setItem("suanli.dashboard_days", select.value); render(); });
+  return el("section", {}, el("h2", {}, t("Dashboard")), el("label", { class: "inline-label" }, t("Window"), " ", select));
+}
+
+// One workload's CPU and GPU use over the last hour (the metrics the platform collects),
+// in a pane of its own below the live part.
+let usageCharts = [];
+
+async function showUsage(kind, w) {
+  usageCharts.forEach((c) => c.destroy());
+  usageCharts = [];
+  const pane = document.getElementById("usage");
+  const title = t(kind === "job" ? "Use of job {id}" : "Use of instance {id}", { id: w.id }) + (w.name ? ` (${w.name})` : "");
+  pane.hidden = false;
+  try {
+    const points = await api("GET", `/v1/${kind}s/${w.id}/metrics`);
+    const labels = points.map((p) => new Date(p.ts * 1000).toLocaleTimeString(lang()));
+    const gpuMeasured = points.some((p) => p.gpu_util_percent !== null);
+    const note = points.map((p) => p.gpu_note).find(Boolean);
+    pane.replaceChildren(el("h2", {}, title, " ", el("button", { class: "plain", onclick: () => { pane.hidden = true; } }, t("Close"))),
+      points.length ? chart("usage-chart", "line", labels, [
+        { label: t("CPU % of one core"), data: points.map((p) => p.cpu_percent) },
+        ...(gpuMeasured ? [{ label: t("GPU %"), data: points.map((p) => p.gpu_util_percent) }] : []),
+      ], "%", false, usageCharts) : el("p", { class: "muted" }, t("No samples yet.")),
+      !gpuMeasured && el("p", { class: "muted", id: "gpu-note" }, note || t("GPU use: not measured")));
+  } catch (e) {
+    pane.replaceChildren(el("h2", {}, title), el("p", { class: "muted" }, e.message));
+  }
+}
+
+async function viewDashboard() {
+  charts.forEach((c) => c.destroy());
+  charts = [];
+  const days = dashboardDays();
+  const [board, instances, jobs] = await Promise.all([api("GET", `/v1/dashboard?days=${days}`), api("GET", "/v1/instances"),
+    api("GET", "/v1/jobs")]);
+  const cur = board.currency;
+  const spend = board.spend.values.spend;
+  const running = [...instances.filter((i) => i.state === "running").map((i) => ["instance", i]),
+    ...jobs.filter((j) => j.state === "running").map((j) => ["job", j])];
+  const perHour = running.reduce((sum, [, w]) => sum + (w.cost ? w.cost.per_hour : 0), 0);
+  const out = [
+    el("section", {}, el("h2", {}, t("Your spending")),
+      el("div", { class: "cards" },
+        el("div", {}, el("div", { class: "muted" }, t("Last {n} days", { n: days })),
+          el("div", { class: "big", id: "spend-total" }, money(spend.reduce((a, b) => a + b, 0) / 1e6, cur))),
+        el("div", {}, el("div", { class: "muted" }, t("Running now")), el("div", { class: "big", id: "running-count" }, String(running.length))),
+        el("div", {}, el("div", { class: "muted" }, t("Costs now")), el("div", { class: "big" }, t("{price} per hour", { price: money(perHour, cur) })))),
+      chart("spend-chart", "bar", board.spend.starts.map(shortDay), [{ label: t("Spend per day"), data: spend.map((v) => v / 1e6) }],
+        t("Spend ({currency})", { currency: cur }))),
+    el("section", {}, el("h2", {}, t("Running work")),
+      table(["KIND", "ID", "NAME", "GPU", "UPTIME", "COST", "RATE", ""],
+        running.map(([kind, w]) => [t(kind), String(w.id), w.name, gpuDesc(w), uptime(w.started_at || w.created_at), costCell(w), rateCell(w),
+          el("button", { class: "plain", onclick: () => showUsage(kind, w) }, t("Use"))]),
+        "Nothing running.")),
+  ];
+  const c = board.cluster;
+  if (c) {
+    const models = Object.keys(c.allocation.values);
+    out.push(el("section", {}, el("h2", {}, t("The platform")),
+      el("div", { class: "cards" },
+        el("div", {}, el("div", { class: "muted" }, t("Revenue, last {n} days", { n: days })),
+          el("div", { class: "big", id: "revenue-total" }, money(c.revenue.values.revenue.reduce((a, b) => a + b, 0) / 1e6, cur))),
+        el("div", {}, el("div", { class: "muted" }, t("Waiting")), el("div", { class: "big", id: "queue-length" }, String(c.queue.waiting))),
+        el("div", {}, el("div", { class: "muted" }, t("Nodes")), el("div", { class: "big", id: "node-states" },
+          Object.entries(c.nodes.states).map(([s, n]) => `${n} ${t(s)}`).join(", ") || "0"))),
+      el("h2", {}, t("Allocated share of each GPU model")),
+      chart("allocation-chart", "line", c.allocation.starts.map(shortTime),
+        models.map((m) => ({ label: m, data: c.allocation.values[m].map((v) => 100 * v) })), t("% of GPUs held"), true),
+      el("h2", {}, t("Revenue per day")),
+      chart("revenue-chart", "bar", c.revenue.starts.map(shortDay), [{ label: t("Revenue per day"), data: c.revenue.values.revenue.map((v) => v / 1e6) }],
+        t("Revenue ({currency})", { currency: cur })),
+      el("h2", {}, t("Why work waits")),
+      table(["WHY", "COUNT"], c.queue.reasons.map((r) => [r.reason, num(r.count)]), "Nothing waits.")));
+  }
+  return out;
+}
+
 // How an estimate was made: inference at a precision, context and batch; training by its
 // method, sequence length and micro-batch (its estimate has no precision or context).
 function memoryTerms(m) {
@@ -733,6 +845,7 @@ async function signOut() {
 // A view: an optional form, built once when the view opens (so a refresh never eats what
 // the user is typing), and live content, fetched again every REFRESH_MS.
 const VIEWS = {
+  dashboard: { form: formDashboard, live: viewDashboard },
   gpus: { live: viewGpus },
   instances: { form: formInstance, live: liveInstances },
   jobs: { form: formJob, live: liveJobs },
@@ -789,13 +902,13 @@ async function render() {
     }
     return;
   }
-  const name = (location.hash.slice(1) in VIEWS) ? location.hash.slice(1) : "gpus";
+  const name = (location.hash.slice(1) in VIEWS) ? location.hash.slice(1) : "dashboard";
   for (const a of tabs.querySelectorAll("a")) a.classList.toggle("active", a.getAttribute("href") === "#" + name);
   try {
     if (view.dataset.view !== name) {
       const form = VIEWS[name].form ? await VIEWS[name].form() : "";
       if (stale()) return;
-      view.replaceChildren(form, el("div", { id: "live" }), el("section", { id: "logs", hidden: true }));
+      view.replaceChildren(form, el("div", { id: "live" }), el("section", { id: "usage", hidden: true }), el("section", { id: "logs", hidden: true }));
       view.dataset.view = name;
     }
     const live = [await VIEWS[name].live()].flat();
