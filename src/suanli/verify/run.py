@@ -1,0 +1,246 @@
+"""``suanli verify``: identity, measurements and verdicts for this machine's GPUs, as one report.
+
+The report is the ``suanli verify --json`` contract (scripts rely on it):
+
+- ``device``: ``"cuda"`` or ``"cpu"``;
+- ``gpus``: one object per GPU with ``name``, ``memory_total_mib``, ``virtualization``,
+  ``memory_test_ok``, ``tflops`` ({dtype: TFLOPS}), ``tflops_ratio`` (best dense 16-bit
+  against the catalog's dense peak), ``bandwidth_gbs`` (device memory copy), and more
+  (identity, ratios, host<->device and peer-to-peer bandwidth, the verdict);
+- without an NVIDIA GPU: ``device: "cpu"``, ``gpus: []`` and a ``cpu`` section measured
+  by the same code on CPU tensors.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from suanli.verify import measure
+from suanli.verify.datasheet import catalog_model, datasheet
+from suanli.verify.identity import GpuIdentity, NodeIdentity, nvml_identity
+from suanli.verify.judge import Measured, Thresholds, judge
+
+NO_GPU = "no NVIDIA GPU here (NVML found none, or torch sees no CUDA device): measured the CPU path of the same code"
+
+
+class TorchMissing(RuntimeError):
+    """torch is not installed: ``pip install 'suanli[torch]'``."""
+
+
+@dataclass(frozen=True)
+class Options:
+    quick: bool = False
+    expect: str | None = None  # the catalog model the node is registered as; default: what NVML says
+    thresholds: Thresholds = Thresholds()
+    force_cpu: bool = False
+    allreduce: bool = True
+    cpu_memory_mib: int = 256  # CPU path: how much host memory the pattern test checks
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise TorchMissing("suanli verify needs PyTorch: pip install 'suanli[torch]' (torch==2.13.0)") from None
+    return torch
+
+
+def _safe(fn: Callable[[], Any]) -> tuple[Any, str | None]:
+    try:
+        return fn(), None
+    except Exception as exc:  # a measurement that fails is reported, the others still run
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def measure_gpu(torch: Any, ident: GpuIdentity, peers: int, opts: Options, progress: Callable[[str], None]) -> dict:
+    device = torch.device("cuda", ident.index)
+    warmup, repeats, n, mib = measure.SIZES[("cuda", opts.quick)]
+    errors: dict[str, str] = {}
+    progress(f"GPU {ident.index}: memory pattern test")
+    total = torch.cuda.mem_get_info(device)[1]
+    mem = measure.memory_test(device, int(ident.memory_total_mib * 2**20) or total)
+    tflops: dict[str, float] = {}
+    for dtype in measure.DTYPES["cuda"]:
+        if dtype == "fp8" and not measure.has_fp8(device):
+            continue
+        progress(f"GPU {ident.index}: {dtype} matmul")
+        value, err = _safe(lambda d=dtype: measure.matmul_tflops(device, d, n, warmup, repeats))
+        if value is not None:
+            tflops[dtype] = round(value, 2)
+        elif err:
+            errors[f"matmul_{dtype}"] = err
+    progress(f"GPU {ident.index}: bandwidth")
+    cpu = torch.device("cpu")
+    bw, err = _safe(lambda: measure.copy_gbs(device, device, mib, warmup, repeats, count_both=True))
+    if err:
+        errors["device_copy"] = err
+    h2d, err = _safe(lambda: measure.copy_gbs(cpu, device, mib, warmup, repeats, count_both=False))
+    if err:
+        errors["host_to_device"] = err
+    d2h, err = _safe(lambda: measure.copy_gbs(device, cpu, mib, warmup, repeats, count_both=False))
+    if err:
+        errors["device_to_host"] = err
+    p2p: dict[str, dict] = {}
+    for j in range(peers):
+        if j == ident.index:
+            continue
+        other = torch.device("cuda", j)
+        value, err = _safe(lambda o=other: measure.copy_gbs(device, o, mib, warmup, repeats, count_both=False))
+        p2p[str(j)] = {"gbs": _round(value), "peer_access": bool(torch.cuda.can_device_access_peer(ident.index, j))}
+        if err:
+            errors[f"p2p_{j}"] = err
+    return {"memory": mem, "tflops": tflops, "bandwidth_gbs": bw, "h2d": h2d, "d2h": d2h, "p2p": p2p, "errors": errors}
+
+
+def gpu_entry(ident: GpuIdentity, node: NodeIdentity, measured: dict, opts: Options) -> dict:
+    """One ``gpus`` entry of the report: identity, numbers, the catalog's promise and the verdict."""
+    registered = opts.expect or catalog_model(ident.name) or ident.name
+    sheet = datasheet(registered)
+    mem = measured["memory"]
+    m = Measured(
+        nvml_model=catalog_model(ident.name),
+        nvml_name=ident.name,
+        memory_total_mib=ident.memory_total_mib,
+        virtualization=ident.virtualization,
+        mig_mode=ident.mig_mode,
+        memory_test_ok=mem.ok,
+        # passed: NVML's total holds (95 % of it was written and read back); failed: what was verified
+        memory_verified_bytes=ident.memory_total_mib * 2**20 if mem.ok else mem.verified_bytes,
+        tflops=measured["tflops"],
+        bandwidth_gbs=measured["bandwidth_gbs"],
+        pcie_gen=ident.pcie_gen,
+        pcie_gen_max=ident.pcie_gen_max,
+        pcie_width=ident.pcie_width,
+        pcie_width_max=ident.pcie_width_max,
+    )
+    verdict = judge(registered if opts.expect else None, sheet, m, opts.thresholds)
+    return {
+        **ident.as_dict(),
+        "driver_version": node.driver_version,
+        "cuda_version": node.cuda_version,
+        "identity_source": node.source,
+        "catalog": None
+        if sheet is None
+        else {
+            "model": sheet.model,
+            "memory_gb": sheet.memory_gb,
+            "bandwidth_gbs": sheet.bandwidth_gbs,
+            "tflops": {"bf16": sheet.tflops_16bit, "fp16": sheet.tflops_16bit, "fp8": sheet.tflops_fp8},
+        },
+        "memory_test_ok": mem.ok,
+        "memory_test": mem.as_dict(),
+        "memory_ratio": verdict.memory_ratio,
+        "tflops": measured["tflops"],
+        "tflops_ratio": verdict.tflops_ratio,
+        "tflops_ratios": verdict.tflops_ratios,
+        "bandwidth_gbs": _round(measured["bandwidth_gbs"]),
+        "bandwidth_ratio": verdict.bandwidth_ratio,
+        "host_to_device_gbs": _round(measured["h2d"]),
+        "device_to_host_gbs": _round(measured["d2h"]),
+        "p2p_gbs": measured["p2p"],
+        "errors": measured["errors"],
+        "ok": verdict.ok,
+        "reasons": verdict.reasons,
+        "notes": verdict.notes,
+    }
+
+
+def measure_cpu(torch: Any, opts: Options, progress: Callable[[str], None]) -> dict:
+    """The CPU path: the same memory test, matmul and copy code on CPU tensors."""
+    device = torch.device("cpu")
+    warmup, repeats, n, mib = measure.SIZES[("cpu", opts.quick)]
+    mem_mib = min(opts.cpu_memory_mib, 32) if opts.quick else opts.cpu_memory_mib
+    progress("CPU: memory pattern test")
+    mem = measure.memory_test(device, mem_mib * 2**20, chunk_mib=max(1, mem_mib // 4), slice_mib=max(1, mem_mib // 8))
+    tflops: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    for dtype in measure.DTYPES["cpu"]:
+        progress(f"CPU: {dtype} matmul")
+        value, err = _safe(lambda d=dtype: measure.matmul_tflops(device, d, n, warmup, repeats))
+        if value is not None:
+            tflops[dtype] = round(value, 4)
+        elif err:
+            errors[f"matmul_{dtype}"] = err
+    progress("CPU: memory copy")
+    bw, err = _safe(lambda: measure.copy_gbs(device, device, mib, warmup, repeats, count_both=True))
+    if err:
+        errors["copy"] = err
+    allreduce = None
+    if opts.allreduce:
+        progress("CPU: all-reduce (gloo, 2 processes)")
+        allreduce, err = _safe(lambda: measure.allreduce_busbw("cpu", 2, 4 if opts.quick else 64, 1, repeats))
+        if err:
+            errors["allreduce"] = err
+    return {
+        "name": _cpu_name(),
+        "threads": torch.get_num_threads(),
+        "memory_test_ok": mem.ok,
+        "memory_test": mem.as_dict(),
+        "matmul_n": n,
+        "tflops": tflops,
+        "bandwidth_gbs": _round(bw),
+        "allreduce": allreduce,
+        "errors": errors,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def verify(
+    opts: Options = Options(), identity: NodeIdentity | None = None, progress: Callable[[str], None] = lambda s: None
+) -> dict:
+    """Run the checks on this machine and return the report (see the module docstring)."""
+    torch = _import_torch()
+    if identity is None and not opts.force_cpu:
+        identity = nvml_identity()
+    cuda = not opts.force_cpu and torch.cuda.is_available() and identity is not None
+    report: dict[str, Any] = {
+        "device": "cuda" if cuda else "cpu",
+        "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "torch_version": torch.__version__,
+        "quick": opts.quick,
+        "thresholds": opts.thresholds.as_dict(),
+        "expected_model": opts.expect,
+        "gpus": [],
+    }
+    if not cuda:
+        report["message"] = "forced CPU path (--cpu)" if opts.force_cpu else NO_GPU
+        report["cpu"] = measure_cpu(torch, opts, progress)
+        report["allreduce"] = None
+        report["ok"] = True
+        return report
+    assert identity is not None
+    visible = torch.cuda.device_count()
+    if visible != len(identity.gpus):
+        # a container sees only its own GPUs through CUDA_VISIBLE_DEVICES; NVML sees all of them
+        report["message"] = f"NVML lists {len(identity.gpus)} GPUs, CUDA sees {visible}: measured the first {visible}"
+    gpus = identity.gpus[:visible]
+    for ident in gpus:
+        report["gpus"].append(gpu_entry(ident, identity, measure_gpu(torch, ident, len(gpus), opts, progress), opts))
+    report["allreduce"] = None
+    if opts.allreduce and len(gpus) > 1:
+        progress(f"all-reduce across {len(gpus)} GPUs (NCCL)")
+        warmup, repeats, _, mib = measure.SIZES[("cuda", opts.quick)]
+        report["allreduce"], err = _safe(lambda: measure.allreduce_busbw("cuda", len(gpus), mib, warmup, repeats))
+        if err:
+            report["allreduce_error"] = err
+    report["ok"] = all(g["ok"] for g in report["gpus"])
+    return report
