@@ -151,3 +151,59 @@ def node_reason(failures: dict[int, list[str]]) -> str:
     """One line for a node's cordon reason: ``verify failed: GPU 0: wrong model ...; GPU 3: ...``."""
     parts = [f"GPU {i}: {'; '.join(r)}" for i, r in sorted(failures.items()) if r]
     return "verify failed: " + " | ".join(parts) if parts else ""
+
+
+class ReportError(ValueError):
+    """A report that is not a ``suanli verify --json`` report; the message says what is wrong."""
+
+
+def _number(entry: dict, key: str, where: str, optional: bool = False) -> float | None:
+    value = entry.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ReportError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+def measured_from_entry(entry: object, where: str = "gpus[0]", nvml_model: str | None = None) -> Measured:
+    """A ``gpus`` entry of a report as ``Measured``, checked field by field, so a server
+    judges a node's numbers with its own thresholds and the model it sold the node as."""
+    if not isinstance(entry, dict):
+        raise ReportError(f"{where}: expected an object")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise ReportError(f"{where}.name: expected the NVML product name")
+    total = _number(entry, "memory_total_mib", where)
+    ok = entry.get("memory_test_ok")
+    if not isinstance(ok, bool):
+        raise ReportError(f"{where}.memory_test_ok: expected true or false")
+    test = entry.get("memory_test") if isinstance(entry.get("memory_test"), dict) else {}
+    verified = total * 2**20 if ok else (_number(test, "verified_bytes", f"{where}.memory_test", optional=True) or 0.0)
+    tflops = entry.get("tflops")
+    if not isinstance(tflops, dict):
+        raise ReportError(f"{where}.tflops: expected {{dtype: TFLOPS}}")
+    measured = {str(d): _number(tflops, d, f"{where}.tflops") for d in tflops}
+    virt = entry.get("virtualization")
+    if not isinstance(virt, str):
+        raise ReportError(f"{where}.virtualization: expected a string")
+
+    def small_int(key: str) -> int | None:
+        v = entry.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return Measured(
+        nvml_model=nvml_model,
+        nvml_name=name,
+        memory_total_mib=total or 0.0,
+        virtualization=virt,
+        mig_mode=entry.get("mig_mode") if isinstance(entry.get("mig_mode"), str) else None,
+        memory_test_ok=ok,
+        memory_verified_bytes=verified,
+        tflops={d: v for d, v in measured.items() if v is not None},
+        bandwidth_gbs=_number(entry, "bandwidth_gbs", where, optional=True),
+        pcie_gen=small_int("pcie_gen"),
+        pcie_gen_max=small_int("pcie_gen_max"),
+        pcie_width=small_int("pcie_width"),
+        pcie_width_max=small_int("pcie_width_max"),
+    )
