@@ -77,6 +77,12 @@ def test_a_failed_memory_test_fails_whatever_nvml_says() -> None:
     assert any(r.startswith("memory: 20.0 GB usable is 25%") for r in v.reasons), v.reasons
 
 
+def test_nvml_and_cuda_disagreeing_on_the_memory_total_fails() -> None:
+    v = judge("H100 SXM5 80GB", H100, measured(cuda_memory_total_mib=40_960.0))
+    assert v.reasons == ["memory total differs: NVML reports 81,559 MiB, CUDA 40,960 MiB (one of them is not telling the truth)"]
+    assert judge("H100 SXM5 80GB", H100, measured(cuda_memory_total_mib=81_559.0)).ok
+
+
 def test_compute_below_half_of_the_dense_peak_fails_and_the_threshold_is_configurable() -> None:
     slow = measured(tflops={"bf16": 400.0, "fp16": 390.0})  # 40 % of 989
     v = judge("H100 SXM5 80GB", H100, slow)

@@ -75,18 +75,18 @@ def test_a_report_from_the_cpu_path_is_kept_as_unmeasured_and_cordons_nothing(se
     assert node(server, "rtx4090-1")["verified"]["status"] == "unmeasured"
 
 
-@pytest.mark.parametrize(
-    ("report", "message"),
-    [
-        ([], "report: Input should be a valid dictionary"),
-        ({"device": "tpu", "gpus": []}, "report.device: expected 'cuda' or 'cpu', got 'tpu'"),
-        ({"device": "cuda", "gpus": []}, "report.gpus: a cuda report lists its GPUs"),
-        ({"device": "cuda", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}, "report.gpus[0].memory_total_mib: expected a number"),
-    ],
-)
-def test_a_bad_report_is_refused_and_changes_nothing(server: Server, report: object, message: str) -> None:
-    r = server.http.post("/v1/nodes/h100-0/verifications", json={"report": report}, headers=server.headers)
-    assert r.status_code in (400, 422) and message in r.text, r.text
+BAD_REPORTS = [
+    ([], "report: Input should be a valid dictionary"),
+    ({"device": "tpu", "gpus": []}, "report.device: expected 'cuda' or 'cpu', got 'tpu'"),
+    ({"device": "cuda", "gpus": []}, "report.gpus: a cuda report lists its GPUs"),
+    ({"device": "cuda", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}, "report.gpus[0].memory_total_mib: expected a number"),
+]
+
+
+def test_a_bad_report_is_refused_and_changes_nothing(server: Server) -> None:
+    for report, message in BAD_REPORTS:
+        r = server.http.post("/v1/nodes/h100-0/verifications", json={"report": report}, headers=server.headers)
+        assert r.status_code == 422 and message in r.text, (report, r.text)
     assert server.get("/v1/nodes/h100-0/verifications") == [] and node(server, "h100-0")["state"] == "ready"
 
 

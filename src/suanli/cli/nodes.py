@@ -162,7 +162,9 @@ def verify(
         try:
             report = json.loads(report_file.read_text("utf-8"))
         except (OSError, ValueError) as exc:
-            err_console.print(f"[red]error[/red]: {report_file} is not a `suanli verify --json` report: {exc}")
+            err_console.print(
+                f"[red]error[/red]: {report_file} is not a `suanli verify --json` report: {exc}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(1) from None
     else:
         with api_errors():

@@ -71,6 +71,7 @@ class Measured:
     pcie_gen_max: int | None = None
     pcie_width: int | None = None
     pcie_width_max: int | None = None
+    cuda_memory_total_mib: float | None = None  # what the CUDA runtime reports (cudaMemGetInfo); None: not asked
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,11 @@ def judge(registered_as: str | None, sheet: Datasheet | None, m: Measured, limit
     if m.mig_mode == "enabled":
         notes.append("MIG mode is enabled: workloads see MIG instances, not the whole GPU")
 
+    if m.cuda_memory_total_mib is not None and abs(m.cuda_memory_total_mib - m.memory_total_mib) > 0.01 * m.memory_total_mib:
+        reasons.append(
+            f"memory total differs: NVML reports {m.memory_total_mib:,.0f} MiB, CUDA {m.cuda_memory_total_mib:,.0f} MiB "
+            "(one of them is not telling the truth)"
+        )
     memory_ratio = ratio(m.memory_verified_bytes / 1e9, sheet.memory_gb if sheet else None)
     if not m.memory_test_ok:
         reasons.append(
@@ -206,4 +212,5 @@ def measured_from_entry(entry: object, where: str = "gpus[0]", nvml_model: str |
         pcie_gen_max=small_int("pcie_gen_max"),
         pcie_width=small_int("pcie_width"),
         pcie_width_max=small_int("pcie_width_max"),
+        cuda_memory_total_mib=_number(entry, "cuda_memory_total_mib", where, optional=True),
     )

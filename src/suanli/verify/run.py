@@ -65,8 +65,8 @@ def measure_gpu(torch: Any, ident: GpuIdentity, peers: int, opts: Options, progr
     warmup, repeats, n, mib = measure.SIZES[("cuda", opts.quick)]
     errors: dict[str, str] = {}
     progress(f"GPU {ident.index}: memory pattern test")
-    total = torch.cuda.mem_get_info(device)[1]
-    mem = measure.memory_test(device, int(ident.memory_total_mib * 2**20) or total)
+    cuda_total = torch.cuda.mem_get_info(device)[1]  # the CUDA runtime's own total: a hook on NVML alone shows here
+    mem = measure.memory_test(device, int(ident.memory_total_mib * 2**20) or cuda_total)
     tflops: dict[str, float] = {}
     for dtype in measure.DTYPES["cuda"]:
         if dtype == "fp8" and not measure.has_fp8(device):
@@ -97,7 +97,16 @@ def measure_gpu(torch: Any, ident: GpuIdentity, peers: int, opts: Options, progr
         p2p[str(j)] = {"gbs": _round(value), "peer_access": bool(torch.cuda.can_device_access_peer(ident.index, j))}
         if err:
             errors[f"p2p_{j}"] = err
-    return {"memory": mem, "tflops": tflops, "bandwidth_gbs": bw, "h2d": h2d, "d2h": d2h, "p2p": p2p, "errors": errors}
+    return {
+        "memory": mem,
+        "cuda_memory_total_mib": round(cuda_total / 2**20, 1),
+        "tflops": tflops,
+        "bandwidth_gbs": bw,
+        "h2d": h2d,
+        "d2h": d2h,
+        "p2p": p2p,
+        "errors": errors,
+    }
 
 
 def gpu_entry(ident: GpuIdentity, node: NodeIdentity, measured: dict, opts: Options) -> dict:
@@ -120,6 +129,7 @@ def gpu_entry(ident: GpuIdentity, node: NodeIdentity, measured: dict, opts: Opti
         pcie_gen_max=ident.pcie_gen_max,
         pcie_width=ident.pcie_width,
         pcie_width_max=ident.pcie_width_max,
+        cuda_memory_total_mib=measured.get("cuda_memory_total_mib"),
     )
     verdict = judge(registered if opts.expect else None, sheet, m, opts.thresholds)
     return {
@@ -135,6 +145,7 @@ def gpu_entry(ident: GpuIdentity, node: NodeIdentity, measured: dict, opts: Opti
             "bandwidth_gbs": sheet.bandwidth_gbs,
             "tflops": {"bf16": sheet.tflops_16bit, "fp16": sheet.tflops_16bit, "fp8": sheet.tflops_fp8},
         },
+        "cuda_memory_total_mib": measured.get("cuda_memory_total_mib"),
         "memory_test_ok": mem.ok,
         "memory_test": mem.as_dict(),
         "memory_ratio": verdict.memory_ratio,
