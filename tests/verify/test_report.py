@@ -56,3 +56,21 @@ def test_a_vgpu_slice_sold_as_a_v100_fails_as_virtual_wrong_model_and_small() ->
     assert [r.split(":")[0] for r in g["reasons"]] == ["wrong model", "virtual GPU", "memory"], g["reasons"]
     relaxed = Options(expect="V100 PCIe 32GB", thresholds=Thresholds(allow_vgpu=True))
     assert "virtual GPU" not in " ".join(gpu_entry(node.gpus[0], node, {**measured(), "memory": mem}, relaxed)["reasons"])
+
+
+def test_measure_device_feeds_gpu_entry_the_same_way_on_cpu() -> None:
+    """The seam between measuring and reporting, with real numbers: ``measure_device`` on
+    CPU tensors (standing in for the GPU) under a recorded H100's identity. The CPU's
+    figures are of course far below an H100's, so the verdict says so."""
+    from tests.verify.torch_helpers import require_torch
+
+    torch = require_torch()
+    from suanli.verify.run import measure_device
+
+    node = read_identity(RecordedNvml.load(RECORDINGS / "h100_sxm5_x8.json"))
+    m = measure_device(torch, torch.device("cpu"), 8 * 2**20, Options(quick=True), lambda s: None)
+    assert m["memory"].ok and set(m["tflops"]) == {"fp32", "bf16"} and m["bandwidth_gbs"] > 0, m
+    assert (m["h2d"], m["d2h"], m["p2p"], m["cuda_memory_total_mib"], m["errors"]) == (None, None, {}, None, {}), m
+    g = gpu_entry(node.gpus[0], node, m, Options(expect="H100 SXM5 80GB"))
+    assert GPU_KEYS <= set(g) and g["tflops"]["bf16"] == m["tflops"]["bf16"], g
+    assert not g["ok"] and any(r.startswith("compute: ") for r in g["reasons"]), g["reasons"]

@@ -60,46 +60,55 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def measure_gpu(torch: Any, ident: GpuIdentity, peers: int, opts: Options, progress: Callable[[str], None]) -> dict:
-    device = torch.device("cuda", ident.index)
-    warmup, repeats, n, mib = measure.SIZES[("cuda", opts.quick)]
+def measure_device(
+    torch: Any, device: Any, total_bytes: int, opts: Options, progress: Callable[[str], None], peers: int = 0
+) -> dict:
+    """The measurements of one device, the same code for a GPU and the CPU path: the
+    memory pattern test over 95 % of ``total_bytes``, dense matmul per dtype, a
+    device-local copy; on a GPU also host<->device, each peer and the CUDA runtime's
+    memory total."""
+    cuda = device.type == "cuda"
+    label = f"GPU {device.index}" if cuda else "CPU"
+    warmup, repeats, n, mib = measure.SIZES[(device.type, opts.quick)]
     errors: dict[str, str] = {}
-    progress(f"GPU {ident.index}: memory pattern test")
-    cuda_total = torch.cuda.mem_get_info(device)[1]  # the CUDA runtime's own total: a hook on NVML alone shows here
-    mem = measure.memory_test(device, int(ident.memory_total_mib * 2**20) or cuda_total)
+
+    def attempt(key: str, fn: Callable[[], Any]) -> Any:
+        value, err = _safe(fn)
+        if err:
+            errors[key] = err
+        return value
+
+    cuda_total = torch.cuda.mem_get_info(device)[1] if cuda else None  # a hook on NVML alone shows here
+    progress(f"{label}: memory pattern test")
+    total_mib = max(1, total_bytes // 2**20)
+    chunk, part = (1024, 64) if cuda else (max(1, total_mib // 4), max(1, total_mib // 8))
+    mem = measure.memory_test(device, total_bytes, chunk_mib=chunk, slice_mib=part)
     tflops: dict[str, float] = {}
-    for dtype in measure.DTYPES["cuda"]:
+    for dtype in measure.DTYPES[device.type]:
         if dtype == "fp8" and not measure.has_fp8(device):
             continue
-        progress(f"GPU {ident.index}: {dtype} matmul")
-        value, err = _safe(lambda d=dtype: measure.matmul_tflops(device, d, n, warmup, repeats))
+        progress(f"{label}: {dtype} matmul")
+        value = attempt(f"matmul_{dtype}", lambda d=dtype: measure.matmul_tflops(device, d, n, warmup, repeats))
         if value is not None:
-            tflops[dtype] = round(value, 2)
-        elif err:
-            errors[f"matmul_{dtype}"] = err
-    progress(f"GPU {ident.index}: bandwidth")
-    cpu = torch.device("cpu")
-    bw, err = _safe(lambda: measure.copy_gbs(device, device, mib, warmup, repeats, count_both=True))
-    if err:
-        errors["device_copy"] = err
-    h2d, err = _safe(lambda: measure.copy_gbs(cpu, device, mib, warmup, repeats, count_both=False))
-    if err:
-        errors["host_to_device"] = err
-    d2h, err = _safe(lambda: measure.copy_gbs(device, cpu, mib, warmup, repeats, count_both=False))
-    if err:
-        errors["device_to_host"] = err
+            tflops[dtype] = round(value, 2 if cuda else 4)
+    progress(f"{label}: bandwidth")
+    bw = attempt("device_copy", lambda: measure.copy_gbs(device, device, mib, warmup, repeats, count_both=True))
+    h2d = d2h = None
     p2p: dict[str, dict] = {}
-    for j in range(peers):
-        if j == ident.index:
-            continue
-        other = torch.device("cuda", j)
-        value, err = _safe(lambda o=other: measure.copy_gbs(device, o, mib, warmup, repeats, count_both=False))
-        p2p[str(j)] = {"gbs": _round(value), "peer_access": bool(torch.cuda.can_device_access_peer(ident.index, j))}
-        if err:
-            errors[f"p2p_{j}"] = err
+    if cuda:
+        cpu = torch.device("cpu")
+        h2d = attempt("host_to_device", lambda: measure.copy_gbs(cpu, device, mib, warmup, repeats, count_both=False))
+        d2h = attempt("device_to_host", lambda: measure.copy_gbs(device, cpu, mib, warmup, repeats, count_both=False))
+        for j in range(peers):
+            if j == device.index:
+                continue
+            other = torch.device("cuda", j)
+            value = attempt(f"p2p_{j}", lambda o=other: measure.copy_gbs(device, o, mib, warmup, repeats, count_both=False))
+            p2p[str(j)] = {"gbs": _round(value), "peer_access": bool(torch.cuda.can_device_access_peer(device.index, j))}
     return {
         "memory": mem,
-        "cuda_memory_total_mib": round(cuda_total / 2**20, 1),
+        "cuda_memory_total_mib": None if cuda_total is None else round(cuda_total / 2**20, 1),
+        "matmul_n": n,
         "tflops": tflops,
         "bandwidth_gbs": bw,
         "h2d": h2d,
@@ -165,39 +174,26 @@ def gpu_entry(ident: GpuIdentity, node: NodeIdentity, measured: dict, opts: Opti
 
 
 def measure_cpu(torch: Any, opts: Options, progress: Callable[[str], None]) -> dict:
-    """The CPU path: the same memory test, matmul and copy code on CPU tensors."""
-    device = torch.device("cpu")
-    warmup, repeats, n, mib = measure.SIZES[("cpu", opts.quick)]
+    """The CPU path: ``measure_device`` on CPU tensors (the memory test over
+    ``cpu_memory_mib``, not over the host's RAM), and the all-reduce across two processes."""
     mem_mib = min(opts.cpu_memory_mib, 32) if opts.quick else opts.cpu_memory_mib
-    progress("CPU: memory pattern test")
-    mem = measure.memory_test(device, mem_mib * 2**20, chunk_mib=max(1, mem_mib // 4), slice_mib=max(1, mem_mib // 8))
-    tflops: dict[str, float] = {}
-    errors: dict[str, str] = {}
-    for dtype in measure.DTYPES["cpu"]:
-        progress(f"CPU: {dtype} matmul")
-        value, err = _safe(lambda d=dtype: measure.matmul_tflops(device, d, n, warmup, repeats))
-        if value is not None:
-            tflops[dtype] = round(value, 4)
-        elif err:
-            errors[f"matmul_{dtype}"] = err
-    progress("CPU: memory copy")
-    bw, err = _safe(lambda: measure.copy_gbs(device, device, mib, warmup, repeats, count_both=True))
-    if err:
-        errors["copy"] = err
+    m = measure_device(torch, torch.device("cpu"), mem_mib * 2**20, opts, progress)
+    errors = dict(m["errors"])
     allreduce = None
     if opts.allreduce and not opts.quick:  # two spawned processes: seconds, more than --quick is for
         progress("CPU: all-reduce (gloo, 2 processes)")
+        _, repeats, _, _ = measure.SIZES[("cpu", opts.quick)]
         allreduce, err = _safe(lambda: measure.allreduce_busbw("cpu", 2, 64, 1, repeats))
         if err:
             errors["allreduce"] = err
     return {
         "name": _cpu_name(),
         "threads": torch.get_num_threads(),
-        "memory_test_ok": mem.ok,
-        "memory_test": mem.as_dict(),
-        "matmul_n": n,
-        "tflops": tflops,
-        "bandwidth_gbs": _round(bw),
+        "memory_test_ok": m["memory"].ok,
+        "memory_test": m["memory"].as_dict(),
+        "matmul_n": m["matmul_n"],
+        "tflops": m["tflops"],
+        "bandwidth_gbs": _round(m["bandwidth_gbs"]),
         "allreduce": allreduce,
         "errors": errors,
     }
@@ -245,7 +241,9 @@ def verify(
         report["message"] = f"NVML lists {len(identity.gpus)} GPUs, CUDA sees {visible}: measured the first {visible}"
     gpus = identity.gpus[:visible]
     for ident in gpus:
-        report["gpus"].append(gpu_entry(ident, identity, measure_gpu(torch, ident, len(gpus), opts, progress), opts))
+        device = torch.device("cuda", ident.index)
+        measured = measure_device(torch, device, int(ident.memory_total_mib * 2**20), opts, progress, peers=len(gpus))
+        report["gpus"].append(gpu_entry(ident, identity, measured, opts))
     report["allreduce"] = None
     if opts.allreduce and len(gpus) > 1:
         progress(f"all-reduce across {len(gpus)} GPUs (NCCL)")
