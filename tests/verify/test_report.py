@@ -74,3 +74,17 @@ def test_measure_device_feeds_gpu_entry_the_same_way_on_cpu() -> None:
     g = gpu_entry(node.gpus[0], node, m, Options(expect="H100 SXM5 80GB"))
     assert GPU_KEYS <= set(g) and g["tflops"]["bf16"] == m["tflops"]["bf16"], g
     assert not g["ok"] and any(r.startswith("compute: ") for r in g["reasons"]), g["reasons"]
+
+
+def test_nvml_gpus_are_matched_to_cuda_devices_by_uuid() -> None:
+    """CUDA_VISIBLE_DEVICES=1 (or a container with one GPU): CUDA's device 0 is NVML's GPU 1."""
+    from suanli.verify.run import match_cuda_devices
+
+    nvml = read_identity(RecordedNvml.load(RECORDINGS / "h100_sxm5_x8.json")).gpus
+    both = match_cuda_devices(nvml, [g.uuid for g in nvml])
+    assert [g.uuid for g in both[0]] == [g.uuid for g in nvml] and both[1] is None, both
+    one, note = match_cuda_devices(nvml, [nvml[1].uuid])
+    assert [(g.index, g.uuid) for g in one] == [(0, nvml[1].uuid)], one
+    assert note == "NVML lists 2 GPUs, CUDA sees 1: measured the 1 both see", note
+    unknown, _ = match_cuda_devices(nvml, [None, "GPU-not-in-nvml"])
+    assert [(g.index, g.uuid) for g in unknown] == [(0, nvml[0].uuid)], unknown

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from suanli.verify import measure
@@ -210,6 +210,33 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cuda_uuids(torch: Any) -> list[str | None]:
+    """Each CUDA device's UUID as NVML spells it ("GPU-..."), None where torch does not say."""
+    out: list[str | None] = []
+    for i in range(torch.cuda.device_count()):
+        uuid = getattr(torch.cuda.get_device_properties(i), "uuid", None)
+        out.append(None if uuid is None else "GPU-" + str(uuid).removeprefix("GPU-"))
+    return out
+
+
+def match_cuda_devices(nvml: list[GpuIdentity], cuda: list[str | None]) -> tuple[list[GpuIdentity], str | None]:
+    """NVML's GPUs in CUDA's order, each with its CUDA index: the two number GPUs
+    differently when CUDA_VISIBLE_DEVICES (or a container) shows CUDA a subset, so they
+    are matched by UUID; by position where a UUID is missing. The note says what differed."""
+    by_uuid = {g.uuid: g for g in nvml}
+    out: list[GpuIdentity] = []
+    for i, uuid in enumerate(cuda):
+        found = by_uuid.get(uuid) if uuid else None
+        if found is None and not uuid and i < len(nvml):
+            found = nvml[i]
+        if found is not None:
+            out.append(replace(found, index=i))
+    note = None
+    if len(out) != len(nvml) or len(out) != len(cuda):
+        note = f"NVML lists {len(nvml)} GPUs, CUDA sees {len(cuda)}: measured the {len(out)} both see"
+    return out, note
+
+
 def verify(
     opts: Options = Options(), identity: NodeIdentity | None = None, progress: Callable[[str], None] = lambda s: None
 ) -> dict:
@@ -229,17 +256,23 @@ def verify(
         "gpus": [],
     }
     if not cuda:
-        report["message"] = "forced CPU path (--cpu)" if opts.force_cpu else NO_GPU
+        if opts.force_cpu:
+            report["message"] = "forced CPU path (--cpu)"
+        elif identity is not None:
+            report["message"] = (
+                f"NVML sees {len(identity.gpus)} GPUs but this torch ({torch.__version__}) has no CUDA: "
+                "install a CUDA build of torch; measured the CPU path of the same code"
+            )
+        else:
+            report["message"] = NO_GPU
         report["cpu"] = measure_cpu(torch, opts, progress)
         report["allreduce"] = None
         report["ok"] = True
         return report
     assert identity is not None
-    visible = torch.cuda.device_count()
-    if visible != len(identity.gpus):
-        # a container sees only its own GPUs through CUDA_VISIBLE_DEVICES; NVML sees all of them
-        report["message"] = f"NVML lists {len(identity.gpus)} GPUs, CUDA sees {visible}: measured the first {visible}"
-    gpus = identity.gpus[:visible]
+    gpus, note = match_cuda_devices(identity.gpus, cuda_uuids(torch))
+    if note:
+        report["message"] = note
     for ident in gpus:
         device = torch.device("cuda", ident.index)
         measured = measure_device(torch, device, int(ident.memory_total_mib * 2**20), opts, progress, peers=len(gpus))
