@@ -14,6 +14,7 @@ from suanli.errors import Invalid
 from suanli.verify.judge import Thresholds
 from tests.control.control_helpers import Server
 from tests.event_helpers import events_text
+from tests.verify.torch_helpers import require_torch
 from tests.verify.verify_helpers import cpu_report, cuda_report
 
 
@@ -107,7 +108,7 @@ def test_nodes_verify_records_a_report_file_and_measures_here_without_a_gpu(
     assert "a100-0: verified 2026-" in out and "(node ready)" in out, out
     f.write_text("{not json")
     assert "is not a `suanli verify --json` report" in cli("nodes", "verify", "a100-0", "--report", str(f), code=1)
-    pytest.importorskip("torch", reason="torch is not installed: pip install 'suanli[torch]'")
+    require_torch()
     out = cli("nodes", "verify", "rtx4090-0", "--quick")
     assert "rtx4090-0: unmeasured" in out and "(node ready)" in out, out
     history = " ".join(cli("nodes", "verifications", "a100-0").split())
