@@ -156,6 +156,10 @@ def memory_test(device: Any, total_bytes: int, fraction: float = 0.95, chunk_mib
             sync(device)
         except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
             error = f"allocated {allocated / 2**20:,.0f} of {want / 2**20:,.0f} MiB: " + str(exc).splitlines()[0][:300]
+            if chunks:  # the memory is full: give back one chunk, room for the read-back's temporaries
+                chunks.pop()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
         # read back what was written, also after a failed allocation: how much is really there
         for salt, chunk in enumerate(chunks):
             words = chunk.numel()
