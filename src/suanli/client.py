@@ -111,6 +111,14 @@ class SuanliClient:
     def set_node_state(self, name: str, state: str) -> dict:
         return self.request("PATCH", f"/v1/nodes/{name}", json={"state": state})
 
+    def add_verification(self, name: str, report: dict, uncordon: bool = False) -> dict:
+        return self.request("POST", f"/v1/nodes/{name}/verifications", json={"report": report, "uncordon": uncordon})
+
+    def verifications(self, name: str, limit: int = 50, full: bool = False) -> list[dict]:
+        return self.request(
+            "GET", f"/v1/nodes/{name}/verifications", params={"limit": limit, "full": "true" if full else "false"}
+        )
+
     def heartbeat(self, name: str) -> dict:
         return self.request("POST", f"/v1/nodes/{name}/heartbeat")
 

@@ -169,7 +169,7 @@ def job_out(
     )
 
 
-def node_out(node: Node, gpus: list[Gpu]) -> schemas.NodeOut:
+def node_out(node: Node, gpus: list[Gpu], verified: dict | None = None) -> schemas.NodeOut:
     return schemas.NodeOut(
         id=node.id,
         name=node.name,
@@ -191,10 +191,11 @@ def node_out(node: Node, gpus: list[Gpu]) -> schemas.NodeOut:
             )
             for g in gpus
         ],
+        verified=schemas.VerifiedMark(**verified) if verified else None,
     )
 
 
-def gpu_model_out(s: GpuModelSummary, offer: Offer | None = None) -> schemas.GpuModelOut:
+def gpu_model_out(s: GpuModelSummary, offer: Offer | None = None, verified: dict | None = None) -> schemas.GpuModelOut:
     """Capacity and catalog facts of a model, with its prices now (``offer``; None: the
     price book does not price it, and every price is null)."""
     c = s.catalog
@@ -211,6 +212,7 @@ def gpu_model_out(s: GpuModelSummary, offer: Offer | None = None) -> schemas.Gpu
         catalog_name=c.name if c else None,
         bf16_tflops=c.bf16_tflops if c else None,
         mem_bandwidth_gbps=c.mem_bandwidth_gbps if c else None,
+        verified=verified,
         currency=o.currency if o else None,
         price_per_gpu_hour=_units(o.on_demand_per_hour) if o else None,
         spot_price_per_gpu_hour=_units(o.spot_per_hour) if o else None,

@@ -5,7 +5,7 @@ the same model the task YAML is validated with."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
@@ -58,6 +58,34 @@ class InstanceCreate(Strict):
 
 class NodeUpdate(Strict):
     state: Literal["ready", "cordoned", "down"]
+
+
+class VerificationIn(Strict):
+    """A node's ``suanli verify --json`` report, to be judged and kept (operators)."""
+
+    report: dict[str, Any] = Field(description="the object `suanli verify --json` printed on the node")
+    uncordon: bool = Field(default=False, description="make the node ready again if it passes and is cordoned")
+
+
+class VerifiedMark(BaseModel):
+    """A node's latest ``suanli verify`` result: passed, failed (and cordoned) or unmeasured (no GPU seen)."""
+
+    status: str
+    at: str
+    tflops_ratio: float | None = Field(default=None, description="lowest GPU's best dense 16-bit TFLOPS over the catalog peak")
+    memory_ratio: float | None = Field(default=None, description="lowest GPU's verified memory over the datasheet's")
+    bandwidth_ratio: float | None = Field(default=None, description="lowest GPU's device copy over the datasheet bandwidth")
+    reasons: list[str] = Field(default_factory=list)
+
+
+class VerificationOut(VerifiedMark):
+    id: int
+    node: str
+    actor: str
+    device: str
+    gpu_count: int
+    node_state: str | None = Field(default=None, description="the node's state after this result (when just recorded)")
+    report: dict[str, Any] | None = None
 
 
 class ExecRequest(Strict):
@@ -215,6 +243,7 @@ class NodeOut(BaseModel):
     mem_used: int
     heartbeat_at: datetime | None = Field(default=None, description="last heartbeat of the node's agent; null: not watched")
     gpus: list[GpuOut]
+    verified: VerifiedMark | None = Field(default=None, description="latest `suanli verify` result; null: never verified")
 
 
 class GpuModelOut(BaseModel):
@@ -229,6 +258,11 @@ class GpuModelOut(BaseModel):
     catalog_name: str | None = None
     bf16_tflops: float | None = Field(default=None, description="dense BF16, datasheet")
     mem_bandwidth_gbps: float | None = None
+    verified: dict[str, Any] | None = Field(
+        default=None,
+        description="`suanli verify` over this model's nodes: passed/failed/unmeasured counts, lowest ratios of those "
+        "that passed, newest date; null: none verified",
+    )
     # prices now, from the current price book (billing.offers); null: the book does not
     # price this model (its usage is rated at zero)
     currency: str | None = Field(default=None, description="currency of the prices (ISO 4217, e.g. CNY)")

@@ -44,6 +44,9 @@ COMMANDS: dict[str, Entry] = {
         "GPU models on offer: total and free whole GPUs (free milli for fractions) and the prices now, per GPU: "
         "on demand and spot per hour, monthly per month, reserved per term.",
     ),
+    "verify": Entry(
+        "suanli.cli.verify", "verify", "Check this machine's GPUs against the catalog: NVML identity, memory, TFLOPS, bandwidth."
+    ),
     "nodes": Entry("suanli.cli.nodes", "app", "Nodes and their GPUs."),
     "instances": Entry("suanli.cli.instances", "app", "Rent and manage instances."),
     "launch": Entry("suanli.cli.launch", "launch", "Submit a job; its workdir is uploaded, the scheduler queues and places it."),

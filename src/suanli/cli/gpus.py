@@ -30,6 +30,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
             "SPOT NOW/GPU-h",
             "MONTHLY/GPU",
             "RESERVED/GPU",
+            "VERIFIED",
         ],
         [
             [
@@ -46,6 +47,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
                 money(g.get("spot_price_per_gpu_hour"), g.get("currency")),
                 money(g.get("monthly_price_per_gpu"), g.get("currency")),
                 _reserved(g),
+                _verified(g.get("verified")),
             ]
             for g in rows
         ],
@@ -60,3 +62,16 @@ def _reserved(g: dict) -> str:
         return price
     term = f"{hours / 8760:g} y" if hours % 8760 == 0 else f"{hours:g} h"
     return f"{price} / {term}"
+
+
+def _verified(v: dict | None) -> str:
+    """``2/2 nodes 2026-12-03, TFLOPS >= 81%``: this model's nodes whose latest check passed."""
+    if not v:
+        return ""
+    total = v["passed"] + v["failed"] + v["unmeasured"]
+    text = f"{v['passed']}/{total} nodes {(v.get('at') or '')[:10]}"
+    if v.get("tflops_ratio") is not None:
+        text += f", TFLOPS >= {v['tflops_ratio']:.0%}"
+    if v["failed"]:
+        text += f", {v['failed']} FAILED"
+    return text

@@ -17,7 +17,7 @@ def _show(rows: list[dict], as_json: bool) -> None:
         return print_json(rows)
     table(
         "Nodes",
-        ["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU (used/total)", "MEM GiB (used/total)", "ZONE", "KIND"],
+        ["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU (used/total)", "MEM GiB (used/total)", "ZONE", "KIND", "VERIFIED"],
         [
             [
                 n["name"],
@@ -29,10 +29,26 @@ def _show(rows: list[dict], as_json: bool) -> None:
                 f"{n['mem_used'] / 1024:g}/{n['memory_mib'] / 1024:g}",
                 n["zone"],
                 "virtual" if n["virtual"] else "real",
+                verified_mark(n.get("verified")),
             ]
             for n in rows
         ],
     )
+
+
+def verified_mark(v: dict | None) -> str:
+    """``verified 2026-12-03 TFLOPS 81% mem 102%``, ``FAILED 2026-12-03: reason``, or "" when never verified."""
+    if not v:
+        return ""
+    day = v["at"][:10]
+    if v["status"] == "unmeasured":
+        return f"unmeasured {day} (no GPU seen)"
+    ratios = " ".join(
+        f"{label} {v[key]:.0%}" for label, key in (("TFLOPS", "tflops_ratio"), ("mem", "memory_ratio")) if v.get(key) is not None
+    )
+    if v["status"] == "passed":
+        return f"verified {day} {ratios}".strip()
+    return f"FAILED {day}: {'; '.join(v.get('reasons') or [])}"
 
 
 @app.callback()
@@ -126,3 +142,74 @@ def heartbeat(
         if once:
             return
         time.sleep(interval)
+
+
+@app.command("verify")
+def verify(
+    name: str,
+    quick: bool = typer.Option(False, "--quick", help="Small sizes and few repeats."),
+    uncordon: bool = typer.Option(False, "--uncordon", help="Make the node ready again if it passes."),
+    report_file: Path = typer.Option(
+        None, "--report", exists=True, dir_okay=False, help="Record this `suanli verify --json` output instead of measuring here."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run `suanli verify` here, on node NAME, and record the result (operators): a node that
+    fails is cordoned with the reasons; --uncordon makes a cordoned node that passes ready."""
+    import json
+
+    if report_file is not None:
+        try:
+            report = json.loads(report_file.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            err_console.print(
+                f"[red]error[/red]: {report_file} is not a `suanli verify --json` report: {exc}", highlight=False, soft_wrap=True
+            )
+            raise typer.Exit(1) from None
+    else:
+        with api_errors():
+            node = next((n for n in client().nodes() if n["name"] == name), None)
+        if node is None:
+            err_console.print(f"[red]error[/red] (not_found): no node {name!r}")
+            raise typer.Exit(1)
+        report = _measure_here(node["gpu_model"], quick)
+    with api_errors():
+        row = client().add_verification(name, report, uncordon=uncordon)
+    if as_json:
+        return print_json(row)
+    mark = verified_mark(row)
+    typer.echo(f"{name}: {mark} (node {row['node_state']})")
+    raise typer.Exit(0 if row["status"] != "failed" else 1)
+
+
+def _measure_here(model: str, quick: bool) -> dict:
+    from suanli import gpu_names
+    from suanli.verify.run import Options, TorchMissing
+    from suanli.verify.run import verify as run_verify
+
+    expect = gpu_names.canonical_or_none(model)
+    try:
+        with err_console.status(f"verifying this machine as {model}") as status:
+            return run_verify(Options(quick=quick, expect=expect), progress=lambda s: status.update(s))
+    except TorchMissing as exc:
+        err_console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command("verifications")
+def verifications(
+    name: str,
+    limit: int = typer.Option(20, "--limit", min=1, max=500),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (with --full: each whole report)."),
+    full: bool = typer.Option(False, "--full", help="Include each whole report."),
+) -> None:
+    """A node's `suanli verify` results, newest first."""
+    with api_errors():
+        rows = client().verifications(name, limit, full)
+    if as_json:
+        return print_json(rows)
+    table(
+        f"Verifications of {name}",
+        ["ID", "AT", "BY", "DEVICE", "GPUS", "RESULT"],
+        [[r["id"], r["at"], r["actor"], r["device"], r["gpu_count"], verified_mark(r)] for r in rows],
+    )

@@ -136,6 +136,29 @@ class Node(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, default=None)
 
 
+class NodeVerification(Base):
+    """One ``suanli verify`` result for a node, kept with its history (``control.verification``)."""
+
+    __tablename__ = "node_verifications"
+    __table_args__ = (
+        CheckConstraint("status IN ('passed', 'failed', 'unmeasured')", name="ck_node_verifications_status"),
+        Index("ix_node_verifications_node", "node_id", "id"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    measured_at: Mapped[str] = mapped_column(String(40), default="")  # the report's own time, as it says it
+    actor: Mapped[str] = mapped_column(String(100), default="")
+    status: Mapped[str] = mapped_column(String(20))  # passed | failed | unmeasured (no GPU seen)
+    device: Mapped[str] = mapped_column(String(10))  # cuda | cpu
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    tflops_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)  # the lowest of the node's GPUs
+    memory_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
+    bandwidth_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reasons: Mapped[list] = mapped_column(JSON, default=list)
+    report: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
 class Gpu(Base):
     __tablename__ = "gpus"
     __table_args__ = (

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from suanli.api.context import ServerContext
 from suanli.api.convert import gpu_model_out, node_out
 from suanli.api.deps import context, principal
 from suanli.api.params import NamePath
-from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate
+from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate, VerificationIn, VerificationOut
 from suanli.backends.local import discover_gpus
 from suanli.billing.offers import offers
 from suanli.control import heartbeat as heartbeat_mod
-from suanli.control import nodes
+from suanli.control import nodes, verification
 from suanli.control.auth import Principal
+from suanli.db.models import NodeVerification
 from suanli.inventory import Inventory
 
 router = APIRouter(prefix="/v1", tags=["inventory"])
@@ -26,12 +27,14 @@ def gpus(ctx: ServerContext = Depends(context), who: Principal = Depends(princip
     summary = nodes.gpu_summary(ctx.db)
     with ctx.db.transaction() as s:  # the first read of prices may write the seed price version
         prices = offers(s)
-    return [gpu_model_out(g, prices.get(g.model)) for g in summary]
+    verified = verification.marks_by_model(ctx.db)
+    return [gpu_model_out(g, prices.get(g.model), verified.get(g.model)) for g in summary]
 
 
 @router.get("/nodes", response_model=list[NodeOut])
 def list_nodes(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[NodeOut]:
-    return [node_out(n, g) for n, g in nodes.list_nodes(ctx.db)]
+    marks = verification.marks(ctx.db)
+    return [node_out(n, g, marks.get(n.id)) for n, g in nodes.list_nodes(ctx.db)]
 
 
 @router.post("/nodes", response_model=list[NodeOut], status_code=201)
@@ -56,4 +59,43 @@ def update_node(
     """Cordon a node (it keeps its work, gets no new work), mark it down, or make it ready."""
     nodes.set_state(ctx.db, who, name, body.state)
     ctx.wake()
-    return next(node_out(n, g) for n, g in nodes.list_nodes(ctx.db) if n.name == name)
+    marks = verification.marks(ctx.db)
+    return next(node_out(n, g, marks.get(n.id)) for n, g in nodes.list_nodes(ctx.db) if n.name == name)
+
+
+def _verification_out(v: NodeVerification, name: str, state: str | None = None, report: bool = False) -> VerificationOut:
+    mark = verification.mark(v) or {}
+    return VerificationOut(
+        **mark,
+        id=v.id,
+        node=name,
+        actor=v.actor,
+        device=v.device,
+        gpu_count=v.gpu_count,
+        node_state=state,
+        report=v.report if report else None,
+    )
+
+
+@router.post("/nodes/{name}/verifications", response_model=VerificationOut, status_code=201)
+def add_verification(
+    name: NamePath, body: VerificationIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> VerificationOut:
+    """Keep a node's `suanli verify --json` report (operators), judged here with the
+    platform's thresholds against the model the node is registered as. A node that fails
+    is cordoned with the reasons; with `uncordon`, a cordoned node that passes is made ready."""
+    row, state = verification.record(ctx.db, who, name, body.report, uncordon=body.uncordon)
+    ctx.wake()
+    return _verification_out(row, name, state, report=True)
+
+
+@router.get("/nodes/{name}/verifications", response_model=list[VerificationOut])
+def list_verifications(
+    name: NamePath,
+    limit: int = Query(50, ge=1, le=500),
+    full: bool = False,
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[VerificationOut]:
+    """A node's `suanli verify` results, newest first (`full`: with each whole report)."""
+    return [_verification_out(v, name, report=full) for v in verification.history(ctx.db, name, limit)]

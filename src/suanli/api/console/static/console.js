@@ -254,11 +254,34 @@ function reservedTerm(g) {
   return !h ? "" : h % 8760 === 0 ? ` / ${h / 8760} y` : ` / ${h} h`;
 }
 
+// The 'verified' mark of `suanli verify`: passed with its ratios and date, or failed with why.
+const pct = (r) => `${Math.round(r * 100)} %`;
+function verifiedCell(v) {
+  if (!v) return el("td", { class: "muted verified" }, t("not verified"));
+  const day = v.at.slice(0, 10);
+  if (v.status === "unmeasured") return el("td", { class: "muted verified", title: t("the check saw no GPU") }, t("unmeasured {day}", { day }));
+  const ratios = [v.tflops_ratio !== null && `TFLOPS ${pct(v.tflops_ratio)}`, v.memory_ratio !== null && `mem ${pct(v.memory_ratio)}`]
+    .filter(Boolean).join(", ");
+  return v.status === "passed"
+    ? el("td", { class: "verified ok", title: t("measured against the catalog's datasheet by suanli verify") },
+      t("✓ verified {day}", { day }) + (ratios ? ` (${ratios})` : ""))
+    : el("td", { class: "verified failed", title: (v.reasons || []).join("; ") }, t("✗ failed {day}: {reasons}", { day, reasons: (v.reasons || []).join("; ") }));
+}
+
+function verifiedModelCell(v) {
+  if (!v) return el("td", { class: "muted verified" }, t("not verified"));
+  const total = v.passed + v.failed + v.unmeasured;
+  const tf = v.tflops_ratio !== null ? `, TFLOPS ≥ ${pct(v.tflops_ratio)}` : "";
+  return el("td", { class: v.failed ? "verified failed" : "verified ok" },
+    t("{passed}/{total} nodes verified {day}", { passed: v.passed, total, day: (v.at || "").slice(0, 10) }) + tf +
+      (v.failed ? t(", {n} failed", { n: v.failed }) : ""));
+}
+
 async function viewGpus() {
   const gpus = await api("GET", "/v1/gpus");
   return el("section", {}, el("h2", {}, t("GPUs on offer")),
     table(["MODEL", "VENDOR", "MEMORY GiB", "TOTAL", "FREE", "FREE (fractional)", "NODES", "KIND",
-      "ON DEMAND /GPU-h", "SPOT NOW /GPU-h", "MONTHLY /GPU", "RESERVED /GPU"],
+      "ON DEMAND /GPU-h", "SPOT NOW /GPU-h", "MONTHLY /GPU", "RESERVED /GPU", "VERIFIED"],
       gpus.map((g) => [g.model, g.vendor || "", num(g.memory_gib), num(g.total), num(g.free), num((g.free_milli / 1000).toFixed(1)),
         num(g.nodes), el("span", { class: "tag" }, g.virtual ? t("virtual") : t("real")),
         g.price_per_gpu_hour === null ? el("td", { class: "muted", "data-price": "on-demand" }, t("not priced"))
@@ -267,7 +290,8 @@ async function viewGpus() {
           t("spot, per GPU-hour now, at {pct} % utilisation; it rises with utilisation", { pct: (g.spot_utilisation_permille / 10).toFixed(1) }), "spot"),
         priceCell(g.monthly_price_per_gpu, g.currency, t("monthly plan, per GPU-month, paid up front"), "monthly"),
         el("td", { class: "num price", title: t("reserved plan, per GPU for the whole term, paid up front"), "data-price": "reserved" },
-          g.reserved_price_per_gpu === null ? "" : money(g.reserved_price_per_gpu, g.currency) + reservedTerm(g))]),
+          g.reserved_price_per_gpu === null ? "" : money(g.reserved_price_per_gpu, g.currency) + reservedTerm(g)),
+        verifiedModelCell(g.verified)]),
       "No GPUs registered yet."));
 }
 
@@ -571,10 +595,10 @@ async function viewNodes() {
       ? el("button", { class: "plain", onclick: () => act(t("{name} cordoned.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "cordoned" })) }, t("Cordon"))
       : el("button", { class: "plain", onclick: () => act(t("{name} ready.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "ready" })) }, t("Make ready")));
   return el("section", {}, el("h2", {}, t("Nodes")),
-    table(["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU used/total", "MEM GiB used/total", "ZONE", "HEARTBEAT", "KIND", ""],
+    table(["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU used/total", "MEM GiB used/total", "ZONE", "HEARTBEAT", "KIND", "VERIFIED", ""],
       nodes.map((n) => [n.name, stateCell(n.state), n.backend, `${n.gpu_model} × ${n.gpu_count}`, num(n.gpus_free),
         `${n.cpu_used / 1000}/${n.cpu_milli / 1000}`, `${(n.mem_used / 1024).toFixed(0)}/${(n.memory_mib / 1024).toFixed(0)}`,
-        n.zone, n.heartbeat_at ? ago(n.heartbeat_at) : t("not watched"), el("span", { class: "tag" }, n.virtual ? t("virtual") : t("real")), actions(n)]),
+        n.zone, n.heartbeat_at ? ago(n.heartbeat_at) : t("not watched"), el("span", { class: "tag" }, n.virtual ? t("virtual") : t("real")), verifiedCell(n.verified), actions(n)]),
       "No nodes registered."));
 }
 
