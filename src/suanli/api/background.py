@@ -48,6 +48,7 @@ def background(ctx: ServerContext, start_proxy: Callable[[], object]) -> list[Ba
         Background("billing", ctx.billing.start, ctx.billing.stop),
         Background("port proxy", lambda: proxy.append(start_proxy()), lambda: [setattr(p, "should_exit", True) for p in proxy]),
         periodic("audit retention", 3600.0, lambda: audit.prune(ctx.db, ctx.audit_retention_days)),
+        *([Background("metrics", ctx.metrics.start, ctx.metrics.stop)] if ctx.metrics is not None else []),
     ]
 
 

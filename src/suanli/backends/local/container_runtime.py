@@ -42,6 +42,7 @@ from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handl
 from suanli.backends.local import firewall, volumes
 from suanli.backends.local.engine import Engine, parse_time, ports_of
 from suanli.backends.local.exits import ExitWatcher
+from suanli.backends.local.usage import gpu_facts
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +295,7 @@ class ContainerRuntime:
                 "volume": str(volume),
                 "disk_enforced": enforced,
                 "image": spec.image,
+                **gpu_facts(spec),
             }
             write_atomic(tdir / "handle.json", json.dumps(data))
             return Handle("local", spec.key, data)

@@ -1,0 +1,107 @@
+"""Reading usage: Podman's stats, a network namespace's TCP table, /proc for host
+processes, and NVML (on a FAKE physical GPU: there is none here; see ``recorded``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from suanli.backends.base import Handle
+from suanli.backends.local import usage
+from suanli.backends.local.backend import LocalBackend
+from suanli.backends.local.nvml import GpuSampler
+from tests.metrics.recorded import PODMAN_STATS, PROC_NET_TCP, FakeH100Nvml
+
+
+def test_podman_stats_recording_parses_to_cumulative_cpu_and_memory() -> None:
+    got = usage.parse_stats(PODMAN_STATS)
+    assert sorted(got) == ["suanli-847988e5-job-1-0", "suanli-c18c4809-job-1-1"], got
+    one = got["suanli-c18c4809-job-1-1"]
+    assert one.cpu_ns == 6094835284 and one.memory_bytes == 627216384 and one.container_id.startswith("3ecb10a59c6b"), one
+    assert usage.parse_stats("") == {} and usage.parse_stats("[]") == {}
+
+
+def test_cpu_percent_is_the_difference_since_the_last_reading() -> None:
+    m = usage.CpuMeter()
+    assert m.percent("a", 10.0, 100.0, first=42.0) == 42.0  # first reading: the average so far
+    assert m.percent("a", 10.5, 101.0, first=0.0) == 50.0  # half a core over one second
+    assert m.percent("a", 10.5, 111.0, first=0.0) == 0.0
+    m.forget_except([])
+    assert m.percent("a", 99.0, 112.0, first=7.0) == 7.0
+
+
+def test_sessions_count_established_inbound_connections_to_ssh_and_published_ports() -> None:
+    assert usage.count_sessions([PROC_NET_TCP], {22}) == 1  # the listener, a TIME_WAIT and an outbound one do not count
+    assert usage.count_sessions([PROC_NET_TCP], {8888}) == 0
+    assert usage.session_ports({"ports": {"8888": 40001}}) == {22, 8888}
+
+
+def test_nvml_device_reading_of_a_whole_gpu() -> None:
+    sampler = GpuSampler(FakeH100Nvml())
+    r = sampler.device(0)
+    assert r is not None and (r.util_percent, r.memory_used_mib, r.power_w, r.scope) == (87.0, 40960.0, 352.817, "device"), r
+    assert r.model == "NVIDIA H100 80GB HBM3" and r.uuid.startswith("GPU-5e0a"), r
+    assert sampler.device(3) is None  # a GPU NVML does not know: not measured
+
+
+def test_nvml_per_process_accounting_of_a_shared_gpu_counts_only_the_workloads_processes() -> None:
+    sampler = GpuSampler(FakeH100Nvml(pids=(101, 202)))
+    r = sampler.processes(0, lambda pid: pid == 101)
+    assert r is not None and (r.util_percent, r.memory_used_mib, r.power_w, r.scope) == (30.0, 20480.0, None, "process"), r
+    refused = GpuSampler(FakeH100Nvml(pids=(101,), process_util=False)).processes(0, lambda pid: True)
+    assert refused is not None and refused.util_percent is None and refused.memory_used_mib == 20480.0, refused
+
+
+def test_without_nvml_nothing_is_measured() -> None:
+    class NoDriver:
+        def nvmlInit(self) -> None:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    sampler = GpuSampler(NoDriver())
+    assert not sampler.available() and sampler.device(0) is None
+
+
+def test_virtual_gpus_are_labelled_not_measured_never_given_a_number() -> None:
+    s = usage.sample("instance-1", {"gpus": [0], "gpu_real": False}, 12.5, 2**30, None, 0)
+    assert (s.gpu_util_percent, s.gpu_memory_mib, s.power_w, s.gpu_note) == (None, None, None, usage.VIRTUAL_NOTE), s
+    assert (s.cpu_percent, s.memory_mib) == (12.5, 1024.0), s
+    none = usage.sample("job-1-0", {"gpus": []}, 0.0, 0, None, None)
+    assert none.gpu_note == "" and none.gpu_util_percent is None, none
+
+
+def _process_handle(backend: LocalBackend, proc: subprocess.Popen, tmp: Path, **data: object) -> Handle:
+    return Handle("local", "instance-7", {"runtime": "process", "pid": proc.pid, "pgid": proc.pid, "dir": str(tmp), **data})
+
+
+def test_a_host_process_task_is_read_from_proc_busy_and_idle(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "root", "process")
+    busy = subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
+    idle = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        hb = _process_handle(backend, busy, tmp_path)
+        hi = Handle("local", "instance-8", {"runtime": "process", "pid": idle.pid, "pgid": idle.pid, "dir": str(tmp_path)})
+        backend.usage([hb, hi])
+        time.sleep(1.0)
+        got = {s.key: s for s in backend.usage([hb, hi])}
+        assert got["instance-7"].cpu_percent > 40, got  # a core spinning (the machine is shared: not 100)
+        assert got["instance-8"].cpu_percent < 5, got
+        assert got["instance-8"].memory_mib > 0 and got["instance-8"].sessions is None, got
+    finally:
+        for p in (busy, idle):
+            os.killpg(p.pid, 9)
+            p.wait()
+
+
+def test_a_host_process_task_on_a_real_gpu_gets_nvml_figures(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "root", "process", gpus=GpuSampler(FakeH100Nvml()))
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        h = _process_handle(backend, proc, tmp_path, gpus=[0], gpu_real=True, milli_per_gpu=1000, node="node-1")
+        (s,) = backend.usage([h])
+        assert (s.gpu_util_percent, s.gpu_memory_mib, s.power_w, s.gpu_note) == (87.0, 40960.0, 352.817, ""), s
+        assert s.gpus[0].uuid.startswith("GPU-5e0a") and s.node == "node-1", s
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
