@@ -285,6 +285,25 @@ class CostOut(BaseModel):
     )
 
 
+class MetricsOut(BaseModel):
+    """A workload's resource use at one sample (``control.metrics``); a five-minute
+    bucket's averages in the history (``resolution_s`` 300)."""
+
+    ts: float | None = Field(default=None, description="when, epoch seconds; null: not sampled yet")
+    resolution_s: int = Field(default=0, description="0: one sample; 300: the average of a five-minute bucket")
+    cpu_percent: float | None = Field(default=None, description="percent of one core (100 = one core busy); null: no sample")
+    memory_mib: float | None = Field(default=None, description="memory in use, MiB; null: no sample")
+    gpu_util_percent: float | None = Field(
+        default=None, description="GPU utilisation from NVML, averaged over its GPUs; null: not measured (see gpu_note)"
+    )
+    gpu_memory_mib: float | None = Field(default=None, description="GPU memory used, MiB (NVML); null: not measured")
+    power_w: float | None = Field(default=None, description="GPU power draw, W (NVML); null: not measured")
+    sessions: int | None = Field(
+        default=None, description="open SSH or port-proxy connections into it; null: not measurable (host processes)"
+    )
+    gpu_note: str = Field(default="", description='why GPU figures are null, e.g. "not measured: virtual GPU"')
+
+
 class InstanceOut(BaseModel):
     id: int
     name: str
@@ -316,6 +335,9 @@ class InstanceOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     cost: CostOut | None = Field(default=None, description="cost so far and rate now; null where not computed")
+    cost_so_far: float | None = Field(default=None, description="cost so far (= cost.so_far); null where not computed")
+    metrics: MetricsOut = Field(default_factory=MetricsOut, description="its latest usage sample (all null before one)")
+    autostop_s: int | None = Field(default=None, description="idle auto-stop window, seconds; null: never stopped for idleness")
     secrets: dict[str, str] = Field(
         default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
     )
@@ -341,6 +363,8 @@ class JobOut(BaseModel):
     spec: dict
     runtime: str = Field(default="", description='`container` or `process` (no isolation); "" before its first launch')
     cost: CostOut | None = Field(default=None, description="cost so far and rate now; null where not computed")
+    cost_so_far: float | None = Field(default=None, description="cost so far (= cost.so_far); null where not computed")
+    metrics: MetricsOut = Field(default_factory=MetricsOut, description="its latest usage sample (all null before one)")
     secrets: dict[str, str] = Field(
         default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
     )

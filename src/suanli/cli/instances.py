@@ -6,6 +6,7 @@ import time
 
 import typer
 
+from suanli.bounds import duration_text
 from suanli.cli import secret_args
 from suanli.cli.remote import (
     api_errors,
@@ -14,6 +15,7 @@ from suanli.cli.remote import (
     cost_rate,
     cost_so_far,
     gpu_desc,
+    metrics_line,
     placed_on,
     print_json,
     priority_desc,
@@ -59,6 +61,10 @@ def _details(i: dict) -> None:
     _show([i], False, "Instance")
     if line := cost_line(i):
         typer.echo(line)
+    if line := metrics_line(i):
+        typer.echo(line)
+    if i.get("autostop_s"):
+        typer.echo(f"autostop: after {duration_text(i['autostop_s'])} idle (no GPU or CPU activity, no open session)")
     if i.get("ssh"):
         typer.echo(f"ssh:   {i['ssh']} -i KEYFILE   (or: suanli ssh {i['id']})")
     for port, url in (i.get("ports") or {}).items():

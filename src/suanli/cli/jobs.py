@@ -13,6 +13,7 @@ from suanli.cli.remote import (
     cost_rate,
     cost_so_far,
     gpu_desc,
+    metrics_line,
     placed_on,
     print_json,
     priority_desc,
@@ -76,6 +77,8 @@ def show_one(job_id: int, as_json: bool = typer.Option(False, "--json")) -> None
         return print_json(job)
     show([job], False, "Job")
     if line := cost_line(job):
+        typer.echo(line)
+    if line := metrics_line(job):
         typer.echo(line)
 
 
