@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 
@@ -75,6 +76,13 @@ def costs_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, schem
     kind: workload_cost.Kind = "job" if isinstance(rows[0], Job) else "instance"
     found = workload_cost.costs(db, kind, [r.id for r in rows])
     return {r.id: cost_out(found.get(r.id)) for r in rows}
+
+
+def notice_text(row: Instance | Job) -> str | None:
+    if row.notice_deadline is None or row.state != "running":
+        return None
+    when = datetime.fromtimestamp(row.notice_deadline, tz=UTC).isoformat(timespec="seconds")
+    return f"{row.notice_why or f'spot reclaim for {row.notice_for}'}; takes effect at {when}"
 
 
 def metric_out(m: WorkloadMetric | None) -> schemas.MetricsOut:
@@ -169,6 +177,7 @@ def instance_out(
         cost_so_far=cost.so_far if cost is not None else None,
         metrics=metrics or schemas.MetricsOut(),
         autostop_s=row.autostop_s,
+        notice=notice_text(row),
         secrets=workload_secrets.masked(row.secrets),
     )
 

@@ -49,6 +49,13 @@ class InstanceCreate(Strict):
         repr=False,
         description="name -> value, in the instance's environment (exec, SSH); sealed at rest, shown masked in every listing",
     )
+    autostop_s: int | None = Field(
+        default=None,
+        ge=0,
+        le=366 * 86400,
+        description="stop it (disk kept) after this many seconds without GPU or CPU activity or an open session; "
+        "null: the tenant's or platform's default; 0: never. At least the platform's minimum (300 s by default)",
+    )
 
     @field_validator("max_price", mode="before")
     @classmethod
@@ -338,6 +345,9 @@ class InstanceOut(BaseModel):
     cost_so_far: float | None = Field(default=None, description="cost so far (= cost.so_far); null where not computed")
     metrics: MetricsOut = Field(default_factory=MetricsOut, description="its latest usage sample (all null before one)")
     autostop_s: int | None = Field(default=None, description="idle auto-stop window, seconds; null: never stopped for idleness")
+    notice: str | None = Field(
+        default=None, description="a pending notice (idle auto-stop, spot reclaim, funds): why, and when it takes effect"
+    )
     secrets: dict[str, str] = Field(
         default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
     )

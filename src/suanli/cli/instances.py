@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from suanli.bounds import duration_text
+from suanli.bounds import duration_text, parse_duration
 from suanli.cli import secret_args
 from suanli.cli.remote import (
     api_errors,
@@ -65,6 +65,8 @@ def _details(i: dict) -> None:
         typer.echo(line)
     if i.get("autostop_s"):
         typer.echo(f"autostop: after {duration_text(i['autostop_s'])} idle (no GPU or CPU activity, no open session)")
+    if i.get("notice"):
+        typer.echo(f"notice: {i['notice']}")
     if i.get("ssh"):
         typer.echo(f"ssh:   {i['ssh']} -i KEYFILE   (or: suanli ssh {i['id']})")
     for port, url in (i.get("ports") or {}).items():
@@ -106,11 +108,21 @@ def create(
         "above it the instance waits, and a running one is reclaimed with notice.",
     ),
     secret: list[str] = typer.Option([], "--secret", help=secret_args.HELP),
+    autostop: str = typer.Option(
+        None,
+        "--autostop",
+        help="Stop it (disk kept, billing stopped) after this long without GPU or CPU activity or an open "
+        "SSH/port session, e.g. 30m, 2h; 0: never [default: your tenant's or the platform's].",
+    ),
     wait: bool = typer.Option(False, "--wait", help="Wait until it runs (or fails)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create an instance; it starts once the scheduler places it."""
     secrets = secret_args.parse(secret)
+    try:
+        autostop_s = parse_duration(autostop) if autostop is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--autostop") from None
     model, count = None, 0
     if gpu:
         model, _, n = gpu.partition(":")
@@ -131,6 +143,7 @@ def create(
             max_price=max_price,
             ports=list(port) or None,
             secrets=secrets or None,
+            autostop_s=autostop_s,
         )
         if wait:
             inst = _wait(inst["id"], 120)

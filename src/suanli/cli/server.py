@@ -119,6 +119,14 @@ def server(
         max=3660.0,
         help="Delete metrics older than this (raw samples become 5-minute averages after an hour).",
     ),
+    autostop_default: str = typer.Option(
+        None,
+        "--autostop-default",
+        help="Stop instances idle this long (e.g. 2h) unless they or their tenant say otherwise [default: never].",
+    ),
+    autostop_min: str = typer.Option(
+        "5m", "--autostop-min", help="The shortest idle auto-stop window a renter may ask for (e.g. 5m)."
+    ),
 ) -> None:
     """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
     if ctx.invoked_subcommand is not None:
@@ -170,7 +178,22 @@ def server(
         tls=tls,
         secret_key_file=secret_key_file,
         metrics=MetricsSettings(interval_s=metrics_interval, retention_days=metrics_retention_days),
+        autostop=_autostop(autostop_default, autostop_min),
     )
+
+
+def _autostop(default: str | None, minimum: str):  # type: ignore[no-untyped-def]
+    from suanli.bounds import parse_duration
+    from suanli.control.autostop import AutostopSettings
+
+    try:
+        low = parse_duration(minimum)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--autostop-min") from None
+    try:
+        return AutostopSettings(default_s=parse_duration(default) if default else None, min_s=max(1, low))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--autostop-default") from None
 
 
 @app.command("rotate-key")

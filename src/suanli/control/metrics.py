@@ -245,7 +245,7 @@ class Collector:
         self.settings = settings or MetricsSettings()
         self.now = now
         #: called with each collection's samples, in order (``control.autostop``)
-        self.after: list[Callable[[list[WorkloadUsage]], object]] = []
+        self.after: list[Callable[[list[WorkloadUsage], float], object]] = []
         self.collections = 0
         self.cpu_s = 0.0  #: this thread's CPU time spent collecting (the bench reads it)
         self._halt = threading.Event()
@@ -258,7 +258,7 @@ class Collector:
         store(self.db, got)
         for hook in self.after:
             try:
-                hook(got)
+                hook(got, now)
             except Exception:
                 log.exception("metrics: %s failed", getattr(hook, "__name__", hook))
         rollup(self.db, self.settings, now)

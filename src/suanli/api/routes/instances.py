@@ -54,6 +54,7 @@ def to_request(body: InstanceCreate) -> instances.InstanceRequest:
         max_price=body.max_price,
         ports=tuple(body.ports),
         secrets={k: v.get_secret_value() for k, v in body.secrets.items()},
+        autostop_s=body.autostop_s,
     )
 
 
@@ -62,7 +63,7 @@ def create(
     body: InstanceCreate, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
     require_isolation(ctx.db, ctx.backends, who, ctx.allow_process_runtime)
-    row = instances.create(ctx.db, who, to_request(body), ctx.keyring)
+    row = instances.create(ctx.db, who, to_request(body), ctx.keyring, ctx.autostop)
     ctx.wake()
     return _out(ctx, request, row)
 
