@@ -117,6 +117,22 @@ class SuanliClient:
     def create_instance(self, **body: Any) -> dict:
         return self.request("POST", "/v1/instances", json={k: v for k, v in body.items() if v is not None})
 
+    def set_webhook(self, tenant: str, url: str, secret: str | None = None) -> dict:
+        body = {"url": url, **({"secret": secret} if secret else {})}
+        return self.request("PUT", f"/v1/tenants/{tenant}/webhook", json=body)
+
+    def webhook(self, tenant: str) -> dict:
+        return self.request("GET", f"/v1/tenants/{tenant}/webhook")
+
+    def remove_webhook(self, tenant: str) -> dict:
+        return self.request("DELETE", f"/v1/tenants/{tenant}/webhook")
+
+    def set_tenant_autostop(self, tenant: str, autostop_s: int | None) -> dict:
+        return self.request("PUT", f"/v1/tenants/{tenant}/autostop", json={"autostop_s": autostop_s})
+
+    def alerts(self, tenant: str | None = None) -> list[dict]:
+        return self.request("GET", "/v1/alerts", params={"tenant": tenant} if tenant else None)
+
     def instances(self, include_deleted: bool = False) -> list[dict]:
         return self.request("GET", "/v1/instances", params={"all": include_deleted})
 

@@ -131,6 +131,7 @@ class TenantOut(BaseModel):
     id: int
     name: str
     require_2fa: bool = False
+    autostop_s: int | None = Field(default=None, description="default idle auto-stop window of its new instances, s")
 
 
 class UserOut(BaseModel):
@@ -397,3 +398,35 @@ class EventOut(BaseModel):
     from_state: str | None
     to_state: str
     message: str
+
+
+class WebhookSet(Strict):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    url: Text = Field(max_length=2000, description="http(s) URL the tenant's alerts are POSTed to")
+    secret: SecretStr | None = Field(
+        default=None, description="HMAC-SHA256 key of X-Suanli-Signature, 16..200 characters; null: one is made and shown once"
+    )
+
+
+class WebhookOut(BaseModel):
+    url: str | None = Field(description="where alerts are POSTed; null: no webhook")
+    secret: str | None = Field(default=None, description="the signing secret: in the answer to setting it only")
+
+
+class AutostopSet(Strict):
+    autostop_s: int | None = Field(
+        ge=0, le=366 * 86400, description="the tenant's default idle auto-stop window for new instances; null or 0: none"
+    )
+
+
+class AlertOut(BaseModel):
+    id: int
+    tenant_id: int
+    kind: str = Field(description="idle | autostop | low_balance | budget | job_failed | node_down")
+    object: str
+    message: str
+    created_at: datetime
+    delivery: str = Field(description="pending | delivered | failed (retries spent) | none (no webhook)")
+    attempts: int
+    last_error: str
