@@ -27,6 +27,13 @@ PODMAN_STATS = (
     '"Duration":6094835284}\n'
 )
 
+#: ``docker stats --no-stream --format '{{json .}}'``: one line in the format Docker Engine
+#: documents (``CPUPerc``, ``MemUsage`` as text), written here, not recorded (no Docker here).
+DOCKER_STATS = (
+    '{"BlockIO":"0B / 0B","CPUPerc":"97.31%","Container":"4bd2c9a1f0e3","ID":"4bd2c9a1f0e3",'
+    '"MemPerc":"0.02%","MemUsage":"1.5MiB / 7.6GiB","Name":"suanli-1a2b3c4d-instance-3","NetIO":"1.2kB / 0B","PIDs":"3"}\n'
+)
+
 PROC_NET_TCP = """\
   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 41571 1 0000000000000000 100 0 0 10 0

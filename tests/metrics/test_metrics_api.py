@@ -119,3 +119,18 @@ def test_a_real_gpu_sample_is_exported_under_dcgm_names(psrv: Server) -> None:
     assert series(prom, "DCGM_FI_DEV_POWER_USAGE") == [(labels, 352.817)], dcgm
     got = psrv.get(f"/v1/instances/{inst['id']}")["metrics"]
     assert (got["gpu_util_percent"], got["gpu_memory_mib"], got["power_w"]) == (87.0, 40960.0, 352.817), got
+
+
+def test_job_json_and_jobs_show_carry_its_usage(psrv: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    job = psrv.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "sleep 60"}, expect=201).json()
+    wait_state(psrv, "job", job["id"], ("running",), 30)
+    assert psrv.ctx.metrics is not None
+    psrv.ctx.metrics.collect_once()
+    shown = json.loads(_cli(psrv, monkeypatch, tmp_path, "jobs", "show", str(job["id"]), "--json"))
+    assert shown["metrics"]["memory_mib"] > 0 and shown["metrics"]["gpu_util_percent"] is None, shown["metrics"]
+    assert "cost_so_far" in shown, shown
+    text = _cli(psrv, monkeypatch, tmp_path, "jobs", "show", str(job["id"]))
+    assert "usage: CPU" in text, text
+    hist = psrv.get(f"/v1/jobs/{job['id']}/metrics")
+    assert len(hist) == 1, hist
+    psrv.post(f"/v1/jobs/{job['id']}/cancel", expect=200)

@@ -173,7 +173,10 @@ class LocalBackend:
                 st = stats.get(h.data.get("name", ""))
                 if st is None:
                     continue
-                cpu = self._cpu.percent(h.key, st.cpu_ns / 1e9, now, st.avg_cpu_percent)
+                if st.cpu_percent_now is not None:  # Docker: its own percent, no cumulative counter
+                    cpu = st.cpu_percent_now
+                else:
+                    cpu = self._cpu.percent(h.key, st.cpu_ns / 1e9, now, st.avg_cpu_percent)
                 c = listed.get(st.name)
                 sessions = meter.count_sessions(meter.netns_tables(c.pid), meter.session_ports(h.data)) if c and c.pid else None
                 cid = st.container_id

@@ -56,11 +56,28 @@ class EngineStat:
     cpu_ns: int
     memory_bytes: int
     avg_cpu_percent: float  #: the engine's average since the container started
+    #: Docker only: its own CPU percent over the moment it sampled (no cumulative counter
+    #: in its ``stats`` output); None for Podman
+    cpu_percent_now: float | None = None
+
+
+_SIZE = re.compile(r"^\s*([\d.]+)\s*([KMGT]?i?B)?", re.I)
+_UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _bytes(text: str) -> int:
+    """Docker's ``1.5MiB`` (the part before `` / ``) in bytes; 0 if unreadable."""
+    m = _SIZE.match(text.split("/")[0])
+    if m is None:
+        return 0
+    return int(float(m.group(1)) * _UNITS.get((m.group(2) or "B").lower(), 1))
 
 
 def parse_stats(text: str) -> dict[str, EngineStat]:
-    """``podman stats --no-stream --format '{{json .ContainerStats}}'``: one JSON object a
-    line (or a JSON list), by container name."""
+    """``podman stats --no-stream --format '{{json .ContainerStats}}'`` (cumulative CPU
+    nanoseconds, memory bytes) or Docker's ``stats --no-stream --format '{{json .}}'``
+    (``CPUPerc`` "12.34%", ``MemUsage`` "1.5MiB / 2GiB"): one JSON object a line (or a JSON
+    list), by container name."""
     text = text.strip()
     if not text:
         return {}
@@ -71,6 +88,12 @@ def parse_stats(text: str) -> dict[str, EngineStat]:
     for r in rows:
         name = str(r.get("Name") or "")
         if not name:
+            continue
+        if "CPUNano" not in r and "CPUPerc" in r:  # Docker Engine
+            cpu = float(str(r.get("CPUPerc") or "0").rstrip("%") or 0.0)
+            out[name] = EngineStat(
+                name, str(r.get("ID") or r.get("Container") or ""), 0, _bytes(str(r.get("MemUsage") or "")), cpu, cpu
+            )
             continue
         out[name] = EngineStat(
             name,
