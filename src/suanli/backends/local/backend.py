@@ -168,19 +168,24 @@ class LocalBackend:
 
         if conts and self.containers is not None:
             stats = meter.parse_stats(self.containers.engine.stats())
-            listed = self.containers.engine.ps(self.containers.label)
+            listed: dict | None = None  # ps only for containers whose init pid is not known (older handles)
             for h in conts:
                 st = stats.get(h.data.get("name", ""))
                 if st is None:
                     continue
+                pid = int(h.data.get("init_pid") or 0)
+                if not (pid and meter.in_container(pid, st.container_id)):
+                    if listed is None:
+                        listed = self.containers.engine.ps(self.containers.label)
+                    c = listed.get(st.name)
+                    pid = c.pid if c is not None else 0
                 if st.cpu_percent_now is not None:  # Docker: its own percent, no cumulative counter
                     cpu = st.cpu_percent_now
                 else:
                     cpu = self._cpu.percent(h.key, st.cpu_ns / 1e9, now, st.avg_cpu_percent)
-                c = listed.get(st.name)
-                sessions = meter.count_sessions(meter.netns_tables(c.pid), meter.session_ports(h.data)) if c and c.pid else None
+                sessions = meter.count_sessions(meter.netns_tables(pid), meter.session_ports(h.data)) if pid else None
                 cid = st.container_id
-                readings = gpu_readings(h.data, lambda pid, cid=cid: meter.in_container(pid, cid))  # type: ignore[misc]
+                readings = gpu_readings(h.data, lambda p, cid=cid: meter.in_container(p, cid))  # type: ignore[misc]
                 out.append(meter.sample(h.key, h.data, cpu, st.memory_bytes, readings, sessions))
         if procs:
             table = meter.read_procs()
@@ -197,7 +202,7 @@ class LocalBackend:
                 leader = next((p for p in members if p.pid == sid), members[0])
                 lifetime = max(1e-3, up - leader.start_s)
                 cpu = self._cpu.percent(h.key, cpu_s, now, 100.0 * cpu_s / lifetime)
-                readings = gpu_readings(h.data, lambda pid, sid=sid: meter.in_session(pid, sid))  # type: ignore[misc]
+                readings = gpu_readings(h.data, lambda p, sid=sid: meter.in_session(p, sid))  # type: ignore[misc]
                 out.append(meter.sample(h.key, h.data, cpu, sum(p.rss_bytes for p in members), readings, None))
         self._cpu.forget_except(h.key for h in handles)
         return out

@@ -283,7 +283,8 @@ class ContainerRuntime:
             ]
             self.engine.run(args, secrets=spec.secrets)
             info = self.engine.inspect(name) or {}
-            self.exits.watch(int((info.get("State") or {}).get("Pid") or 0))  # the container's init, on this host
+            init_pid = int((info.get("State") or {}).get("Pid") or 0)
+            self.exits.watch(init_pid)  # the container's init, on this host
             data = {
                 "key": spec.key,
                 "runtime": self.runtime,
@@ -295,6 +296,7 @@ class ContainerRuntime:
                 "volume": str(volume),
                 "disk_enforced": enforced,
                 "image": spec.image,
+                "init_pid": init_pid,  #: its network namespace's TCP table: open sessions (``usage``)
                 **gpu_facts(spec),
             }
             write_atomic(tdir / "handle.json", json.dumps(data))
