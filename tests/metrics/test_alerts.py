@@ -70,6 +70,8 @@ def srv(tmp_path: Path) -> Iterator[Server]:
 def test_webhook_set_validated_and_sealed(srv: Server) -> None:
     r = srv.http.put("/v1/tenants/default/webhook", json={"url": "ftp://example.com/x"}, headers=srv.headers)
     assert r.status_code == 422 and "not an http(s) URL" in r.text, r.text
+    r = srv.http.put("/v1/tenants/default/webhook", json={"url": "http://[::1/x"}, headers=srv.headers)
+    assert r.status_code == 422 and "not a valid URL" in r.text, r.text
     assert srv.get("/v1/tenants/default/webhook") == {"url": None, "secret": None}  # nothing stored
     r = srv.http.put("/v1/tenants/default/webhook", json={"url": "http://127.0.0.1:9/x"}, headers=srv.headers)
     assert r.status_code == 200 and len(r.json()["secret"]) >= 32, r.text  # made here, shown once

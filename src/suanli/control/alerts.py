@@ -93,7 +93,7 @@ def _private(host: str) -> bool:
     """Whether ``host`` is, or resolves to, a loopback, private or link-local address."""
     try:
         addrs = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
-    except OSError:
+    except (OSError, UnicodeError, ValueError):
         return False  # unresolvable now: delivery will fail and say so
     for a in addrs:
         ip = ipaddress.ip_address(a.split("%")[0])
@@ -103,7 +103,11 @@ def _private(host: str) -> bool:
 
 
 def check_url(url: str, may_reach_private: bool) -> str:
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 (a port out of range raises here)
+    except ValueError:
+        raise Invalid(f"url: {url!r} is not a valid URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Invalid(f"url: {url!r} is not an http(s) URL with a host")
     if len(url) > 2000:
