@@ -167,3 +167,24 @@ def test_cli_sets_the_webhook_and_the_tenants_autostop_and_lists_alerts(
     alerts.scan(srv.ctx.db)
     listed = run.invoke(app, ["tenants", "alerts", "--json"])
     assert listed.exit_code == 0 and isinstance(json.loads(listed.output), list), listed.output
+
+
+def test_a_served_platform_samples_by_itself_and_its_alerts_thread_posts(tmp_path: Path) -> None:
+    """The server's own threads (``api.background``), not a test's calls: the metrics thread
+    fills an instance's ``metrics``; the alerts thread POSTs a failed job's alert."""
+    from suanli.control.metrics import MetricsSettings
+    from tests.control.control_helpers import LiveServer, wait_until
+
+    hook = Receiver([])
+    live = LiveServer(tmp_path / "data", options={"runtime": "process", "metrics": MetricsSettings(interval_s=1.0)}).start()
+    try:
+        api = live.client()
+        api.set_webhook("default", hook.url, SECRET)
+        inst = api.create_instance(gpu_model="h100", gpu_count=1, disk_gib=1)
+        wait_until(lambda: api.instance(inst["id"])["metrics"]["memory_mib"] is not None, 30)
+        job = api.launch({"resources": {"accelerators": "RTX4090:1"}, "run": "exit 3"})
+        got = wait_until(lambda: [b for b, _, ok in hook.got if ok and b["kind"] == "job_failed"], 30)
+        assert got[0]["object"] == f"job-{job['id']}", got
+    finally:
+        live.close()
+        hook.close()
