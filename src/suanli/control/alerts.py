@@ -1,7 +1,9 @@
 """Alerts: what a tenant should know now, as records and as signed webhook POSTs.
 
 **Sources** (``scan``, read from what the platform already records, past a cursor kept in
-``alert_cursor``, in the transaction that writes the alerts: each source row alerts once):
+``alert_cursor``, in the transaction that writes the alerts: each source row alerts once;
+the first scan starts the cursor at the newest rows, so an upgraded server does not alert
+its whole history):
 
 ==============  ==========================================================================
 kind            from
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from suanli.billing.tables import Notice as BillingNotice
@@ -215,10 +217,15 @@ def scan(db: Database) -> int:
     """New alerts from the events and billing notices past the cursor; returns how many."""
     with db.transaction() as s:
         cur = s.get(AlertCursor, 1, with_for_update=True)
-        if cur is None:
-            cur = AlertCursor(id=1, last_event_id=0, last_notice_id=0)
-            s.add(cur)
-            s.flush()
+        if cur is None:  # the first scan: alerts from now on, not for the history before (an upgrade)
+            s.add(
+                AlertCursor(
+                    id=1,
+                    last_event_id=s.scalar(select(func.max(Event.id))) or 0,
+                    last_notice_id=s.scalar(select(func.max(BillingNotice.id))) or 0,
+                )
+            )
+            return 0
         new: list[_New] = []
         events = list(s.scalars(select(Event).where(Event.id > cur.last_event_id).order_by(Event.id).limit(SCAN_BATCH)))
         for e in events:
