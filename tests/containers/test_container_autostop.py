@@ -1,11 +1,12 @@
 """Idle auto-stop with real containers: an idle instance is stopped within its window +
-one collection interval; one whose CPU is busy, and one with an SSH session open, are
-never stopped. The metrics thread samples them with one ``podman stats`` call per
+one collection interval; one whose CPU is busy, one with an SSH session open, and one with
+a connection open to a published port (what the port proxy holds) are never stopped. The metrics thread samples them with one ``podman stats`` call per
 interval and reads SSH sessions from each container's own TCP table."""
 
 from __future__ import annotations
 
 import shlex
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from suanli.control.metrics import MetricsSettings
 from tests.containers.container_helpers import make_server
 from tests.containers.test_container_lifecycle import run
 from tests.containers.test_container_ssh import OPTS, add_key, ssh_ready, user
-from tests.control.control_helpers import Server, wait_state
+from tests.control.control_helpers import Server, wait_state, wait_until
 from tests.event_helpers import events_text
 
 WINDOW_S = 15
@@ -56,7 +57,13 @@ def test_idle_stopped_within_window_busy_and_ssh_held_never(asrv: Server, keypai
     idle = _create(asrv, token=alice)
     busy = _create(asrv, token=alice)
     held = _create(asrv, token=alice, image="python")
-    assert [i["state"] for i in (idle, busy, held)] == ["running"] * 3, (idle, busy, held)
+    served = _create(asrv, token=alice, image="python", ports=[8000])
+    assert [i["state"] for i in (idle, busy, held, served)] == ["running"] * 4, (idle, busy, held, served)
+    code, out = run(asrv, served, "python3 -m http.server 8000 </dev/null >/dev/null 2>&1 &", token=alice)
+    assert code == 0, out
+    host_port = asrv.ctx.backends["local"].list_running()  # the published port on loopback (the proxy's upstream)
+    (handle,) = [h for h in host_port if h.key == f"instance-{served['id']}"]
+    upstream = wait_until(lambda: _connect(int(handle.data["ports"]["8000"])), 20)
     code, out = run(asrv, busy, "sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &", token=alice)
     assert code == 0, out
     assert ssh_ready(held, key).returncode == 0
@@ -81,7 +88,7 @@ def test_idle_stopped_within_window_busy_and_ssh_held_never(asrv: Server, keypai
         # the others stay through two more windows after the idle one stopped
         deadline = max(time.time(), started + WINDOW_S) + WINDOW_S + 2 * INTERVAL_S
         while time.time() < deadline:
-            for inst in (busy, held):
+            for inst in (busy, held, served):
                 now = asrv.get(f"/v1/instances/{inst['id']}")
                 ev = asrv.get(f"/v1/events?kind=instance&object_id={inst['id']}")
                 assert now["state"] == "running" and now["notice"] is None, (inst["id"], now["metrics"], events_text(ev))
@@ -90,6 +97,16 @@ def test_idle_stopped_within_window_busy_and_ssh_held_never(asrv: Server, keypai
         m_held = asrv.get(f"/v1/instances/{held['id']}")["metrics"]
         assert m_busy["cpu_percent"] > 2 and m_busy["gpu_util_percent"] is None, m_busy
         assert m_held["sessions"] >= 1, m_held
+        m_served = asrv.get(f"/v1/instances/{served['id']}")["metrics"]
+        assert m_served["sessions"] == 1, m_served
     finally:
         session.kill()
         session.wait()
+        upstream.close()
+
+
+def _connect(port: int) -> socket.socket | None:
+    try:
+        return socket.create_connection(("127.0.0.1", port), timeout=2)
+    except OSError:
+        return None

@@ -132,3 +132,21 @@ def test_a_host_process_task_on_a_real_gpu_gets_nvml_figures(tmp_path: Path) -> 
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+def test_sessions_are_read_from_a_real_kernel_table() -> None:
+    """An established connection to a listening port of this process's network namespace,
+    read back from ``/proc/<pid>/net/tcp``: the kernel's own text, not a recording."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    before = usage.count_sessions(usage.netns_tables(os.getpid()), {port})
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    try:
+        assert before == 0
+        assert usage.count_sessions(usage.netns_tables(os.getpid()), {port}) == 1  # the accepted side only
+    finally:
+        for s in (client, conn, server):
+            s.close()
