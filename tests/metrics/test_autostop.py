@@ -48,6 +48,8 @@ def _create(srv: Server, expect: int = 201, **body: object) -> dict:
 def test_windows_asked_defaulted_and_refused(asrv: Server) -> None:
     assert _create(asrv, autostop_s=1800)["autostop_s"] == 1800
     assert _create(asrv)["autostop_s"] is None  # no tenant or platform default: never
+    asrv.ctx.autostop.default_s = 3600  # the platform's --autostop-default 1h
+    assert _create(asrv)["autostop_s"] == 3600
     before = len(asrv.get("/v1/instances"))
     refused = _create(asrv, expect=422, autostop_s=1)  # below the minimum (2 s here, 5 min by default)
     assert "shorter than the minimum idle window" in str(refused), refused
@@ -57,6 +59,20 @@ def test_windows_asked_defaulted_and_refused(asrv: Server) -> None:
         s.scalars(select(Tenant)).first().autostop_s = 7200  # type: ignore[union-attr]
     assert _create(asrv)["autostop_s"] == 7200  # the tenant's default
     assert _create(asrv, autostop_s=0)["autostop_s"] is None  # 0: off, over the tenant's default
+
+
+def test_server_options_parse_the_default_and_the_minimum() -> None:
+    import typer
+
+    from suanli.cli.server import _autostop
+
+    got = _autostop("2h", "5m")
+    assert (got.default_s, got.min_s) == (7200, 300), got
+    assert _autostop(None, "90s").default_s is None
+    with pytest.raises(typer.BadParameter, match="below the minimum"):
+        _autostop("1m", "5m")
+    with pytest.raises(typer.BadParameter, match="not a duration"):
+        _autostop(None, "soon")
 
 
 def test_an_idle_instance_is_noticed_then_stopped_with_its_disk_kept_and_billing_ended(asrv: Server) -> None:
