@@ -104,6 +104,8 @@ def test_alerts_from_a_failed_job_a_down_node_and_billing_are_posted_signed_and_
             s.add(BillingNotice(tenant_id=1, kind="alert", message="80 % of the monthly budget used (81 %)"))
         assert alerts.scan(srv.ctx.db) >= 4
         assert alerts.scan(srv.ctx.db) == 0  # each source row alerts once
+        logged = srv.get("/v1/events?kind=alert")
+        assert {e["to_state"] for e in logged} == {"job_failed", "node_down", "low_balance", "budget"}, logged
         kinds = [a["kind"] for a in srv.get("/v1/alerts")]
         assert {"job_failed", "node_down", "low_balance", "budget"} <= set(kinds), kinds
         now = time.time()

@@ -17,6 +17,9 @@ kind            from
 ``budget``      any other billing notice: a budget threshold crossed, a hard-cap notice or stop
 ==============  ==========================================================================
 
+Each alert is also an event (kind ``alert``, its id, ``to_state`` its kind), so the event
+log is one timeline.
+
 **Delivery** (``deliver``, the alerts thread, never inside a transaction): each pending
 alert of a tenant with a webhook is POSTed as JSON with ``X-Suanli-Signature:
 sha256=<hex HMAC-SHA256 of the body under the webhook's secret>`` (GitHub's scheme), and
@@ -242,15 +245,17 @@ def scan(db: Database) -> int:
             cur.last_notice_id = notices[-1].id
         hooked = set(s.scalars(select(TenantWebhook.tenant_id)))
         for a in new:
-            s.add(
-                Alert(
-                    tenant_id=a.tenant_id,
-                    kind=a.kind,
-                    object=a.object,
-                    message=a.message,
-                    delivery="pending" if a.tenant_id in hooked else "none",
-                )
+            row = Alert(
+                tenant_id=a.tenant_id,
+                kind=a.kind,
+                object=a.object,
+                message=a.message,
+                delivery="pending" if a.tenant_id in hooked else "none",
             )
+            s.add(row)
+            s.flush()
+            # in the event log too (kind ``alert``, the alert's id): one timeline of what happened
+            s.add(Event(kind="alert", object_id=row.id, from_state=None, to_state=a.kind, message=f"{a.object}: {a.message}"))
     return len(new)
 
 
