@@ -130,6 +130,10 @@ class SuanliClient:
     def set_tenant_autostop(self, tenant: str, autostop_s: int | None) -> dict:
         return self.request("PUT", f"/v1/tenants/{tenant}/autostop", json={"autostop_s": autostop_s})
 
+    def metrics_history(self, kind: str, workload_id: int, since: float | None = None) -> list[dict]:
+        """``kind``: ``instances`` or ``jobs``; ``since``: epoch seconds (default: the last hour)."""
+        return self.request("GET", f"/v1/{kind}/{workload_id}/metrics", params={"since": since} if since is not None else None)
+
     def alerts(self, tenant: str | None = None) -> list[dict]:
         return self.request("GET", "/v1/alerts", params={"tenant": tenant} if tenant else None)
 

@@ -63,6 +63,9 @@ def test_instance_json_cli_history_and_prometheus_show_the_latest_sample(
     assert "usage: CPU" in text and "GPU not measured: virtual GPU" in text, text
     hist = psrv.get(f"/v1/instances/{inst['id']}/metrics", params={"since": time.time() - 60})
     assert len(hist) == 1 and hist[0]["resolution_s"] == 0, hist
+    table = _cli(psrv, monkeypatch, tmp_path, "instances", "metrics", str(inst["id"]), "--since", "10m")
+    assert "sample" in table and "not measured" in table, table
+    assert json.loads(_cli(psrv, monkeypatch, tmp_path, "instances", "metrics", str(inst["id"]), "--json")) == hist
     assert psrv.http.get(f"/v1/instances/{inst['id']}/metrics", params={"since": -1}, headers=psrv.headers).status_code == 422
     assert psrv.http.get("/v1/instances/999/metrics", headers=psrv.headers).status_code == 404
     prom = psrv.http.get("/metrics", headers=psrv.headers).text
@@ -133,4 +136,5 @@ def test_job_json_and_jobs_show_carry_its_usage(psrv: Server, monkeypatch: pytes
     assert "usage: CPU" in text, text
     hist = psrv.get(f"/v1/jobs/{job['id']}/metrics")
     assert len(hist) == 1, hist
+    assert json.loads(_cli(psrv, monkeypatch, tmp_path, "jobs", "metrics", str(job["id"]), "--json")) == hist
     psrv.post(f"/v1/jobs/{job['id']}/cancel", expect=200)

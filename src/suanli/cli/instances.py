@@ -16,6 +16,7 @@ from suanli.cli.remote import (
     cost_so_far,
     gpu_desc,
     metrics_line,
+    metrics_table,
     placed_on,
     print_json,
     priority_desc,
@@ -217,3 +218,13 @@ def logs(instance_id: int, tail: int = typer.Option(None, help="Only the last N 
     """Print the instance's log."""
     with api_errors():
         typer.echo(client().instance_logs(instance_id, tail), nl=False)
+
+
+@app.command("metrics")
+def metrics(
+    instance_id: int,
+    since: str = typer.Option("1h", "--since", help="How far back, e.g. 15m, 6h, 7d (older than an hour: 5-minute averages)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Its CPU, memory, GPU and sessions over time."""
+    metrics_table("instances", instance_id, since, as_json)

@@ -14,6 +14,7 @@ from suanli.cli.remote import (
     cost_so_far,
     gpu_desc,
     metrics_line,
+    metrics_table,
     placed_on,
     print_json,
     priority_desc,
@@ -117,3 +118,13 @@ def cancel(
         if wait:
             job = wait_for(job_id, 60)
     print_json(job) if as_json else show([job], False, "Job")
+
+
+@app.command("metrics")
+def metrics(
+    job_id: int,
+    since: str = typer.Option("1h", "--since", help="How far back, e.g. 15m, 6h, 7d (older than an hour: 5-minute averages)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Its CPU, memory, GPU and sessions over time."""
+    metrics_table("jobs", job_id, since, as_json)

@@ -119,6 +119,41 @@ def metrics_line(obj: dict) -> str | None:
     return f"usage: {', '.join(parts)} ({age:.0f} s ago)"
 
 
+def metrics_table(kind: str, workload_id: int, since: str, as_json: bool) -> None:
+    """``suanli instances metrics`` / ``jobs metrics``: the usage history since a duration ago."""
+    from suanli.bounds import parse_duration
+
+    try:
+        back = parse_duration(since)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--since") from None
+    with api_errors():
+        rows = client().metrics_history(kind, workload_id, time.time() - back)
+    if as_json:
+        return print_json(rows)
+
+    def num(v: float | None, fmt: str = "{:.1f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    table(
+        f"Usage of {kind[:-1]} {workload_id} (last {since})",
+        ["TIME (UTC)", "RES", "CPU %", "MEM MiB", "GPU %", "GPU MiB", "POWER W", "SESSIONS"],
+        [
+            [
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(m["ts"])),
+                "5 min" if m["resolution_s"] else "sample",
+                num(m["cpu_percent"]),
+                num(m["memory_mib"], "{:.0f}"),
+                num(m["gpu_util_percent"], "{:.0f}") if m["gpu_util_percent"] is not None else (m["gpu_note"] or "-"),
+                num(m["gpu_memory_mib"], "{:.0f}"),
+                num(m["power_w"], "{:.0f}"),
+                "-" if m["sessions"] is None else m["sessions"],
+            ]
+            for m in rows
+        ],
+    )
+
+
 def cost_line(obj: dict) -> str | None:
     """One line for a detail view: what it has cost and what the rate covers."""
     c = obj.get("cost")
