@@ -13,6 +13,7 @@ and in JSON (500), and a NUL in an environment variable was stored, then failed 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -74,3 +75,28 @@ def parse_id(text: str) -> int | None:
         return None
     n = int(text)
     return n if 1 <= n <= DB_INT_MAX else None
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.I)
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``30m``, ``2h``, ``1d`` or bare seconds as whole seconds; ValueError otherwise
+    (the idle auto-stop window, ``--autostop``)."""
+    m = _DURATION.match(str(text))
+    if m is None:
+        raise ValueError(f"{text!r} is not a duration (e.g. 90s, 30m, 2h, 1d)")
+    seconds = float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()]
+    if seconds > 366 * 86400:
+        raise ValueError(f"{text!r} is longer than a year")
+    return int(round(seconds))
+
+
+def duration_text(seconds: float) -> str:
+    """The shortest of ``2h``, ``30m``, ``90s`` that says ``seconds`` exactly."""
+    s = int(seconds)
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s and s % n == 0:
+            return f"{s // n}{unit}"
+    return f"{s}s"

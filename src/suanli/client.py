@@ -125,6 +125,26 @@ class SuanliClient:
     def create_instance(self, **body: Any) -> dict:
         return self.request("POST", "/v1/instances", json={k: v for k, v in body.items() if v is not None})
 
+    def set_webhook(self, tenant: str, url: str, secret: str | None = None) -> dict:
+        body = {"url": url, **({"secret": secret} if secret else {})}
+        return self.request("PUT", f"/v1/tenants/{tenant}/webhook", json=body)
+
+    def webhook(self, tenant: str) -> dict:
+        return self.request("GET", f"/v1/tenants/{tenant}/webhook")
+
+    def remove_webhook(self, tenant: str) -> dict:
+        return self.request("DELETE", f"/v1/tenants/{tenant}/webhook")
+
+    def set_tenant_autostop(self, tenant: str, autostop_s: int | None) -> dict:
+        return self.request("PUT", f"/v1/tenants/{tenant}/autostop", json={"autostop_s": autostop_s})
+
+    def metrics_history(self, kind: str, workload_id: int, since: float | None = None) -> list[dict]:
+        """``kind``: ``instances`` or ``jobs``; ``since``: epoch seconds (default: the last hour)."""
+        return self.request("GET", f"/v1/{kind}/{workload_id}/metrics", params={"since": since} if since is not None else None)
+
+    def alerts(self, tenant: str | None = None) -> list[dict]:
+        return self.request("GET", "/v1/alerts", params={"tenant": tenant} if tenant else None)
+
     def instances(self, include_deleted: bool = False) -> list[dict]:
         return self.request("GET", "/v1/instances", params={"all": include_deleted})
 

@@ -9,6 +9,7 @@ from suanli import __version__
 from suanli.api import audit, console, docs, errors, metrics, tls
 from suanli.api.context import ServerContext
 from suanli.api.routes import advise, billing, dashboard, images, instances, jobs, keys, nodes, uploads, users
+from suanli.api.routes import alerts as alert_routes
 from suanli.api.routes import audit as audit_routes
 
 
@@ -34,7 +35,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         loop = ctx.loop
         return {"ok": True, "loop_ticks": loop.stats.ticks if loop else None}
 
-    for module in (users, nodes, instances, jobs, advise, images, keys, uploads, audit_routes, dashboard):
+    for module in (users, nodes, instances, jobs, advise, images, keys, uploads, audit_routes, alert_routes, dashboard):
         app.include_router(module.router)
     billing.install(app)  # its thread is one of the server's (api.background)
     console.install(app)

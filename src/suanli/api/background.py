@@ -15,6 +15,13 @@ port proxy        a listener                    renters' published ports, one or
                                                 (``api.proxy_app``)
 audit retention   hour                          audit records past the retention deleted
                                                 (``control.audit.prune``)
+alerts            2 s                           alerts made from new events and billing
+                                                notices; due webhook POSTs sent, retried
+                                                with backoff (``control.alerts``)
+metrics           ``--metrics-interval`` (15    every running workload's CPU, memory and
+                  s)                            GPU sampled in one batched read, stored,
+                                                downsampled and pruned; then idle
+                                                auto-stop (``control.metrics``)
 ================  ============================  =========================================
 """
 
@@ -26,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from suanli.api.context import ServerContext
-from suanli.control import audit
+from suanli.control import alerts, audit
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +55,8 @@ def background(ctx: ServerContext, start_proxy: Callable[[], object]) -> list[Ba
         Background("billing", ctx.billing.start, ctx.billing.stop),
         Background("port proxy", lambda: proxy.append(start_proxy()), lambda: [setattr(p, "should_exit", True) for p in proxy]),
         periodic("audit retention", 3600.0, lambda: audit.prune(ctx.db, ctx.audit_retention_days)),
+        periodic("alerts", 2.0, lambda: alerts.run(ctx.db, ctx.keyring)),
+        *([Background("metrics", ctx.metrics.start, ctx.metrics.stop)] if ctx.metrics is not None else []),
     ]
 
 

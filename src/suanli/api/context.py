@@ -9,8 +9,10 @@ from urllib.parse import urlsplit
 from suanli.backends.base import Backend
 from suanli.control.access import DEFAULT_PROXY_DOMAIN, port_url
 from suanli.control.auth import TokenCache
+from suanli.control.autostop import AutostopSettings
 from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
+from suanli.control.metrics import Collector
 from suanli.control.secrets import Keyring
 from suanli.control.throttle import Throttle
 from suanli.db.session import Database
@@ -24,6 +26,10 @@ class ServerContext:
     loop: ControlLoop | None = None
     #: the billing thread (rating, then budgets); runs while the app serves (``api.app``)
     billing: BillingWorker | None = None
+    #: the metrics thread (usage samples, their retention, idle auto-stop); ``api.background``
+    metrics: Collector | None = None
+    #: idle auto-stop: the platform's default window, the minimum, the activity thresholds
+    autostop: AutostopSettings = field(default_factory=AutostopSettings)
     tokens: TokenCache = field(default_factory=TokenCache)
     #: bad bearer tokens per source address: 20 a minute, then 429 until the oldest leaves the window
     bad_tokens: Throttle = field(default_factory=lambda: Throttle(20, 60.0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 
@@ -12,9 +13,10 @@ from suanli.billing import workload_cost
 from suanli.billing.money import as_text, price_text
 from suanli.billing.offers import Offer
 from suanli.billing.workload_cost import WorkloadCost
+from suanli.control import metrics as usage_metrics
 from suanli.control import workload_secrets
 from suanli.control.nodes import GpuModelSummary
-from suanli.db.models import Allocation, Event, Gpu, Image, Instance, Job, Node
+from suanli.db.models import Allocation, Event, Gpu, Image, Instance, Job, Node, WorkloadMetric
 from suanli.db.session import Database
 
 
@@ -76,6 +78,39 @@ def costs_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, schem
     return {r.id: cost_out(found.get(r.id)) for r in rows}
 
 
+def notice_text(row: Instance | Job) -> str | None:
+    if row.notice_deadline is None or row.state != "running":
+        return None
+    when = datetime.fromtimestamp(row.notice_deadline, tz=UTC).isoformat(timespec="seconds")
+    return f"{row.notice_why or f'spot reclaim for {row.notice_for}'}; takes effect at {when}"
+
+
+def metric_out(m: WorkloadMetric | None) -> schemas.MetricsOut:
+    if m is None:
+        return schemas.MetricsOut()
+    return schemas.MetricsOut(
+        ts=m.ts,
+        resolution_s=m.resolution_s,
+        cpu_percent=m.cpu_percent,
+        memory_mib=m.memory_mib,
+        gpu_util_percent=m.gpu_util_percent,
+        gpu_memory_mib=m.gpu_memory_mib,
+        power_w=m.power_w,
+        sessions=m.sessions,
+        gpu_note=m.gpu_note,
+    )
+
+
+def metrics_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, schemas.MetricsOut]:
+    """The latest sample of many rows (one kind), keyed by row id; running rows only
+    (a stopped one's last sample is history, not its state now)."""
+    if not rows:
+        return {}
+    kind = "job" if isinstance(rows[0], Job) else "instance"
+    found = usage_metrics.latest(db, [(kind, r.id) for r in rows if r.state == "running"])
+    return {r.id: metric_out(found.get((kind, r.id))) for r in rows}
+
+
 @dataclass(frozen=True)
 class Access:
     """How a renter reaches an instance: what runs it, SSH, published ports."""
@@ -113,6 +148,7 @@ def instance_out(
     waiting: str | None = None,
     access: Access | None = None,
     cost: schemas.CostOut | None = None,
+    metrics: schemas.MetricsOut | None = None,
 ) -> schemas.InstanceOut:
     access = access or Access(row.runtime or "")
     return schemas.InstanceOut(
@@ -138,12 +174,20 @@ def instance_out(
         ports=access.ports,
         gpu_access=access.gpu_access,
         cost=cost,
+        cost_so_far=cost.so_far if cost is not None else None,
+        metrics=metrics or schemas.MetricsOut(),
+        autostop_s=row.autostop_s,
+        notice=notice_text(row),
         secrets=workload_secrets.masked(row.secrets),
     )
 
 
 def job_out(
-    row: Job, allocs: list[schemas.AllocationOut], waiting: str | None = None, cost: schemas.CostOut | None = None
+    row: Job,
+    allocs: list[schemas.AllocationOut],
+    waiting: str | None = None,
+    cost: schemas.CostOut | None = None,
+    metrics: schemas.MetricsOut | None = None,
 ) -> schemas.JobOut:
     return schemas.JobOut(
         id=row.id,
@@ -165,6 +209,8 @@ def job_out(
         spec=row.spec,
         runtime=row.runtime or "",
         cost=cost,
+        cost_so_far=cost.so_far if cost is not None else None,
+        metrics=metrics or schemas.MetricsOut(),
         secrets=workload_secrets.masked(row.secrets),
     )
 

@@ -15,8 +15,61 @@ from sqlalchemy import func, select
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import bearer, principal, source
-from suanli.db.models import Gpu, Instance, Job, Node
+from suanli.control import metrics as usage_metrics
+from suanli.db.models import Gpu, Instance, Job, Node, Tenant
 from suanli.db.session import Database
+
+#: Labels of each workload series: its kind (``instance``, ``job``), id and tenant.
+WORKLOAD_LABELS = ["workload_kind", "workload_id", "tenant"]
+#: DCGM-exporter's labels of a GPU series (``gpu`` index, ``UUID``, ``device``, ``modelName``,
+#: ``Hostname``: the node), then the workload's.
+GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", *WORKLOAD_LABELS]
+
+
+def workload_families(db: Database) -> list[GaugeMetricFamily]:
+    """Each running workload's latest sample (``control.metrics``): CPU, memory and open
+    sessions as ``suanli_workload_*``; GPUs under DCGM-exporter's names and units
+    (``DCGM_FI_DEV_GPU_UTIL`` %, ``DCGM_FI_DEV_FB_USED`` MiB, ``DCGM_FI_DEV_POWER_USAGE`` W),
+    one series per GPU the workload holds. A GPU not measured (virtual) has no DCGM series:
+    ``suanli_workload_gpu_not_measured`` says so, with the reason."""
+    cpu = GaugeMetricFamily("suanli_workload_cpu_percent", "CPU used, percent of one core", labels=WORKLOAD_LABELS)
+    mem = GaugeMetricFamily("suanli_workload_memory_mib", "Memory in use, MiB", labels=WORKLOAD_LABELS)
+    sessions = GaugeMetricFamily(
+        "suanli_workload_sessions", "Open SSH or port-proxy connections into the workload", labels=WORKLOAD_LABELS
+    )
+    unmeasured = GaugeMetricFamily(
+        "suanli_workload_gpu_not_measured",
+        "1: the workload's GPUs are not measured (virtual GPUs, no NVML)",
+        labels=[*WORKLOAD_LABELS, "reason"],
+    )
+    util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=GPU_LABELS)
+    fb = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=GPU_LABELS)
+    power = GaugeMetricFamily("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", labels=GPU_LABELS)
+    with db.sessions() as s:
+        keys = [("instance", i) for i in s.scalars(select(Instance.id).where(Instance.state == "running"))]
+        keys += [("job", i) for i in s.scalars(select(Job.id).where(Job.state == "running"))]
+        tenants = dict(s.execute(select(Tenant.id, Tenant.name)).all())
+    for (kind, wid), m in sorted(usage_metrics.latest(db, keys).items()):
+        labels = [kind, str(wid), tenants.get(m.tenant_id, str(m.tenant_id))]
+        cpu.add_metric(labels, m.cpu_percent)
+        mem.add_metric(labels, m.memory_mib)
+        if m.sessions is not None:
+            sessions.add_metric(labels, m.sessions)
+        if m.gpu_note:
+            unmeasured.add_metric([*labels, m.gpu_note], 1)
+        for g in m.gpus or []:
+            gl = [
+                str(g.get("index")),
+                str(g.get("uuid", "")),
+                f"nvidia{g.get('index')}",
+                str(g.get("model", "")),
+                str(g.get("node", "")),
+                *labels,
+            ]
+            for fam, field in ((util, "util_percent"), (fb, "memory_used_mib"), (power, "power_w")):
+                if g.get(field) is not None:
+                    fam.add_metric(gl, float(g[field]))
+    return [cpu, mem, sessions, unmeasured, util, fb, power]
 
 
 class ClusterCollector:
@@ -46,6 +99,10 @@ class ClusterCollector:
         except Exception:  # a scrape must not fail because the database hiccups
             pass
         yield from (total, used, inst, jobs)
+        try:
+            yield from workload_families(self.db)
+        except Exception:
+            pass
         stats = self.loop_stats() if self.loop_stats else None
         if stats is not None:
             for name, doc, value in (

@@ -49,6 +49,13 @@ class InstanceCreate(Strict):
         repr=False,
         description="name -> value, in the instance's environment (exec, SSH); sealed at rest, shown masked in every listing",
     )
+    autostop_s: int | None = Field(
+        default=None,
+        ge=0,
+        le=366 * 86400,
+        description="stop it (disk kept) after this many seconds without GPU or CPU activity or an open session; "
+        "null: the tenant's or platform's default; 0: never. At least the platform's minimum (300 s by default)",
+    )
 
     @field_validator("max_price", mode="before")
     @classmethod
@@ -152,6 +159,7 @@ class TenantOut(BaseModel):
     id: int
     name: str
     require_2fa: bool = False
+    autostop_s: int | None = Field(default=None, description="default idle auto-stop window of its new instances, s")
 
 
 class UserOut(BaseModel):
@@ -319,6 +327,25 @@ class CostOut(BaseModel):
     )
 
 
+class MetricsOut(BaseModel):
+    """A workload's resource use at one sample (``control.metrics``); a five-minute
+    bucket's averages in the history (``resolution_s`` 300)."""
+
+    ts: float | None = Field(default=None, description="when, epoch seconds; null: not sampled yet")
+    resolution_s: int = Field(default=0, description="0: one sample; 300: the average of a five-minute bucket")
+    cpu_percent: float | None = Field(default=None, description="percent of one core (100 = one core busy); null: no sample")
+    memory_mib: float | None = Field(default=None, description="memory in use, MiB; null: no sample")
+    gpu_util_percent: float | None = Field(
+        default=None, description="GPU utilisation from NVML, averaged over its GPUs; null: not measured (see gpu_note)"
+    )
+    gpu_memory_mib: float | None = Field(default=None, description="GPU memory used, MiB (NVML); null: not measured")
+    power_w: float | None = Field(default=None, description="GPU power draw, W (NVML); null: not measured")
+    sessions: int | None = Field(
+        default=None, description="open SSH or port-proxy connections into it; null: not measurable (host processes)"
+    )
+    gpu_note: str = Field(default="", description='why GPU figures are null, e.g. "not measured: virtual GPU"')
+
+
 class InstanceOut(BaseModel):
     id: int
     name: str
@@ -350,6 +377,12 @@ class InstanceOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     cost: CostOut | None = Field(default=None, description="cost so far and rate now; null where not computed")
+    cost_so_far: float | None = Field(default=None, description="cost so far (= cost.so_far); null where not computed")
+    metrics: MetricsOut = Field(default_factory=MetricsOut, description="its latest usage sample (all null before one)")
+    autostop_s: int | None = Field(default=None, description="idle auto-stop window, seconds; null: never stopped for idleness")
+    notice: str | None = Field(
+        default=None, description="a pending notice (idle auto-stop, spot reclaim, funds): why, and when it takes effect"
+    )
     secrets: dict[str, str] = Field(
         default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
     )
@@ -375,6 +408,8 @@ class JobOut(BaseModel):
     spec: dict
     runtime: str = Field(default="", description='`container` or `process` (no isolation); "" before its first launch')
     cost: CostOut | None = Field(default=None, description="cost so far and rate now; null where not computed")
+    cost_so_far: float | None = Field(default=None, description="cost so far (= cost.so_far); null where not computed")
+    metrics: MetricsOut = Field(default_factory=MetricsOut, description="its latest usage sample (all null before one)")
     secrets: dict[str, str] = Field(
         default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
     )
@@ -397,3 +432,35 @@ class EventOut(BaseModel):
     from_state: str | None
     to_state: str
     message: str
+
+
+class WebhookSet(Strict):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    url: Text = Field(max_length=2000, description="http(s) URL the tenant's alerts are POSTed to")
+    secret: SecretStr | None = Field(
+        default=None, description="HMAC-SHA256 key of X-Suanli-Signature, 16..200 characters; null: one is made and shown once"
+    )
+
+
+class WebhookOut(BaseModel):
+    url: str | None = Field(description="where alerts are POSTed; null: no webhook")
+    secret: str | None = Field(default=None, description="the signing secret: in the answer to setting it only")
+
+
+class AutostopSet(Strict):
+    autostop_s: int | None = Field(
+        ge=0, le=366 * 86400, description="the tenant's default idle auto-stop window for new instances; null or 0: none"
+    )
+
+
+class AlertOut(BaseModel):
+    id: int
+    tenant_id: int
+    kind: str = Field(description="idle | autostop | low_balance | budget | job_failed | node_down")
+    object: str
+    message: str
+    created_at: datetime
+    delivery: str = Field(description="pending | delivered | failed (retries spent) | none (no webhook)")
+    attempts: int
+    last_error: str

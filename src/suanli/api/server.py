@@ -20,8 +20,11 @@ from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
 from suanli.billing import store as billing_store
 from suanli.control import auth, heartbeat, images, nodes
+from suanli.control.autostop import AutostopSettings
+from suanli.control.autostop import check as autostop_check
 from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
+from suanli.control.metrics import Collector, MetricsSettings
 from suanli.control.plane import DEFAULT_NOTICE_S, ReclaimSettings
 from suanli.control.secrets import Keyring
 from suanli.db import urls
@@ -103,6 +106,8 @@ def build(
     audit_retention_days: int = 7 * 365 + 2,
     secret_key_file: Path | None = None,
     tls: bool = False,
+    metrics: MetricsSettings | None = None,
+    autostop: AutostopSettings | None = None,
 ) -> tuple[ServerContext, Bootstrap]:
     """``slurm_conf``: also drive that Slurm cluster (its nodes are registered on the first
     start, when the database has none); ``notice_s``: the spot reclaim notice;
@@ -112,7 +117,9 @@ def build(
     run without isolation (default ``$SUANLI_ALLOW_PROCESS_RUNTIME``);
     ``ssh_bind``/``ssh_host``: where instances' sshd ports listen and the host renters use;
     ``secret_key_file``: the operator's key file (default ``$SUANLI_SECRET_KEY_FILE``, else
-    ``<data-dir>/secret-key``); ``tls``: the listeners serve HTTPS (HSTS, ``Secure`` cookies)."""
+    ``<data-dir>/secret-key``); ``tls``: the listeners serve HTTPS (HSTS, ``Secure`` cookies);
+    ``metrics``: the usage collector's interval and retention (``control.metrics``);
+    ``autostop``: idle auto-stop's default window, minimum and thresholds (``control.autostop``)."""
     data_dir = private_dir(Path(data_dir).expanduser().resolve())  # tasks run with other working directories
     keyring = Keyring.load(data_dir, secret_key_file)  # before the database: a bad key file changes nothing
     db = Database(db_url or default_sqlite_url(data_dir))
@@ -158,6 +165,10 @@ def build(
         heartbeat_timeout_s=heartbeat_timeout_s,
         keyring=keyring,
     )
+    ctx.metrics = Collector(db, backends, metrics)  # started with the server's other threads (api.background)
+    ctx.autostop = autostop or AutostopSettings()
+    plane, stop_rules = ctx.loop.plane, ctx.autostop
+    ctx.metrics.after.append(lambda got, now: autostop_check(plane, stop_rules, got, now))
     ctx.billing = BillingWorker(db)  # started with the server's other threads (api.background)
     # work that ended is rated at once: a run rates ended work up to now (its end has committed)
     ctx.loop.work_ended = lambda: ctx.billing.wake()  # type: ignore[union-attr]

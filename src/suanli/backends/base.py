@@ -29,6 +29,8 @@ capability                    what the control plane does with it          imple
 ``SupportsNotice``            deliver a spot notice (deadline file, USR1)  local, slurm, memory
 ``ReportsNodeHealth``         mark nodes down/up (``control.health``)      slurm, memory
 ``ReportsPlacements``         record the GPUs the backend itself chose     slurm, memory
+``ReportsUsage``              CPU, memory, GPU and session samples          local
+                              (``control.metrics``, autostop)
 ============================  ==========================================  ==========================
 
 A backend without ``SupportsNotice`` gets a bare SIGUSR1 through ``signal``; one without
@@ -246,3 +248,50 @@ class ReportsPlacements(Protocol):
     gone) are left out. Raises ``BackendError`` when it cannot tell."""
 
     def placements(self, handles: Sequence[Handle]) -> list[Placement]: ...
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One physical GPU as NVML read it, for one workload's share of it. Numbers are what
+    the driver said, never estimated; a field the driver did not give is None."""
+
+    index: int  #: the GPU's index on its node
+    uuid: str
+    model: str  #: NVML's name (``NVIDIA H100 80GB HBM3``)
+    util_percent: float | None
+    memory_used_mib: float | None
+    power_w: float | None
+    #: ``device`` (the whole GPU is the workload's) or ``process`` (per-process accounting
+    #: of a shared GPU: its processes' memory; utilisation from process samples)
+    scope: str = "device"
+
+
+@dataclass(frozen=True)
+class UsageSample:
+    """What one task used at one moment (``ReportsUsage``).
+
+    ``cpu_percent`` is percent of one core over the interval since the previous sample
+    (100 = one core busy); ``memory_mib`` the cgroup's (or process tree's) resident memory.
+    GPU fields are None when not measured (virtual GPUs have no NVML; ``gpu_note`` says
+    why). ``sessions``: established inbound connections to its SSH or published ports
+    (None: the runtime cannot tell, e.g. host processes)."""
+
+    key: str
+    cpu_percent: float
+    memory_mib: float
+    gpu_util_percent: float | None = None
+    gpu_memory_mib: float | None = None
+    power_w: float | None = None
+    gpus: tuple[GpuReading, ...] = ()
+    gpu_note: str = ""  #: why GPU fields are None ("not measured: virtual GPU"); "" when measured or no GPU
+    sessions: int | None = None
+    node: str = ""
+
+
+@runtime_checkable
+class ReportsUsage(Protocol):
+    """Optional: sample the resources the given running tasks use now, in one batched
+    read (one engine call per interval, not one per task). Tasks it cannot read are left
+    out. Raises ``BackendError`` when it cannot read at all."""
+
+    def usage(self, handles: Sequence[Handle]) -> list[UsageSample]: ...

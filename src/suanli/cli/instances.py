@@ -6,6 +6,7 @@ import time
 
 import typer
 
+from suanli.bounds import duration_text, parse_duration
 from suanli.cli import secret_args
 from suanli.cli.remote import (
     api_errors,
@@ -14,6 +15,8 @@ from suanli.cli.remote import (
     cost_rate,
     cost_so_far,
     gpu_desc,
+    metrics_line,
+    metrics_table,
     placed_on,
     print_json,
     priority_desc,
@@ -59,6 +62,12 @@ def _details(i: dict) -> None:
     _show([i], False, "Instance")
     if line := cost_line(i):
         typer.echo(line)
+    if line := metrics_line(i):
+        typer.echo(line)
+    if i.get("autostop_s"):
+        typer.echo(f"autostop: after {duration_text(i['autostop_s'])} idle (no GPU or CPU activity, no open session)")
+    if i.get("notice"):
+        typer.echo(f"notice: {i['notice']}")
     if i.get("ssh"):
         typer.echo(f"ssh:   {i['ssh']} -i KEYFILE   (or: suanli ssh {i['id']})")
     for port, url in (i.get("ports") or {}).items():
@@ -100,11 +109,21 @@ def create(
         "above it the instance waits, and a running one is reclaimed with notice.",
     ),
     secret: list[str] = typer.Option([], "--secret", help=secret_args.HELP),
+    autostop: str = typer.Option(
+        None,
+        "--autostop",
+        help="Stop it (disk kept, billing stopped) after this long without GPU or CPU activity or an open "
+        "SSH/port session, e.g. 30m, 2h; 0: never [default: your tenant's or the platform's].",
+    ),
     wait: bool = typer.Option(False, "--wait", help="Wait until it runs (or fails)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create an instance; it starts once the scheduler places it."""
     secrets = secret_args.parse(secret)
+    try:
+        autostop_s = parse_duration(autostop) if autostop is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--autostop") from None
     model, count = None, 0
     if gpu:
         model, _, n = gpu.partition(":")
@@ -125,6 +144,7 @@ def create(
             max_price=max_price,
             ports=list(port) or None,
             secrets=secrets or None,
+            autostop_s=autostop_s,
         )
         if wait:
             inst = _wait(inst["id"], 120)
@@ -198,3 +218,13 @@ def logs(instance_id: int, tail: int = typer.Option(None, help="Only the last N 
     """Print the instance's log."""
     with api_errors():
         typer.echo(client().instance_logs(instance_id, tail), nl=False)
+
+
+@app.command("metrics")
+def metrics(
+    instance_id: int,
+    since: str = typer.Option("1h", "--since", help="How far back, e.g. 15m, 6h, 7d (older than an hour: 5-minute averages)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Its CPU, memory, GPU and sessions over time."""
+    metrics_table("instances", instance_id, since, as_json)

@@ -13,6 +13,8 @@ from suanli.cli.remote import (
     cost_rate,
     cost_so_far,
     gpu_desc,
+    metrics_line,
+    metrics_table,
     placed_on,
     print_json,
     priority_desc,
@@ -77,6 +79,8 @@ def show_one(job_id: int, as_json: bool = typer.Option(False, "--json")) -> None
     show([job], False, "Job")
     if line := cost_line(job):
         typer.echo(line)
+    if line := metrics_line(job):
+        typer.echo(line)
 
 
 @app.command("logs")
@@ -114,3 +118,13 @@ def cancel(
         if wait:
             job = wait_for(job_id, 60)
     print_json(job) if as_json else show([job], False, "Job")
+
+
+@app.command("metrics")
+def metrics(
+    job_id: int,
+    since: str = typer.Option("1h", "--since", help="How far back, e.g. 15m, 6h, 7d (older than an hour: 5-minute averages)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Its CPU, memory, GPU and sessions over time."""
+    metrics_table("jobs", job_id, since, as_json)

@@ -7,6 +7,7 @@ Tests swap ``client_factory`` for one bound to the in-process ASGI app.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -95,6 +96,62 @@ def cost_rate(obj: dict) -> str:
     """A workload's rate now: ``¥1.96/h``."""
     c = obj.get("cost")
     return f"{money(c['per_hour'], c['currency'])}/h" if c else ""
+
+
+def metrics_line(obj: dict) -> str | None:
+    """One line for a detail view: its latest usage sample; GPU figures say "not measured"
+    rather than a number where none was measured (virtual GPUs)."""
+    m = obj.get("metrics") or {}
+    if m.get("ts") is None:
+        return "usage: no sample yet" if obj.get("state") == "running" else None
+    age = max(0.0, time.time() - float(m["ts"]))
+    parts = [f"CPU {m['cpu_percent']:.1f}% of a core", f"memory {m['memory_mib']:.0f} MiB"]
+    if m.get("gpu_util_percent") is not None:
+        parts.append(f"GPU {m['gpu_util_percent']:.0f}%")
+        if m.get("gpu_memory_mib") is not None:
+            parts.append(f"GPU memory {m['gpu_memory_mib']:.0f} MiB")
+        if m.get("power_w") is not None:
+            parts.append(f"power {m['power_w']:.0f} W")
+    elif m.get("gpu_note"):
+        parts.append(f"GPU {m['gpu_note']}")
+    if m.get("sessions") is not None:
+        parts.append(f"{m['sessions']} open session(s)")
+    return f"usage: {', '.join(parts)} ({age:.0f} s ago)"
+
+
+def metrics_table(kind: str, workload_id: int, since: str, as_json: bool) -> None:
+    """``suanli instances metrics`` / ``jobs metrics``: the usage history since a duration ago."""
+    from suanli.bounds import parse_duration
+
+    try:
+        back = parse_duration(since)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--since") from None
+    with api_errors():
+        rows = client().metrics_history(kind, workload_id, time.time() - back)
+    if as_json:
+        return print_json(rows)
+
+    def num(v: float | None, fmt: str = "{:.1f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    table(
+        f"Usage of {kind[:-1]} {workload_id} (last {since})",
+        ["TIME (UTC)", "RES", "CPU %", "MEM MiB", "GPU %", "GPU MiB", "POWER W", "SESSIONS"],
+        [
+            [
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(m["ts"])),
+                "5 min" if m["resolution_s"] else "sample",
+                num(m["cpu_percent"]),
+                num(m["memory_mib"], "{:.0f}"),
+                num(m["gpu_util_percent"], "{:.0f}") if m["gpu_util_percent"] is not None else (m["gpu_note"] or "-"),
+                num(m["gpu_memory_mib"], "{:.0f}"),
+                num(m["power_w"], "{:.0f}"),
+                "-" if m["sessions"] is None else m["sessions"],
+            ]
+            for m in rows
+        ],
+    )
 
 
 def cost_line(obj: dict) -> str | None:

@@ -109,12 +109,31 @@ def server(
     audit_retention_days: int = typer.Option(
         2557, "--audit-retention-days", min=1, max=36600, help="Delete audit records older than this (seed 004: seven years)."
     ),
+    metrics_interval: float = typer.Option(
+        15.0, "--metrics-interval", min=1.0, max=3600.0, help="Seconds between samples of running work's CPU, memory and GPU."
+    ),
+    metrics_retention_days: float = typer.Option(
+        30.0,
+        "--metrics-retention-days",
+        min=0.01,
+        max=3660.0,
+        help="Delete metrics older than this (raw samples become 5-minute averages after an hour).",
+    ),
+    autostop_default: str = typer.Option(
+        None,
+        "--autostop-default",
+        help="Stop instances idle this long (e.g. 2h) unless they or their tenant say otherwise [default: never].",
+    ),
+    autostop_min: str = typer.Option(
+        "5m", "--autostop-min", help="The shortest idle auto-stop window a renter may ask for (e.g. 5m)."
+    ),
 ) -> None:
     """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
     if ctx.invoked_subcommand is not None:
         return
     from suanli.api.server import default_data_dir, serve
     from suanli.api.tls import Tls
+    from suanli.control.metrics import MetricsSettings
 
     try:
         tls = Tls.of(tls_cert, tls_key)
@@ -158,7 +177,23 @@ def server(
         proxy_domain=proxy_domain,
         tls=tls,
         secret_key_file=secret_key_file,
+        metrics=MetricsSettings(interval_s=metrics_interval, retention_days=metrics_retention_days),
+        autostop=_autostop(autostop_default, autostop_min),
     )
+
+
+def _autostop(default: str | None, minimum: str):  # type: ignore[no-untyped-def]
+    from suanli.bounds import parse_duration
+    from suanli.control.autostop import AutostopSettings
+
+    try:
+        low = parse_duration(minimum)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--autostop-min") from None
+    try:
+        return AutostopSettings(default_s=parse_duration(default) if default else None, min_s=max(1, low))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--autostop-default") from None
 
 
 @app.command("rotate-key")

@@ -48,3 +48,75 @@ def require_2fa(
     if as_json:
         return print_json(t)
     _show([t], False, "Tenant changed")
+
+
+webhook_app = typer.Typer(help="The tenant's alert webhook (signed JSON POSTs).", no_args_is_help=True)
+app.add_typer(webhook_app, name="webhook")
+
+
+@webhook_app.command("set")
+def webhook_set(
+    tenant: str = typer.Argument(..., help="The tenant."),
+    url: str = typer.Argument(..., help="http(s) URL its alerts are POSTed to."),
+    secret: str = typer.Option(
+        None, "--secret", envvar="SUANLI_WEBHOOK_SECRET", help="HMAC key (16+ characters) [default: one is made and shown once]."
+    ),
+) -> None:
+    """POST the tenant's alerts (idle, low balance, job failed, node down, budget) to URL, each
+    signed: X-Suanli-Signature: sha256=HMAC-SHA256(secret, body)."""
+    with api_errors():
+        out = client().set_webhook(tenant, url, secret)
+    typer.echo(f"webhook of {tenant}: {out['url']}")
+    if not secret:
+        typer.echo(f"secret (shown once): {out['secret']}")
+
+
+@webhook_app.command("show")
+def webhook_show(tenant: str = typer.Argument(..., help="The tenant.")) -> None:
+    with api_errors():
+        out = client().webhook(tenant)
+    typer.echo(out["url"] or "no webhook")
+
+
+@webhook_app.command("rm")
+def webhook_rm(tenant: str = typer.Argument(..., help="The tenant.")) -> None:
+    with api_errors():
+        client().remove_webhook(tenant)
+    typer.echo(f"webhook of {tenant} removed")
+
+
+@app.command("autostop")
+def autostop(
+    tenant: str = typer.Argument(..., help="The tenant."),
+    window: str = typer.Argument(..., help="Idle window of its new instances, e.g. 30m or 2h; off: none."),
+) -> None:
+    """The idle auto-stop window the tenant's new instances get when they ask none (admins, operators)."""
+    from suanli.bounds import duration_text, parse_duration
+
+    try:
+        seconds = None if window.lower() in ("off", "none", "0") else parse_duration(window)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="WINDOW") from None
+    with api_errors():
+        t = client().set_tenant_autostop(tenant, seconds)
+    typer.echo(
+        f"{t['name']}: "
+        + (f"new instances stop after {duration_text(t['autostop_s'])} idle" if t["autostop_s"] else "no default auto-stop")
+    )
+
+
+@app.command("alerts")
+def alerts(
+    tenant: str = typer.Option(None, "--tenant", help="Only this tenant's (operators)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Alerts and their webhook delivery, oldest first."""
+    with api_errors():
+        rows = client().alerts(tenant)
+    if as_json:
+        return print_json(rows)
+    table(
+        "Alerts",
+        ["ID", "WHEN", "TENANT", "KIND", "OBJECT", "MESSAGE", "DELIVERY"],
+        [[a["id"], a["created_at"][:19], a["tenant_id"], a["kind"], a["object"], a["message"], a["delivery"]] for a in rows],
+    )

@@ -85,6 +85,15 @@ def set_tenant_2fa(db: Database, who: Principal, tenant: str, required: bool) ->
         return t
 
 
+def set_tenant_autostop(db: Database, who: Principal, tenant: str, window_s: int | None) -> Tenant:
+    """The tenant's default idle auto-stop window (``control.autostop``); None: none."""
+    who.require("admin", "operator")
+    with db.transaction() as s:
+        t = _tenant(s, tenant)
+        t.autostop_s = window_s
+        return t
+
+
 def _tenant(s: Session, tenant: str) -> Tenant:
     t = s.get(Tenant, tenant_id_of(s, tenant))
     assert t is not None

@@ -26,7 +26,8 @@ def evict(plane: Plane, kind: str, wid: int, cause: str, why: str) -> bool:
     """Stop every task of the row, then release and requeue it. ``cause`` is
     ``failover`` (stopped at once; a job without ``checkpoint_dir`` and any instance
     fail), ``reclaim`` (SIGTERM with the grace period; requeued) or ``funds`` (as
-    reclaim, but an instance stops, disk kept, until its owner starts it). False if
+    reclaim, but an instance stops, disk kept, until its owner starts it) or ``idle``
+    (idle auto-stop: as ``funds``). False if
     the row is no longer running or a stop failed (the next tick tries again)."""
     with plane.db.transaction() as s:
         row = workloads.get(s, kind, wid)
@@ -55,10 +56,11 @@ def evict(plane: Plane, kind: str, wid: int, cause: str, why: str) -> bool:
         give_back(s, row)
         row.handles = None
         clear_notice(row)
-        if isinstance(row, Instance) and cause == "funds":
+        if isinstance(row, Instance) and cause in ("funds", "idle"):
             row.desired = "stopped"
             transition(s, row, "stopping", why)
-            transition(s, row, "stopped", f"{why}; its disk is kept: top up, then start it")
+            then = "top up, then start it" if cause == "funds" else "start it again when you need it"
+            transition(s, row, "stopped", f"{why}; its disk is kept: {then}")
             return True
         if isinstance(row, Instance):
             transition(s, row, "failed" if cause == "failover" else "preempted", why)

@@ -3,13 +3,15 @@ KILL after the grace period), its allocation is released and it is requeued
 (instances: ``preempted`` then ``pending``) to resume when capacity returns (and,
 for an outbid one, when admission finds the price at or below its bid again). Work
 noticed because its tenant's funds ran out (``control.funds``) leaves the same way,
-except that an instance stops (its disk kept) until its owner starts it again. A job
+except that an instance stops (its disk kept) until its owner starts it again; so does
+an instance noticed for idleness (``control.autostop``). A job
 that ends during its notice is due at once (``reconcile`` moves its deadline to now).
 """
 
 from __future__ import annotations
 
 from suanli.control import workloads
+from suanli.control.autostop import BENEFICIARY as IDLE
 from suanli.control.evict import evict
 from suanli.control.funds import BENEFICIARY as FUNDS
 from suanli.control.notice import notice_of
@@ -45,7 +47,7 @@ def expire_notices(plane: Plane) -> list[tuple[str, int]]:
     for kind, wid, notice in due:
         ended = "it ended during its notice" if notice.ended_early else "expired"
         why = f"{notice.reason}: notice of {notice.notice_s:.0f}s {ended}"
-        cause = "funds" if notice.beneficiary == FUNDS else "reclaim"
+        cause = "funds" if notice.beneficiary == FUNDS else "idle" if notice.beneficiary == IDLE else "reclaim"
         if evict(plane, kind, wid, cause, why):
             plane.stats.reclaimed += 1
             done.append((kind, wid))

@@ -17,6 +17,7 @@ from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
 from suanli.billing.money import to_micros
 from suanli.control import funds, images, workload_secrets
 from suanli.control.auth import Principal
+from suanli.control.autostop import AutostopSettings, tenant_default
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
 from suanli.control.secrets import Keyring
@@ -43,6 +44,8 @@ class InstanceRequest:
     ports: tuple[int, ...] = ()  #: container ports to publish through the proxy
     #: name -> value, in the instance's environment (its shell, exec, SSH); sealed at rest
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    #: idle auto-stop window, seconds (``control.autostop``); None: the tenant's or platform's default; 0: off
+    autostop_s: int | None = None
 
 
 def _get(s: Session, who: Principal, instance_id: int) -> Instance:
@@ -52,9 +55,17 @@ def _get(s: Session, who: Principal, instance_id: int) -> Instance:
     return row
 
 
-def create(db: Database, who: Principal, req: InstanceRequest, keyring: Keyring | None = None) -> Instance:
+def create(
+    db: Database,
+    who: Principal,
+    req: InstanceRequest,
+    keyring: Keyring | None = None,
+    autostop: AutostopSettings | None = None,
+) -> Instance:
     """``keyring`` seals the request's secrets into the row (a request with secrets and no
-    keyring is refused)."""
+    keyring is refused); ``autostop``: the platform's idle auto-stop minimum and default."""
+    autostop = autostop or AutostopSettings()
+    autostop.check(req.autostop_s)
     if not req.gpu_model and not req.gpu_count and not req.gpu_milli:
         raise Invalid("gpu_count: ask for gpu_count whole GPUs or gpu_milli of one GPU")
     try:
@@ -89,6 +100,7 @@ def create(db: Database, who: Principal, req: InstanceRequest, keyring: Keyring 
             max_price_micros=None if bid is None else to_micros(bid),
             ports=sorted(req.ports),
             secrets=sealed,
+            autostop_s=autostop.window_for(req.autostop_s, tenant_default(s, who.tenant_id)),
         )
         funds.check_start(s, row)  # refused (nothing created) if its tenant cannot pay
         s.add(row)

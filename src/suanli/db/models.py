@@ -64,6 +64,8 @@ class Tenant(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     #: people of this tenant must sign in to the console with a TOTP code too
     require_2fa: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: idle auto-stop window of this tenant's new instances, seconds (None: the platform's default)
+    autostop_s: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
 
 
 class User(Base):
@@ -221,6 +223,10 @@ class Instance(SpotNotice, Base):
     runtime: Mapped[str] = mapped_column(String(20), default="")
     #: name -> sealed value (``control.secrets``): decrypted only into the workload's environment
     secrets: Mapped[dict] = mapped_column(JSON, default=dict)
+    #: idle auto-stop window, seconds (``control.autostop``); None: never stopped for idleness
+    autostop_s: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    #: the last time (epoch seconds) a sample saw it active; None: not sampled since it started
+    active_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -366,3 +372,74 @@ class AuditHead(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     last_id: Mapped[int] = mapped_column(BigInteger)
     last_hash: Mapped[str] = mapped_column(String(64))
+
+
+class WorkloadMetric(Base):
+    """A workload's resource use over time (``control.metrics``): raw samples
+    (``resolution_s`` 0, one per collection) and their downsampled buckets
+    (``resolution_s`` 300: averages over five minutes, ``ts`` the bucket's start).
+    GPU columns are NULL when not measured (virtual GPUs: ``gpu_note`` says so)."""
+
+    __tablename__ = "workload_metrics"
+    __table_args__ = (
+        Index("ix_workload_metrics_object", "kind", "workload_id", "ts"),
+        Index("ix_workload_metrics_resolution", "resolution_s", "ts"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    workload_id: Mapped[int] = mapped_column(Integer)
+    tenant_id: Mapped[int] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)  #: epoch seconds
+    resolution_s: Mapped[int] = mapped_column(Integer, default=0)
+    samples: Mapped[int] = mapped_column(Integer, default=1)
+    cpu_percent: Mapped[float] = mapped_column(Float)
+    memory_mib: Mapped[float] = mapped_column(Float)
+    gpu_util_percent: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_memory_mib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    power_w: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: open SSH/port connections at the sample (None: not measurable)
+    sessions: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_note: Mapped[str] = mapped_column(String(100), default="")
+    #: raw samples only: each GPU's reading (index, uuid, model, node, util, memory, power)
+    gpus: Mapped[list] = mapped_column(JSON, default=list)
+
+
+class TenantWebhook(Base):
+    """Where a tenant's alerts are POSTed (``control.alerts``); ``secret`` is sealed
+    (``control.secrets``) and signs every delivery (``X-Suanli-Signature``)."""
+
+    __tablename__ = "tenant_webhooks"
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Alert(Base):
+    """Something a tenant (or the operator: ``tenant_id`` of the platform's own tenant)
+    should know now: idle, low balance, budget, job failed, node down. Made from events
+    and billing notices (``control.alerts``), then delivered to the tenant's webhook.
+    ``delivery``: ``pending``, ``delivered``, ``failed`` (retries spent), ``none`` (no webhook)."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_tenant", "tenant_id", "id"), Index("ix_alerts_delivery", "delivery"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(30))  #: idle | autostop | low_balance | budget | job_failed | node_down
+    object: Mapped[str] = mapped_column(String(100), default="")  #: ``instance-3``, ``job-7``, ``node-2``
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    delivery: Mapped[str] = mapped_column(String(20), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, default=None)
+
+
+class AlertCursor(Base):
+    """How far the alert scan has read (one row, id 1): the last event and billing notice."""
+
+    __tablename__ = "alert_cursor"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_event_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_notice_id: Mapped[int] = mapped_column(BigInteger, default=0)

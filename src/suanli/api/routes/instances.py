@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Depends, Query, Request
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import access_for, allocations_for, costs_for, instance_out
+from suanli.api.convert import access_for, allocations_for, costs_for, instance_out, metric_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
 from suanli.api.params import IdPath, LogTail
-from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut
+from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut, MetricsOut
 from suanli.control import instances
+from suanli.control import metrics as usage_metrics
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
 from suanli.db.models import Instance
@@ -24,8 +27,12 @@ def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[In
     allocs = allocations_for(ctx.db, rows)
     access = access_for(ctx, rows, str(request.base_url))
     costs = costs_for(ctx.db, rows)
+    samples = metrics_for(ctx.db, rows)
     return [
-        instance_out(r, allocs.get(r.id, []), ctx.waiting_reason("instance", r.id), access[r.id], costs.get(r.id)) for r in rows
+        instance_out(
+            r, allocs.get(r.id, []), ctx.waiting_reason("instance", r.id), access[r.id], costs.get(r.id), samples.get(r.id)
+        )
+        for r in rows
     ]
 
 
@@ -47,6 +54,7 @@ def to_request(body: InstanceCreate) -> instances.InstanceRequest:
         max_price=body.max_price,
         ports=tuple(body.ports),
         secrets={k: v.get_secret_value() for k, v in body.secrets.items()},
+        autostop_s=body.autostop_s,
     )
 
 
@@ -55,7 +63,7 @@ def create(
     body: InstanceCreate, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
     require_isolation(ctx.db, ctx.backends, who, ctx.allow_process_runtime)
-    row = instances.create(ctx.db, who, to_request(body), ctx.keyring)
+    row = instances.create(ctx.db, who, to_request(body), ctx.keyring, ctx.autostop)
     ctx.wake()
     return _out(ctx, request, row)
 
@@ -75,6 +83,21 @@ def get(
     instance_id: IdPath, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
     return _out(ctx, request, instances.get(ctx.db, who, instance_id))
+
+
+@router.get("/{instance_id}/metrics", response_model=list[MetricsOut])
+def metrics_history(
+    instance_id: IdPath,
+    since: float | None = Query(
+        None, ge=0, le=1e11, description="epoch seconds; default: the last hour. Older than an hour: five-minute averages"
+    ),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[MetricsOut]:
+    """Its usage over time, oldest first: raw samples for the last hour, five-minute buckets before."""
+    row = instances.get(ctx.db, who, instance_id)
+    start = time.time() - 3600 if since is None else since
+    return [metric_out(m) for m in usage_metrics.history(ctx.db, "instance", row.id, start)]
 
 
 @router.post("/{instance_id}/stop", response_model=InstanceOut)

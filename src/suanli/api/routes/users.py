@@ -37,7 +37,7 @@ def _iso(t) -> str | None:  # type: ignore[no-untyped-def]
 
 
 def _tenant_out(t: Tenant) -> TenantOut:
-    return TenantOut(id=t.id, name=t.name, require_2fa=t.require_2fa)
+    return TenantOut(id=t.id, name=t.name, require_2fa=t.require_2fa, autostop_s=t.autostop_s)
 
 
 def _user_out(u: User, token: str | None = None) -> UserOut:

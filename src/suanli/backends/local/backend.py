@@ -10,13 +10,16 @@ change of runtime is still watched, stopped and adopted by the right one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from suanli.backends.base import BackendError, ExecResult, Handle, TaskSpec, TaskStatus
+from suanli.backends.base import BackendError, ExecResult, GpuReading, Handle, TaskSpec, TaskStatus, UsageSample
+from suanli.backends.local import usage as meter
 from suanli.backends.local.container_runtime import ContainerRuntime
 from suanli.backends.local.engine import Engine, detect
 from suanli.backends.local.exits import ExitWatcher
+from suanli.backends.local.nvml import GpuSampler
 from suanli.backends.local.process_runtime import ProcessRuntime
 
 log = logging.getLogger(__name__)
@@ -31,7 +34,13 @@ class LocalBackend:
     name = "local"
 
     def __init__(
-        self, root: Path, runtime: str = "process", engine: Engine | None = None, *, ssh_bind: str = "127.0.0.1"
+        self,
+        root: Path,
+        runtime: str = "process",
+        engine: Engine | None = None,
+        *,
+        ssh_bind: str = "127.0.0.1",
+        gpus: GpuSampler | None = None,
     ) -> None:
         """``runtime``: ``container`` (needs ``engine``, or one that ``detect`` finds),
         ``process``, or ``auto`` (containers where an engine answers)."""
@@ -44,6 +53,8 @@ class LocalBackend:
         self.exits = ExitWatcher()
         self.processes = ProcessRuntime(self.root, self.exits)
         self.containers = ContainerRuntime(self.root, engine, ssh_bind=ssh_bind, exits=self.exits) if engine is not None else None
+        self.gpus = gpus or GpuSampler()  #: NVML, opened on the first sample of a task on real GPUs
+        self._cpu = meter.CpuMeter()
         self.runtime = "container" if self.containers is not None and runtime != "process" else "process"
         if self.runtime == "process":
             log.warning("local backend: workloads run as host processes with NO isolation")
@@ -128,3 +139,70 @@ class LocalBackend:
     def set_authorized_keys(self, handle: Handle, text: str) -> None:
         if handle.data.get("runtime") == "container" and self.containers is not None:
             self.containers.set_authorized_keys(handle, text)
+
+    def usage(self, handles: Sequence[Handle]) -> list[UsageSample]:
+        """``ReportsUsage``: one ``stats`` call for the containers, one pass over ``/proc``
+        for host processes (only when there are some), NVML for real GPUs (see ``usage``)."""
+        now = time.monotonic()
+        conts = [h for h in handles if h.data.get("runtime") == "container"]
+        procs = [h for h in handles if h.data.get("runtime") == "process" and h.data.get("pid")]
+        out: list[UsageSample] = []
+        devices: dict[int, GpuReading | None] = {}
+
+        def gpu_readings(data: dict, mine: Callable[[int], bool]) -> list[GpuReading] | None:
+            if not data.get("gpus") or not data.get("gpu_real") or not self.gpus.available():
+                return None
+            shared = 0 < int(data.get("milli_per_gpu") or 1000) < 1000
+            got = []
+            for i in data["gpus"]:
+                if shared:
+                    r = self.gpus.processes(int(i), mine)
+                else:
+                    if int(i) not in devices:
+                        devices[int(i)] = self.gpus.device(int(i))
+                    r = devices[int(i)]
+                if r is None:
+                    return None
+                got.append(r)
+            return got
+
+        if conts and self.containers is not None:
+            stats = meter.parse_stats(self.containers.engine.stats())
+            listed: dict | None = None  # ps only for containers whose init pid is not known (older handles)
+            for h in conts:
+                st = stats.get(h.data.get("name", ""))
+                if st is None:
+                    continue
+                pid = int(h.data.get("init_pid") or 0)
+                if not (pid and meter.in_container(pid, st.container_id)):
+                    if listed is None:
+                        listed = self.containers.engine.ps(self.containers.label)
+                    c = listed.get(st.name)
+                    pid = c.pid if c is not None else 0
+                if st.cpu_percent_now is not None:  # Docker: its own percent, no cumulative counter
+                    cpu = st.cpu_percent_now
+                else:
+                    cpu = self._cpu.percent(h.key, st.cpu_ns / 1e9, now, st.avg_cpu_percent)
+                sessions = meter.count_sessions(meter.netns_tables(pid), meter.session_ports(h.data)) if pid else None
+                cid = st.container_id
+                readings = gpu_readings(h.data, lambda p, cid=cid: meter.in_container(p, cid))  # type: ignore[misc]
+                out.append(meter.sample(h.key, h.data, cpu, st.memory_bytes, readings, sessions))
+        if procs:
+            table = meter.read_procs()
+            up = meter.uptime_s()
+            by_session: dict[int, list[meter.ProcStat]] = {}
+            for p in table:
+                by_session.setdefault(p.session, []).append(p)
+            for h in procs:
+                sid = int(h.data["pid"])
+                members = by_session.get(sid)
+                if not members:
+                    continue
+                cpu_s = sum(p.cpu_s for p in members)
+                leader = next((p for p in members if p.pid == sid), members[0])
+                lifetime = max(1e-3, up - leader.start_s)
+                cpu = self._cpu.percent(h.key, cpu_s, now, 100.0 * cpu_s / lifetime)
+                readings = gpu_readings(h.data, lambda p, sid=sid: meter.in_session(p, sid))  # type: ignore[misc]
+                out.append(meter.sample(h.key, h.data, cpu, sum(p.rss_bytes for p in members), readings, None))
+        self._cpu.forget_except(h.key for h in handles)
+        return out

@@ -42,6 +42,7 @@ from suanli.backends.base import AlreadyRunning, BackendError, ExecResult, Handl
 from suanli.backends.local import firewall, volumes
 from suanli.backends.local.engine import Engine, parse_time, ports_of
 from suanli.backends.local.exits import ExitWatcher
+from suanli.backends.local.usage import gpu_facts
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +283,8 @@ class ContainerRuntime:
             ]
             self.engine.run(args, secrets=spec.secrets)
             info = self.engine.inspect(name) or {}
-            self.exits.watch(int((info.get("State") or {}).get("Pid") or 0))  # the container's init, on this host
+            init_pid = int((info.get("State") or {}).get("Pid") or 0)
+            self.exits.watch(init_pid)  # the container's init, on this host
             data = {
                 "key": spec.key,
                 "runtime": self.runtime,
@@ -294,6 +296,8 @@ class ContainerRuntime:
                 "volume": str(volume),
                 "disk_enforced": enforced,
                 "image": spec.image,
+                "init_pid": init_pid,  #: its network namespace's TCP table: open sessions (``usage``)
+                **gpu_facts(spec),
             }
             write_atomic(tdir / "handle.json", json.dumps(data))
             return Handle("local", spec.key, data)

@@ -48,6 +48,7 @@ class Container:
     state: str  #: running, exited, created, stopping, ...
     exit_code: int | None
     labels: dict[str, str] = field(default_factory=dict)
+    pid: int = 0  #: the container's init on this host (0: not running, or not said)
 
     @property
     def running(self) -> bool:
@@ -139,11 +140,20 @@ class Engine:
             state = str(r.get("State", "")).lower()
             code = r.get("ExitCode")
             finished = state in ("exited", "stopped")
-            out[name] = Container(name, state, int(code) if code is not None and finished else None, labels)
+            pid = r.get("Pid") or 0
+            out[name] = Container(
+                name, state, int(code) if code is not None and finished else None, labels, int(pid) if str(pid).isdigit() else 0
+            )
         with self._ps_lock:
             if generation == self._generation:
                 self._ps = (time.monotonic(), label, out)
         return out
+
+    def stats(self) -> str:
+        """Every running container's cgroup figures, in one call: the raw text of
+        ``stats --no-stream`` (``usage.parse_stats`` reads it)."""
+        fmt = "{{json .ContainerStats}}" if self.facts.binary == "podman" else "{{json .}}"
+        return self.cli("stats", "--no-stream", "--format", fmt, timeout_s=60).stdout.decode()
 
     def inspect(self, name: str) -> dict[str, Any] | None:
         done = self.cli("inspect", "--type", "container", name, check=False)
