@@ -5,6 +5,7 @@ are drawn by Chart.js from this server (the browser reaches nothing else)."""
 
 from __future__ import annotations
 
+import re
 import time
 from urllib.parse import urlparse
 
@@ -37,13 +38,14 @@ def test_the_dashboard_shows_spend_running_work_its_use_and_the_platform(page: P
     page.route("**/*", lambda route: route.continue_() if urlparse(route.request.url).netloc == own else route.abort())
     c = console_server.client()
     box = c.create_instance(name="dash-box", gpu_model="h100", gpu_count=2)
-    wait_until(lambda: c.instance(box["id"])["state"] == "running", 20)
+    failed = c.launch({"name": "doomed", "resources": {"accelerators": "H100:1"}, "run": "exit 3"})
+    wait_until(lambda: c.instance(box["id"])["state"] == "running" and c.job(failed["id"])["state"] == "failed", 20)
     _spent(console_server, c.request("GET", "/v1/me")["tenant_id"], 3_000_000)
     page.add_init_script("localStorage.setItem('suanli.dashboard_days', '1')")  # hourly buckets: a minute of use shows
     sign_in(page, console_server.token)
     expect(page.locator("a[href='#dashboard']")).to_have_class("active")  # the first page
     expect(page.locator("#running-count")).to_have_text("1")
-    expect(page.locator("#spend-total")).to_have_text("¥3.00")
+    expect(page.locator("#spend-total")).to_have_text(re.compile(r"^¥3\.\d\d$"))  # and the failed job's few seconds
     work = row(page, "dash-box")
     expect(work).to_contain_text("H100 × 2")
     expect(work).to_contain_text(" min")  # its uptime
@@ -56,6 +58,8 @@ def test_the_dashboard_shows_spend_running_work_its_use_and_the_platform(page: P
     assert allocated > 0, allocated  # the instance's two H100s, as a share of the model's
     expect(page.locator("#queue-length")).to_have_text("0")
     expect(page.locator("#node-states")).to_contain_text("ready")
+    alert = page.locator("#alerts tbody tr", has_text="job_failed")
+    expect(alert).to_contain_text(f"job-{failed['id']}")  # made from the job's failure within seconds
     work.get_by_role("button", name="Use").click()
     usage = page.locator("#usage")
     expect(usage.locator("h2")).to_contain_text(f"Use of instance {box['id']} (dash-box)")

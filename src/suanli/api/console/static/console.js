@@ -678,8 +678,8 @@ async function viewDashboard() {
   charts.forEach((c) => c.destroy());
   charts = [];
   const days = dashboardDays();
-  const [board, instances, jobs] = await Promise.all([api("GET", `/v1/dashboard?days=${days}`), api("GET", "/v1/instances"),
-    api("GET", "/v1/jobs")]);
+  const [board, instances, jobs, alerts] = await Promise.all([api("GET", `/v1/dashboard?days=${days}`), api("GET", "/v1/instances"),
+    api("GET", "/v1/jobs"), api("GET", "/v1/alerts")]);
   const cur = board.currency;
   const spend = board.spend.values.spend;
   const running = [...instances.filter((i) => i.state === "running").map((i) => ["instance", i]),
@@ -699,6 +699,11 @@ async function viewDashboard() {
         running.map(([kind, w]) => [t(kind), String(w.id), w.name, gpuDesc(w), uptime(w.started_at || w.created_at), costCell(w), rateCell(w),
           el("button", { class: "plain", onclick: () => showUsage(kind, w) }, t("Use"))]),
         "Nothing running.")),
+    el("section", { id: "alerts" }, el("h2", {}, t("Alerts")),
+      table(["WHEN", "KIND", "OBJECT", "MESSAGE", "WEBHOOK"],
+        alerts.slice(-10).reverse().map((a) => [new Date(a.created_at).toLocaleString(lang()), el("span", { class: `alert alert-${a.kind}` }, t(a.kind)),
+          a.object, a.message, t(a.delivery)]),
+        "No alerts.")),
   ];
   const c = board.cluster;
   if (c) {
