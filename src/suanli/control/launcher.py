@@ -84,9 +84,10 @@ def build_specs(
         env: dict[str, str] = {}
         if isinstance(row, Job):
             spec = row.spec
-            env.update({str(k): str(v) for k, v in (spec.get("envs") or {}).items()})
+            task_envs = {str(k): str(v) for k, v in (spec.get("envs") or {}).items()}
+            env.update(task_envs)
             env.update(gpu_env(a, node, node.id in virtual))
-            env.update(distributed_env(a, allocs, nodes, port))
+            env.update(distributed_env(a, allocs, nodes, port, task_envs))
             env.update({"SUANLI_JOB_ID": str(row.id), "SUANLI_TASK_NAME": row.name})
             volume_env = {}
             if spec.get("checkpoint_dir"):

@@ -15,7 +15,8 @@
                                 # the globs in its .suanliignore) and the job runs in a copy
                                 # of it, /workspace/code in its container
     setup: pip install -r requirements.txt
-    run: torchrun --nproc_per_node=$NPROC_PER_NODE train.py
+    run: torchrun --nnodes=$NNODES --nproc-per-node=$NPROC_PER_NODE --node-rank=$NODE_RANK --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT train.py
+                                # once per node (docs/control-plane.md: the launch convention)
     envs: {EPOCHS: 3}
     secrets: {HF_TOKEN: hf_...} # like envs, but sealed at rest and masked in every listing
     checkpoint_dir: ckpt        # in the job's volume: relative, or under /workspace
