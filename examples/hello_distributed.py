@@ -61,6 +61,7 @@ def main() -> None:
         "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
         "node": os.environ.get("SUANLI_NODE_NAME", ""),
         "backend": dist.get_backend(),
+        "pid": os.getpid(),
     }
 
     total = torch.tensor([float(rank + 1)], device=device)
