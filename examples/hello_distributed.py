@@ -34,7 +34,7 @@ def noticed() -> bool:
 
 
 def record(out: Path, **fields: object) -> None:
-    line = (json.dumps(fields) + "\n").encode()
+    line = (json.dumps({**fields, "at": round(time.time(), 3)}) + "\n").encode()
     fd = os.open(out / "runs.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)  # one write: the workers' lines do not interleave

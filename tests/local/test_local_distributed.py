@@ -52,7 +52,7 @@ def example_task(**over: Any) -> dict[str, Any]:
     task.pop("workdir")
     task["run"] = task["run"].replace("hello_distributed.py", str(EXAMPLES / "hello_distributed.py"))
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
-    task["envs"] = {**task["envs"], "STEPS": STEPS, "STEP_SECONDS": "0.4", "PATH": path}
+    task["envs"] = {**task["envs"], "STEPS": STEPS, "STEP_SECONDS": "0.3", "PATH": path}
     task.update(over)
     return task
 
