@@ -13,7 +13,9 @@ So the platform injects only what is true of the node: ``NNODES``, ``NODE_RANK``
 workers, and torchrun gives each worker its own. ``NPROC_PER_NODE`` is the node's whole
 GPUs; on a node with none (CPU only, or a fraction of one GPU) it is 1 unless the task's
 ``envs`` set it (a CPU job may run several workers per node, e.g. gloo on CPU). Every
-other platform variable overrides the task's ``envs``.
+other platform variable overrides the task's ``envs``. ``MASTER_ADDR`` is node 0's
+address; the local container runtime makes it node 0's container hostname, which the
+other nodes' containers resolve (``backends/local/container_runtime``).
 """
 
 from __future__ import annotations
