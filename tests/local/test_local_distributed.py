@@ -5,7 +5,7 @@ Each node's ``run`` starts torchrun from the per-node variables; its 4 workers a
 train a tiny model with DDP and checkpoint after every step. A node going down fails the
 job over to other nodes, and a spot reclaim's notice makes the workers checkpoint and
 leave together; either way the next attempt resumes from the checkpoint with the same
-world size. (The container runtime is not run here: the built-in images have no PyTorch.)
+world size. On the container runtime: tests/containers/test_container_distributed.py.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_a_spot_job_checkpoints_at_its_notice_and_resumes_with_the_same_world(pl
     p.until(lambda: step(p, spot) >= 2, 60, "two steps checkpointed")
     check_world(attempts(p, spot)[0], state_text(p, spot))
     urgent = p.submit(name="urgent", resources={"accelerators": "H100:2"}, run="sleep 1")
-    left = p.until(lambda: [r for r in runs(p, spot) if r["event"] == "notice"], 30, "the workers left at the notice")
+    p.until(lambda: [r for r in runs(p, spot) if r["event"] == "notice"], 30, "the workers left at the notice")
     p.until(lambda: p.state(urgent, "succeeded"), 60, "the on-demand job done")
     p.until(lambda: len(attempts(p, spot)) == 2, 60, "the spot job resumed")
     second = attempts(p, spot)[1]
