@@ -87,9 +87,9 @@ def state_text(p: Platform, job: int) -> str:
     return f"runs.jsonl:\n{log.read_text() if log.exists() else '(none)'}\nevents:\n{events_text(p.events('job', job))}"
 
 
-def finished(p: Platform, job: int) -> list[dict[str, Any]]:
+def finished(p: Platform, job: int, steps: int = STEPS) -> list[dict[str, Any]]:
     done = [r for r in runs(p, job) if r["event"] == "done"]
-    assert len(done) == 4 and {r["step"] for r in done} == {STEPS}, state_text(p, job)
+    assert len(done) == 4 and {r["step"] for r in done} == {steps}, state_text(p, job)
     assert len({r["params"] for r in done}) == 1, state_text(p, job)  # DDP kept every replica equal
     return done
 
@@ -139,3 +139,24 @@ def test_a_spot_job_checkpoints_at_its_notice_and_resumes_with_the_same_world(pl
     finished(p, spot)
     states = [e.to_state for e in p.events("job", spot)]
     assert states == ["queued", "running", "noticed", "requeued", "queued", "running", "succeeded"], state_text(p, spot)
+
+
+def test_distributed_torch_starts_torchrun_itself_and_a_cpu_job_chooses_its_workers(platform: Platform) -> None:
+    """``distributed: torch``: ``run`` is one worker's command. A CPU-only job (no GPUs)
+    asks for 2 workers per node in its envs."""
+    p = platform
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    job = p.submit(
+        name="mode",
+        num_nodes=2,
+        resources={"cpus": 2},
+        distributed="torch",
+        run=f"python3 {EXAMPLES / 'hello_distributed.py'}",
+        checkpoint_dir="ckpt",
+        envs={"STEPS": 2, "NPROC_PER_NODE": 2, "PATH": path},
+    )
+    p.until(lambda: p.state(job, "succeeded", "failed"), 90, "the job done")
+    assert p.state(job, "succeeded"), state_text(p, job)
+    [attempt] = attempts(p, job)
+    check_world(attempt, state_text(p, job))
+    finished(p, job, steps=2)

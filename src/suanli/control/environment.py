@@ -16,10 +16,14 @@ GPUs; on a node with none (CPU only, or a fraction of one GPU) it is 1 unless th
 other platform variable overrides the task's ``envs``. ``MASTER_ADDR`` is node 0's
 address; the local container runtime makes it node 0's container hostname, which the
 other nodes' containers resolve (``backends/local/container_runtime``).
+
+With ``distributed: torch`` the platform writes that torchrun line itself
+(``torch_launch``): ``run`` is then one worker's command, run by ``sh`` in each worker.
 """
 
 from __future__ import annotations
 
+import shlex
 import socket
 
 from suanli.db.models import Allocation, Node
@@ -82,3 +86,16 @@ def distributed_env(
         "SUANLI_NUM_NODES": str(num_nodes),
         "SUANLI_NODE_IPS": "\n".join(node_address(nodes[a.node_id]) for a in sorted(allocs, key=lambda a: a.node_rank)),
     }
+
+
+def torch_launch(run: str) -> str:
+    """``distributed: torch``: each node runs torchrun from the per-node variables, and
+    torchrun runs ``run`` (a shell command) once per worker, with the worker's ``RANK``,
+    ``LOCAL_RANK`` and ``WORLD_SIZE``. torchrun's agent ignores USR1, of which it would die:
+    a spot notice reaches the workers through ``$SUANLI_PREEMPT_DEADLINE_FILE`` (they run
+    in sessions of their own, out of reach of the signal)."""
+    return (
+        "trap '' USR1\n"
+        'exec torchrun --nnodes="$NNODES" --nproc-per-node="$NPROC_PER_NODE" --node-rank="$NODE_RANK" '
+        '--master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --no-python sh -c ' + shlex.quote(run) + "\n"
+    )
