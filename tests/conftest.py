@@ -37,7 +37,22 @@ def _share_ssl_contexts() -> None:
 _share_ssl_contexts()
 
 
-GROUPS = ("slurm", "containers", "browser")
+GROUPS = ("slurm", "containers", "browser", "torch")
+
+#: Tests marked ``torch`` run real torch.distributed workloads: without PyTorch (the
+#: ``torch`` extra, scripts/torch) they skip, unless ``SUANLI_TORCH=require`` (CI).
+TORCH_MODE = os.environ.get("SUANLI_TORCH", "auto")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("torch"):
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            reason = "PyTorch is not installed (scripts/torch installs the torch extra)"
+            if TORCH_MODE == "require":
+                pytest.fail(f"SUANLI_TORCH=require: {reason}")
+            pytest.skip(reason)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -45,7 +60,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under ``pytest -n`` (scripts/test): the Slurm tests share one real cluster and run
     one after another on one worker; so do the tests that run containers (two servers
     making and removing container networks at once once let one tenant's container reach
-    the host: see the closing note of issue 10), and the browser tests (one Chromium).
+    the host: see the closing note of issue 10), the browser tests (one Chromium), and the
+    torch tests (each runs several PyTorch processes: two at once would starve each other).
 
     The scheduler groups by test id: a worker's xdist appends ``@GROUP`` to the id of each
     test with an ``xdist_group`` mark, in its own hook, so this one runs first. Under pytest

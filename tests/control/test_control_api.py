@@ -126,9 +126,10 @@ def test_job_runs_with_injected_environment(server: Server) -> None:
     task = {
         "name": "env-check",
         "resources": {"accelerators": "a100-80g:2"},
-        "envs": {"GREETING": "hi"},
+        "envs": {"GREETING": "hi", "NPROC_PER_NODE": "7", "RANK": "5"},  # the GPUs decide NPROC_PER_NODE; RANK is the task's own
         "setup": "echo setting up",
-        "run": 'echo $GREETING $CUDA_VISIBLE_DEVICES $WORLD_SIZE $RANK $LOCAL_RANK $NODE_RANK $NPROC_PER_NODE $MASTER_ADDR $SUANLI_JOB_ID $SUANLI_VIRTUAL_GPUS; test -n "$MASTER_PORT"',
+        "run": "echo $GREETING $CUDA_VISIBLE_DEVICES $NNODES $NODE_RANK $NPROC_PER_NODE $MASTER_ADDR $SUANLI_JOB_ID $SUANLI_VIRTUAL_GPUS "
+        '"${WORLD_SIZE-unset}" "${LOCAL_RANK-unset}" $RANK; test -n "$MASTER_PORT"',
     }
     job = server.post("/v1/jobs", task, expect=201).json()
     assert job["state"] == "queued"
@@ -136,7 +137,8 @@ def test_job_runs_with_injected_environment(server: Server) -> None:
     assert job["state"] == "succeeded" and job["exit_code"] == 0
     logs = server.get(f"/v1/jobs/{job['id']}/logs")["text"]
     assert "setting up" in logs
-    assert re.search(rf"^hi \d+,\d+ 2 0 0 0 2 127\.0\.0\.1 {job['id']} 1$", logs, re.M), logs
+    # per-node variables only: the one process started per node is none of torchrun's workers
+    assert re.search(rf"^hi \d+,\d+ 1 0 2 127\.0\.0\.1 {job['id']} 1 unset unset 5$", logs, re.M), logs
     states = [e["to_state"] for e in server.get("/v1/events", params={"kind": "job", "object_id": job["id"]})]
     assert states == ["queued", "running", "succeeded"]
 
@@ -145,13 +147,13 @@ def test_multi_node_job_gets_distinct_nodes_and_ranks(server: Server) -> None:
     task = {
         "resources": {"accelerators": "H100:8"},
         "num_nodes": 2,
-        "run": "echo node=$NODE_RANK rank=$RANK world=$WORLD_SIZE nodes=$SUANLI_NUM_NODES",
+        "run": "echo node=$NODE_RANK nnodes=$NNODES nproc=$NPROC_PER_NODE nodes=$SUANLI_NUM_NODES rank=${RANK-unset}",
     }
     job = server.post("/v1/jobs", task, expect=201).json()
     job = wait_state(server, "job", job["id"], ("succeeded", "failed"))
     assert job["state"] == "succeeded"
     logs = server.get(f"/v1/jobs/{job['id']}/logs")["text"]
-    assert "node=0 rank=0 world=16 nodes=2" in logs and "node=1 rank=8 world=16 nodes=2" in logs
+    assert "node=0 nnodes=2 nproc=8 nodes=2 rank=unset" in logs and "node=1 nnodes=2 nproc=8 nodes=2 rank=unset" in logs, logs
     events = server.get("/v1/events", params={"kind": "allocation"})
     assert [e["to_state"] for e in events] == ["bound", "bound", "released", "released"]
     with server.ctx.db.sessions() as s:

@@ -58,16 +58,16 @@ def test_instances_commands(cli) -> None:  # type: ignore[no-untyped-def]
 def test_launch_jobs_list_logs_cancel(cli, server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     task = tmp_path / "task.yaml"
     task.write_text(
-        "name: hello\nresources:\n  accelerators: h100:1\nworkdir: .\nrun: echo hello from rank $RANK > out.txt; cat out.txt\n"
+        "name: hello\nresources:\n  accelerators: h100:1\nworkdir: .\nrun: echo hello from node $NODE_RANK > out.txt; cat out.txt\n"
     )
     job = json.loads(cli("launch", str(task), "--json"))
     assert {"id", "state"} <= set(job) and job["state"] == "queued"
     wait_until(lambda: json.loads(cli("jobs", "list", "--json"))[0]["state"] == "succeeded")
     [listed] = json.loads(cli("jobs", "list", "--json"))
     assert listed["exit_code"] == 0 and listed["id"] == job["id"]
-    assert cli("jobs", "logs", str(job["id"])) == "hello from rank 0\n"
+    assert cli("jobs", "logs", str(job["id"])) == "hello from node 0\n"
     # it ran in its own copy of the uploaded workdir, in the job's volume; the renter's directory is untouched
-    assert (job_volume(server.data_dir, job["id"]) / "code" / "out.txt").read_text() == "hello from rank 0\n"
+    assert (job_volume(server.data_dir, job["id"]) / "code" / "out.txt").read_text() == "hello from node 0\n"
     assert not (tmp_path / "out.txt").exists()
 
     sleeper = tmp_path / "sleep.yaml"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from suanli.backends.local import process
 
@@ -26,6 +27,39 @@ def test_kill_leftovers_only_kills_processes_of_that_task() -> None:
         for p in (mine, other):
             if p.poll() is None:
                 p.kill()
+                p.wait()
+
+
+def test_kill_leftovers_also_kills_what_left_the_task_s_group_but_not_a_later_run() -> None:
+    """torchrun starts its workers in sessions of their own: they leave the task's group
+    but keep its marker and ``SUANLI_TASK_GROUP``; a later run of the same task (same
+    marker, another group) is not touched."""
+    env = dict(os.environ, SUANLI_TASK_DIR="/tmp/task-c")
+    script = "setsid sleep 30 & sleep 30; wait"
+    old = subprocess.Popen(["bash", "-c", f"export SUANLI_TASK_GROUP=$$; {script}"], env=env, start_new_session=True)
+    new = subprocess.Popen(["bash", "-c", f"export SUANLI_TASK_GROUP=$$; {script}"], env=env, start_new_session=True)
+    try:
+        time.sleep(0.3)
+
+        def escaped(leader: subprocess.Popen[bytes]) -> list[int]:
+            out = subprocess.run(["pgrep", "-f", "^sleep 30$"], capture_output=True, text=True).stdout.split()
+            mark = f"SUANLI_TASK_GROUP={leader.pid}".encode()
+            return [
+                int(pid)
+                for pid in out
+                if os.getpgid(int(pid)) != leader.pid and mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            ]
+
+        [gone] = escaped(old)
+        [stays] = escaped(new)
+        assert process.kill_leftovers(old.pid, "SUANLI_TASK_DIR=/tmp/task-c") == 3  # bash, its sleep, the escaped sleep
+        old.wait(5)
+        time.sleep(0.1)
+        assert process.start_ticks(gone) is None and new.poll() is None and process.start_ticks(stays) is not None
+    finally:
+        for p in (old, new):
+            if p.poll() is None:
+                process.kill_leftovers(p.pid, "SUANLI_TASK_DIR=/tmp/task-c")
                 p.wait()
 
 

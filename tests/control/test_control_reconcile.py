@@ -46,9 +46,7 @@ def test_kill9_and_restart_adopts_or_fails_never_twice(db_url: str, tmp_path: Pa
     c = srv.client()
     try:
         # job 1 records each start, then waits for a go file: it must start exactly once
-        run1 = (
-            f'echo "start $SUANLI_JOB_ID $RANK" >> {marks}/starts; while [ ! -f {marks}/go ]; do sleep 0.1; done; echo finished'
-        )
+        run1 = f'echo "start $SUANLI_JOB_ID $NODE_RANK" >> {marks}/starts; while [ ! -f {marks}/go ]; do sleep 0.1; done; echo finished'
         j1 = c.launch({"resources": {"accelerators": "H100:2"}, "run": run1})
         j2 = c.launch({"resources": {"accelerators": "A100-80G:1"}, "run": "sleep 300"})
         inst = c.create_instance(gpu_model="RTX4090", gpu_count=1)

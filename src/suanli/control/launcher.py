@@ -20,7 +20,7 @@ from suanli.backends.local import volumes
 from suanli.control import images, keys, uploads, workload_secrets, workloads
 from suanli.control.access import JUPYTER_PORT, jupyter_command
 from suanli.control.capacity import active_allocations, give_back
-from suanli.control.environment import distributed_env, free_port, gpu_env
+from suanli.control.environment import distributed_env, free_port, gpu_env, torch_launch
 from suanli.control.lifecycle import transition
 from suanli.control.notice import clear_notice
 from suanli.control.secrets import Keyring
@@ -84,9 +84,10 @@ def build_specs(
         env: dict[str, str] = {}
         if isinstance(row, Job):
             spec = row.spec
-            env.update({str(k): str(v) for k, v in (spec.get("envs") or {}).items()})
+            task_envs = {str(k): str(v) for k, v in (spec.get("envs") or {}).items()}
+            env.update(task_envs)
             env.update(gpu_env(a, node, node.id in virtual))
-            env.update(distributed_env(a, allocs, nodes, port))
+            env.update(distributed_env(a, allocs, nodes, port, task_envs))
             env.update({"SUANLI_JOB_ID": str(row.id), "SUANLI_TASK_NAME": row.name})
             volume_env = {}
             if spec.get("checkpoint_dir"):
@@ -101,7 +102,7 @@ def build_specs(
                     workload_id=row.id,
                     node=node.name,
                     node_rank=a.node_rank,
-                    run=spec.get("run") or "",
+                    run=torch_launch(spec.get("run") or "") if spec.get("distributed") == "torch" else spec.get("run") or "",
                     setup=spec.get("setup") or "",
                     env=env,
                     workdir=str(job_volume(data_dir, row.id)),

@@ -15,10 +15,12 @@
                                 # the globs in its .suanliignore) and the job runs in a copy
                                 # of it, /workspace/code in its container
     setup: pip install -r requirements.txt
-    run: torchrun --nproc_per_node=$NPROC_PER_NODE train.py
+    run: torchrun --nnodes=$NNODES --nproc-per-node=$NPROC_PER_NODE --node-rank=$NODE_RANK --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT train.py
+                                # once per node (docs/control-plane.md: the launch convention)
     envs: {EPOCHS: 3}
     secrets: {HF_TOKEN: hf_...} # like envs, but sealed at rest and masked in every listing
     checkpoint_dir: ckpt        # in the job's volume: relative, or under /workspace
+    # distributed: torch        # or: the platform runs torchrun, and `run` is one worker's command
 
 Over the API a task carries ``code: <upload id>`` (``POST /v1/uploads``) and no
 ``workdir``: the server refuses a ``workdir``, which would name a path on its own machine.
@@ -138,6 +140,9 @@ class Task(BaseModel):
     secrets: dict[str, SecretStr] = Field(default_factory=dict, max_length=1000, repr=False)
     #: where the job keeps checkpoints, in its volume: relative to /workspace, or under it
     checkpoint_dir: Text | None = Field(default=None, max_length=4096)
+    #: ``torch``: the platform starts torchrun on each node from the per-node variables, and
+    #: torchrun runs ``run`` once per worker (``control.environment.torch_launch``)
+    distributed: Literal["torch"] | None = None
 
     @field_validator("envs")
     @classmethod

@@ -48,36 +48,45 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 def stop_group(pgid: int, leader_alive, grace_s: float, marker: str) -> None:  # type: ignore[no-untyped-def]
     """SIGTERM the whole group, wait up to ``grace_s`` for the leader, then SIGKILL
-    what is left: the whole group while its leader still holds the id, else only the
-    processes carrying ``marker`` (``kill_leftovers``: the id may be reused by then)."""
+    what is left: the whole group while its leader still holds the id, and the processes
+    carrying ``marker`` (``kill_leftovers``: the id may be reused by then, and a process
+    may have left the group)."""
     if not signal_group(pgid, signal.SIGTERM):
+        kill_leftovers(pgid, marker)
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and leader_alive():
         time.sleep(0.05)
     if leader_alive():
         signal_group(pgid, signal.SIGKILL)
-    else:
-        kill_leftovers(pgid, marker)
+    kill_leftovers(pgid, marker)
+
+
+#: What the process runtime's wrapper exports: its process id, which is its task's group
+#: id. A process that leaves the group (its own session: torchrun starts its workers so)
+#: still carries it, with the task's marker, in its environment.
+GROUP_VAR = "SUANLI_TASK_GROUP"
 
 
 def kill_leftovers(pgid: int, marker: str) -> int:
-    """SIGKILL what is left of a finished task's process group, but only processes
-    whose environment carries ``marker`` (the task's ``SUANLI_TASK_DIR=...``).
+    """SIGKILL what is left of a finished task: the processes whose environment carries
+    ``marker`` (the task's ``SUANLI_TASK_DIR=...``) and that are in group ``pgid`` or
+    carry ``SUANLI_TASK_GROUP=<pgid>`` (they left the group, e.g. torchrun's workers).
 
     Once the group's leader is gone its id is free for reuse, and on a busy host
     (pid_max 32768) another program's group can get it; a bare ``killpg`` would
-    then kill that program. Returns how many processes were killed."""
-    needle = marker.encode()
+    then kill that program. A later run of the same task (same marker) has another
+    group id, so it is left alone. Returns how many processes were killed."""
+    needle, group = marker.encode(), f"{GROUP_VAR}={pgid}".encode()
     killed = 0
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             raw = (entry / "stat").read_text()
-            if int(raw[raw.rindex(")") + 2 :].split()[2]) != pgid:
-                continue
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
+            in_group = int(raw[raw.rindex(")") + 2 :].split()[2]) == pgid
+            env = (entry / "environ").read_bytes().split(b"\0")
+            if needle in env and (in_group or group in env):
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1
         except (OSError, ValueError):

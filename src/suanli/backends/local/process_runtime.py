@@ -44,6 +44,7 @@ WRAPPER = """#!/usr/bin/env bash
 # While it runs, "alive" is rewritten every second: if the whole group is killed (no exit code
 # written), its time says when the task ended.
 trap : USR1 TERM
+export SUANLI_TASK_GROUP=$$  # this task's group id: what leaves the group still carries it (process.kill_leftovers)
 umask 077  # what the task writes is its own: the data directory is private to the server's user
 mkdir -p "$SUANLI_CWD" && cd "$SUANLI_CWD" || exit 1
 ( trap : USR1 TERM; while :; do : > "$SUANLI_TASK_DIR/alive"; sleep {beat}; done ) >/dev/null 2>&1 &
