@@ -57,6 +57,7 @@ def test_the_dashboard_shows_spend_running_work_its_use_and_the_platform(page: P
     )
     assert allocated > 0, allocated  # the instance's two H100s, as a share of the model's
     expect(page.locator("#queue-length")).to_have_text("0")
+    expect(page.locator("#held-now")).to_contain_text("H100 2/")
     expect(page.locator("#node-states")).to_contain_text("ready")
     alert = page.locator("#alerts tbody tr", has_text="job_failed")
     expect(alert).to_contain_text(f"job-{failed['id']}")  # made from the job's failure within seconds

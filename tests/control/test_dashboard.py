@@ -77,6 +77,7 @@ def test_allocation_is_the_held_share_of_each_bucket_and_spend_is_per_day(server
     assert hour["2026-12-03T09:00:00+00:00"] == round(0.5 * 0.5 / total, 6)  # half a GPU for half the hour
     assert hour["2026-12-03T10:00:00+00:00"] == round(0.5 * 0.5 / total, 6)  # up to now (10:30)
     assert set(alloc.values) >= {"H100", "A100-80G"} and not any(alloc.values["A100-80G"])
+    assert board.cluster["held_now"]["H100"] == {"held": 0.5, "total": total}  # the half GPU still held
 
 
 def test_the_route_gives_operators_the_platform_and_refuses_a_bad_window(server: Server) -> None:

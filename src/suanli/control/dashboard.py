@@ -42,7 +42,7 @@ class Dashboard:
     days: int
     currency: str
     spend: Series  #: the tenant's rated spend per day (micro-units)
-    cluster: dict | None = None  #: operators only: allocation, revenue, queue, nodes
+    cluster: dict | None = None  #: operators only: allocation (over time and held now), revenue, queue, nodes
 
 
 def _day_starts(now: datetime, days: int) -> list[datetime]:
@@ -99,6 +99,19 @@ def _queue(s: Session, reason_of: Callable[[str, int], str | None]) -> dict:
     return {"waiting": sum(reasons.values()), "reasons": [{"reason": r, "count": c} for r, c in reasons.most_common(10)]}
 
 
+def _held_now(s: Session) -> dict[str, dict[str, float]]:
+    """Per GPU model, the GPUs held now (shares summed) and how many there are."""
+    totals = dict(
+        s.execute(select(Node.gpu_model, func.count(Gpu.id)).join(Gpu, Gpu.node_id == Node.id).group_by(Node.gpu_model)).all()
+    )
+    held: Counter[str] = Counter()
+    for model, indices, milli in s.execute(
+        select(Allocation.gpu_model, Allocation.gpu_indices, Allocation.milli_per_gpu).where(Allocation.ended_at.is_(None))
+    ):
+        held[model] += len(indices) * milli / 1000
+    return {m: {"held": round(held[m], 3), "total": totals[m]} for m in sorted(totals)}
+
+
 def _nodes(s: Session) -> dict:
     states = dict(s.execute(select(Node.state, func.count(Node.id)).group_by(Node.state)).all())
     return {"total": sum(states.values()), "states": states}
@@ -121,6 +134,7 @@ def dashboard(
     if operator:
         board.cluster = {
             "allocation": _allocation(s, now, days),
+            "held_now": _held_now(s),
             "revenue": Series(labels, {"revenue": _per_day(s, starts, None)}),
             "queue": _queue(s, reason_of),
             "nodes": _nodes(s),

@@ -713,6 +713,8 @@ async function viewDashboard() {
         el("div", {}, el("div", { class: "muted" }, t("Revenue, last {n} days", { n: days })),
           el("div", { class: "big", id: "revenue-total" }, money(c.revenue.values.revenue.reduce((a, b) => a + b, 0) / 1e6, cur))),
         el("div", {}, el("div", { class: "muted" }, t("Waiting")), el("div", { class: "big", id: "queue-length" }, String(c.queue.waiting))),
+        el("div", {}, el("div", { class: "muted" }, t("GPUs held now")), el("div", { class: "big", id: "held-now" },
+          Object.entries(c.held_now).filter(([, h]) => h.held).map(([m, h]) => `${m} ${h.held}/${h.total}`).join(", ") || "0")),
         el("div", {}, el("div", { class: "muted" }, t("Nodes")), el("div", { class: "big", id: "node-states" },
           Object.entries(c.nodes.states).map(([s, n]) => `${n} ${t(s)}`).join(", ") || "0"))),
       el("h2", {}, t("Allocated share of each GPU model")),
