@@ -143,7 +143,11 @@ def instance_out(
 
 
 def job_out(
-    row: Job, allocs: list[schemas.AllocationOut], waiting: str | None = None, cost: schemas.CostOut | None = None
+    row: Job,
+    allocs: list[schemas.AllocationOut],
+    waiting: str | None = None,
+    cost: schemas.CostOut | None = None,
+    depends_on: list[int] | None = None,
 ) -> schemas.JobOut:
     return schemas.JobOut(
         id=row.id,
@@ -166,6 +170,8 @@ def job_out(
         runtime=row.runtime or "",
         cost=cost,
         secrets=workload_secrets.masked(row.secrets),
+        depends_on=depends_on or [],
+        group=row.group_name or "",
     )
 
 

@@ -14,7 +14,9 @@ this order, each in a module of its own:
 5. **outbid** (``outbid``): spot work bidding below the spot price noticed; then
    (5b, every ``poll_interval_s``) **funds** (``funds``): the running work of a
    prepaid tenant whose balance is spent noticed, a notice withdrawn after a top-up;
-6. **admit** (``admission``): waiting work judged once against quotas, budgets and
+6. **pipelines** (``pipelines``): queued jobs whose dependency failed or was cancelled
+   cancelled with its name, transitively (one small read when none did); then
+   **admit** (``admission``): waiting work judged once against quotas, budgets and
    bids; what can never run fails, what may not run yet is held with its reason;
 7. **preempt** (``preempt``): spot victims noticed for admitted higher-class work
    that does not fit;
@@ -43,7 +45,7 @@ from pathlib import Path
 
 from suanli.backends.base import Backend, ReportsExits
 from suanli.clock import SYSTEM, Clock
-from suanli.control import admission, funds, health, heartbeat, reconcile, workloads
+from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, workloads
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
@@ -172,6 +174,7 @@ class ControlLoop:
                 self._guarded(outbid, self.plane)  # 5
             if poll:
                 self._guarded(funds.notice_unfunded, self.plane)  # 5b
+            self._guarded(self.cancel_doomed)  # 6
             if ended:
                 self.work_ended()
             work, held = self.admit()  # 6
@@ -219,6 +222,11 @@ class ControlLoop:
         """Whether phases 3-5 and 7 have anything to do (``workloads.reclaim_due``)."""
         with self.db.transaction() as s:
             return workloads.reclaim_due(s)
+
+    def cancel_doomed(self) -> list[int]:
+        """Phase 6, first half: the jobs cancelled because a dependency failed."""
+        with self.db.transaction() as s:
+            return pipelines.cancel_doomed(s)
 
     def admit(self) -> tuple[list[Waiting], dict[tuple[str, int], str]]:
         """Phase 6: the waiting work that may run now (in scheduling order, spot bids'
