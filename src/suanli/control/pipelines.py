@@ -6,9 +6,7 @@ graph first (unknown names, another tenant's ids and cycles are refused with the
 path or the cycle's path, ``a -> b -> a``) and creates every job and edge in one
 transaction: all or nothing.
 
-A sweep (``matrix: {lr: [1e-4, 3e-4], bs: [16, 32]}``) is expanded here into one job per
-combination, its values in the job's envs and its name (``train-lr=1e-4-bs=16``); a
-dependency on the swept name is a dependency on all of them.
+Sweeps (``matrix``) are expanded, and the graph checked, by ``pipeline_plan.plan``.
 
 The control loop gates on the edges (``workloads.waiting``: one correlated ``NOT EXISTS``
 in the waiting-work read) and cancels, in the tick that sees a failure, every queued job
@@ -18,7 +16,6 @@ whose ``after: succeeded`` dependency failed or was cancelled, transitively
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -29,8 +26,9 @@ from sqlalchemy.orm import Session, aliased
 from suanli.control import funds, jobs, workload_secrets, workloads
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import record_event
+from suanli.control.pipeline_plan import plan
 from suanli.control.secrets import Keyring
-from suanli.control.task import MAX_PIPELINE_JOBS, Task, env_text
+from suanli.control.task import Task
 from suanli.db.models import Job, JobDependency
 from suanli.db.session import Database
 from suanli.errors import Invalid
@@ -39,88 +37,6 @@ from suanli.errors import Invalid
 FAILED = workloads.DEPENDENCY_FAILED
 #: ids per ``IN (...)`` list (SQLite's old limit is 999 parameters)
 CHUNK = 500
-
-
-# -- sweeps ---------------------------------------------------------------------------------
-def expand(task: Task) -> list[Task]:
-    """One task per combination of ``task.matrix`` (the task itself when it has none):
-    the values in its envs, its name suffixed with them."""
-    if not task.matrix:
-        return [task]
-    keys = list(task.matrix)
-    out = []
-    for combo in itertools.product(*(task.matrix[k] for k in keys)):
-        values = {k: env_text(v) for k, v in zip(keys, combo, strict=True)}
-        name = "-".join([task.name or "sweep", *(f"{k}={v}" for k, v in values.items())])
-        if len(name) > 100:
-            raise Invalid(f"matrix: the job name {name!r} is over 100 characters; use a shorter name or values")
-        out.append(task.model_copy(update={"name": name, "matrix": {}, "envs": {**task.envs, **values}}))
-    return out
-
-
-# -- checking the graph ---------------------------------------------------------------------
-def _cycle(names: list[str], edges: dict[str, list[str]]) -> list[str] | None:
-    """A dependency cycle among ``names`` as its path (first name repeated at the end)."""
-    colour: dict[str, int] = {}  # 1: on the path, 2: done
-    for root in names:
-        if colour.get(root):
-            continue
-        path = [root]
-        stack = [iter(edges.get(root, ()))]
-        colour[root] = 1
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                colour[path.pop()] = 2
-                stack.pop()
-                continue
-            if colour.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            if not colour.get(nxt):
-                colour[nxt] = 1
-                path.append(nxt)
-                stack.append(iter(edges.get(nxt, ())))
-    return None
-
-
-def plan(tasks: Sequence[Task]) -> tuple[list[Task], list[list[int | tuple[str, int]]]]:
-    """Expand sweeps and resolve names: the jobs to create, and for each the jobs it
-    waits for, as positions in that list (``("new", i)``) or existing ids (``int``).
-    Raises Invalid naming the field path or the cycle."""
-    pipeline = len(tasks) > 1 or any(t.matrix for t in tasks)
-    names: list[str] = []
-    for i, t in enumerate(tasks):
-        if pipeline and not t.name:
-            raise Invalid(f"jobs[{i}].name: a pipeline's jobs need a name (depends_on refers to them by it)")
-        if t.name and t.name in names:
-            raise Invalid(f"jobs[{i}].name: {t.name!r} is used twice in this pipeline")
-        names.append(t.name)
-    edges: dict[str, list[str]] = {}
-    for i, t in enumerate(tasks):
-        where = f"jobs[{i}].depends_on" if pipeline else "depends_on"
-        for d in t.depends_on:
-            if isinstance(d, str) and d not in names:
-                known = ", ".join(n for n in names if n) or "none"
-                raise Invalid(f"{where}: no job named {d!r} in this pipeline (its jobs: {known}); an existing job is given by id")
-        edges[t.name] = [d for d in t.depends_on if isinstance(d, str)]
-    cycle = _cycle([n for n in names if n], edges)
-    if cycle:
-        raise Invalid(f"depends_on: a dependency cycle: {' -> '.join(cycle)}")
-    made: list[Task] = []
-    positions: dict[str, list[int]] = {}
-    for t in tasks:
-        out = expand(t)
-        positions[t.name] = list(range(len(made), len(made) + len(out)))
-        made += out
-        if len(made) > MAX_PIPELINE_JOBS:
-            raise Invalid(f"jobs: more than {MAX_PIPELINE_JOBS} jobs in one pipeline (sweeps expanded)")
-    deps: list[list[int | tuple[str, int]]] = []
-    for t in tasks:
-        resolved: list[int | tuple[str, int]] = []
-        for d in t.depends_on:
-            resolved += [("new", p) for p in positions[d]] if isinstance(d, str) else [d]
-        deps += [list(resolved) for _ in positions[t.name]]
-    return made, deps
 
 
 def _existing(s: Session, who: Principal, ids: set[int]) -> None:
