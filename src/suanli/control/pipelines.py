@@ -137,9 +137,7 @@ def cancel_doomed(s: Session) -> list[int]:
     rows = []
     for chunk in _chunks(sorted(reasons)):
         rows += list(s.scalars(select(Job).where(Job.id.in_(chunk), Job.state == "queued")))
-    for row in rows:
-        workloads.end(s, row, "cancelled", reasons[row.id][:2000])
-        row.reason = reasons[row.id][:2000]
+    workloads.end_waiting(s, rows, "cancelled", {j: r[:2000] for j, r in reasons.items()})
     return [r.id for r in rows]
 
 

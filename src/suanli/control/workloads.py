@@ -74,6 +74,25 @@ def end(
     transition(s, row, to, message)
 
 
+def end_waiting(s: Session, rows: Sequence[Job], to: str, reasons: dict[int, str]) -> None:
+    """``end`` for many queued jobs no launch has claimed (a pipeline's cancel): they
+    hold no allocation (only a claim takes one), so nothing is given back and no query
+    is made per row; one read checks that none holds one, else each goes through ``end``."""
+    ids = [r.id for r in rows]
+    holding: set[int] = set()
+    for i in range(0, len(ids), 500):
+        q = select(Allocation.job_id).where(Allocation.job_id.in_(ids[i : i + 500]), Allocation.ended_at.is_(None))
+        holding |= {j for j in s.scalars(q) if j is not None}
+    now = utcnow()
+    for row in rows:
+        if row.id in holding or row.launch_owner is not None:
+            end(s, row, to, reasons[row.id])
+        else:
+            row.finished_at = now
+            transition(s, row, to, reasons[row.id])
+        row.reason = reasons[row.id]
+
+
 def ended_at_of(statuses: Sequence[TaskStatus]) -> datetime | None:
     """When work whose tasks all ended did end: the last task's end, if every task's
     backend reported one (``TaskStatus.ended_at``); None (take now) otherwise."""
