@@ -121,6 +121,21 @@ def test_another_tenants_job_cannot_be_depended_on(server: Server) -> None:
     r = server.post("/v1/jobs", {"run": "true", "depends_on": [mine["id"]]}, token=other)
     assert r.status_code == 422, r.text
     assert counts(server) == before
+    # a prepaid tenant's own pipeline: the dependent waits unplaced, holding nothing
+    server.post("/v1/billing/topups", {"tenant": "other", "amount": "1000"}, expect=201)
+    gate = server.data_dir / "gate-eve"
+    first = server.post(
+        "/v1/jobs", {"name": "first", "resources": GPU, "run": f"while [ ! -e {gate} ]; do sleep 0.05; done"}, token=other
+    )
+    assert first.status_code == 201, first.text
+    (nxt,) = server.post(
+        "/v1/pipelines", {"jobs": [{"resources": GPU, "depends_on": [first.json()["id"]], "run": "true"}]}, token=other
+    ).json()
+    wait_state(server, "job", first.json()["id"], ("running",))
+    got = server.get(f"/v1/jobs/{nxt['id']}")
+    assert got["state"] == "queued" and got["allocations"] == [] and got["reason"].startswith("waiting for job"), got
+    gate.touch()
+    assert wait_state(server, "job", nxt["id"], ("succeeded", "failed", "cancelled"))["state"] == "succeeded"
 
 
 def test_sweep_makes_one_job_per_combination(server: Server) -> None:
