@@ -1,8 +1,9 @@
 """Pipelines at scale: a DAG of 1,000 jobs over 128 nodes on the local backend (host
 processes), in-process (the control loop's own thread, no HTTP), SQLite by default.
 
-1. **latency**: a random layered DAG of ``--jobs`` jobs (each of one H100, ``true``; job
-   i waits for 1-3 of the 200 jobs before it, the first 64 for none) runs to the end
+1. **latency**: a random layered DAG of ``--jobs`` jobs (each of one H100, ``true`` or a
+   random sleep; job i waits for 1-3 of the 200 jobs before it, the first 64 for none),
+   then a DAG of ``--chains`` parallel chains (few launches at once), runs to the end
    under the real control loop; for every dependent job, the time from its last
    dependency's end (``finished_at``, from the backend's exit report) to its start
    (``started_at``, its process running). Target: at most 1 s at 1,000 jobs.
@@ -66,13 +67,21 @@ def inventory(nodes: int) -> Inventory:
     )
 
 
-def dag(n: int, run: str, seed: int = 1, first: int = 64, window: int = 200, sleep_s: float = 0.0) -> list[Task]:
+def dag(n: int, run: str, seed: int = 1, first: int = 64, window: int = 200, sleep_s: float = 0.0, chains: int = 0) -> list[Task]:
     """``n`` tasks; task i >= ``first`` waits for 1-3 of the ``window`` tasks before it.
-    ``sleep_s``: each runs ``sleep`` for a random 0..sleep_s seconds first (seeded)."""
+    ``sleep_s``: each runs ``sleep`` for a random 0..sleep_s seconds first (seeded).
+    ``chains``: instead, that many parallel chains (task i waits for task i - chains)."""
     rng = random.Random(seed)
     tasks = []
     for i in range(n):
-        deps = [] if i < max(first, 1) else sorted({f"j{rng.randrange(max(0, i - window), i)}" for _ in range(rng.randint(1, 3))})
+        if chains:
+            deps = [f"j{i - chains}"] if i >= chains else []
+        else:
+            deps = (
+                []
+                if i < max(first, 1)
+                else sorted({f"j{rng.randrange(max(0, i - window), i)}" for _ in range(rng.randint(1, 3))})
+            )
         if sleep_s:
             run = f"sleep {rng.uniform(0, sleep_s):.2f}"
         tasks.append(
@@ -123,12 +132,12 @@ def server(nodes: int, admin_url: str | None):  # type: ignore[no-untyped-def]
     return ctx
 
 
-def latency(n: int, nodes: int, db_url: str | None, timeout_s: float, sleep_s: float) -> dict:
+def latency(n: int, nodes: int, db_url: str | None, timeout_s: float, sleep_s: float, chains: int = 0) -> dict:
     ctx = server(nodes, db_url)
     loop = ctx.loop
     try:
         t0 = time.perf_counter()
-        pipelines.submit(ctx.db, ADMIN, dag(n, "true", sleep_s=sleep_s), "bench")
+        pipelines.submit(ctx.db, ADMIN, dag(n, "true", sleep_s=sleep_s, chains=chains), "bench")
         submit_s = time.perf_counter() - t0
         loop.start()
         deadline = time.monotonic() + timeout_s
@@ -141,12 +150,10 @@ def latency(n: int, nodes: int, db_url: str | None, timeout_s: float, sleep_s: f
                 raise SystemExit(f"{len(left)} jobs still open after {timeout_s}s")
             time.sleep(0.5)
         makespan = time.perf_counter() - t0 - submit_s
+        loop.stop()  # before reading: the figures are the run's, not a still-ticking loop's
         with ctx.db.sessions() as s:
             got = {j.id: j for j in s.scalars(select(Job))}
             edges = s.execute(select(JobDependency.job_id, JobDependency.depends_on_id)).all()
-        states: dict[str, int] = {}
-        for j in got.values():
-            states[j.state] = states.get(j.state, 0) + 1
             seen_at = {
                 e.object_id: e.ts.timestamp()
                 for e in s.scalars(select(Event).where(Event.kind == "job", Event.to_state.in_(("succeeded", "failed"))))
@@ -154,6 +161,9 @@ def latency(n: int, nodes: int, db_url: str | None, timeout_s: float, sleep_s: f
             claimed_at = {
                 a.job_id: a.started_at.timestamp() for a in s.scalars(select(Allocation).where(Allocation.node_rank == 0))
             }
+        states: dict[str, int] = {}
+        for j in got.values():
+            states[j.state] = states.get(j.state, 0) + 1
         last_dep: dict[int, tuple[float, int]] = {}
         for j, d in edges:
             end = got[d].finished_at
@@ -173,6 +183,7 @@ def latency(n: int, nodes: int, db_url: str | None, timeout_s: float, sleep_s: f
             "jobs": n,
             "nodes": nodes,
             "run": f"sleep 0..{sleep_s} s" if sleep_s else "true",
+            "shape": f"{chains} chains" if chains else "random layered",
             "edges": len(edges),
             "states": states,
             "submit_s": round(submit_s, 2),
@@ -280,6 +291,9 @@ def main() -> None:
         "--sleep", default="0,4", help="latency runs: each job sleeps a random 0..S s (0: runs `true`), comma-separated"
     )
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument(
+        "--chains", type=int, default=16, help="also a DAG of this many parallel chains (few launches at once; 0: skip)"
+    )
     args = ap.parse_args()
     logging.basicConfig(format="%(asctime)s %(threadName)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     if not args.skip_ticks:
@@ -295,6 +309,8 @@ def main() -> None:
     if not args.skip_latency:
         for sleep_s in (float(x) for x in args.sleep.split(",")):
             print(json.dumps(latency(args.jobs, args.nodes, args.db, args.timeout, sleep_s)), flush=True)
+        if args.chains:
+            print(json.dumps(latency(args.jobs, args.nodes, args.db, args.timeout, 0.0, args.chains)), flush=True)
 
 
 if __name__ == "__main__":
