@@ -41,6 +41,8 @@ def test_pipeline_runs_in_order_and_waits_with_reason(server: Server) -> None:
     assert listed[report]["reason"] == f"waiting for job {prep} (prep) to finish (and 1 more)", listed[report]
     assert listed[report]["depends_on"] == [prep, train]
     gate.touch()
+    audited = [r for r in server.get("/v1/audit") if r["action"] == "pipelines.create"]
+    assert [r["object"] for r in audited] == [f"job/{prep}..{report}"], audited
     done = wait_state(server, "job", report, ("succeeded", "failed", "cancelled"))
     assert done["state"] == "succeeded", events_of(server, report)
     times = {j["id"]: j for j in server.get("/v1/jobs")}
