@@ -93,5 +93,9 @@ def test_launch_sweep_is_one_group(cli, server: Server, tmp_path: Path) -> None:
     ]
     listed = json.loads(cli("jobs", "list", "--group", "train", "--json"))
     assert sorted(j["id"] for j in listed) == sorted(j["id"] for j in jobs)
+    one = tmp_path / "one.yaml"
+    one.write_text(f"jobs:\n  - {{name: after, depends_on: [{jobs[0]['id']}], run: 'true'}}\n")
+    (after,) = json.loads(cli("launch", str(one), "--json"))  # a pipeline of one job: still a list
+    assert after["depends_on"] == [jobs[0]["id"]] and after["group"] == f"one#{after['id']}", after
     out = cli("launch", str(task), "--sweep", "seed=2", code=1)
     assert "--sweep seed is in the file's matrix already" in out, out

@@ -255,13 +255,12 @@ def launch(
 ) -> None:
     """Submit a job, a pipeline or a sweep; workdirs are uploaded, the scheduler queues and places them."""
     try:
-        group, tasks = load_pipeline(task_file, parse_sweeps(sweep))
+        group, tasks, many = load_pipeline(task_file, parse_sweeps(sweep))
         workdirs = [workdir_of(task_file, t) for t in tasks]
     except WorkdirError as exc:
         raise _fail("workdir", exc, 2) from None
     except ValueError as exc:
         raise _fail("invalid", exc, 1) from None
-    many = len(tasks) > 1 or bool(tasks[0].get("matrix"))
     if dry_run:  # billing's quote (suanli.cli.billing); nothing is uploaded or submitted
         if many:
             raise _fail("invalid", ValueError("--dry-run quotes one task, not a pipeline or sweep"), 1)

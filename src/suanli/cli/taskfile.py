@@ -44,10 +44,11 @@ def parse_sweeps(items: list[str]) -> dict[str, list[str]]:
     return matrix
 
 
-def load_pipeline(path: Path, sweeps: dict[str, list[str]] | None = None) -> tuple[str, list[dict]]:
+def load_pipeline(path: Path, sweeps: dict[str, list[str]] | None = None) -> tuple[str, list[dict], bool]:
     """Parse and check a task or pipeline file locally, with ``sweeps`` added to a
-    single task's matrix: its name (the group) and its jobs, each with a relative
-    ``workdir`` resolved against the file's directory. The graph (names, cycles,
+    single task's matrix: its name (the group), its jobs, each with a relative
+    ``workdir`` resolved against the file's directory, and whether it is a pipeline
+    (``jobs:``, even of one job) or a sweep: several jobs, listed as a list. The graph (names, cycles,
     sweeps) is checked with the server's rules (``control.pipeline_plan``): nothing is
     uploaded for a file the server would refuse."""
     doc = _doc(path)
@@ -61,6 +62,7 @@ def load_pipeline(path: Path, sweeps: dict[str, list[str]] | None = None) -> tup
         jobs = [dict(j) for j in doc["jobs"]]
         name = pipeline.name or path.stem
         tasks = pipeline.jobs
+        many = True
     else:
         task = load_task(path)
         if sweeps:
@@ -73,13 +75,14 @@ def load_pipeline(path: Path, sweeps: dict[str, list[str]] | None = None) -> tup
         except ValidationError as exc:
             raise ValueError(f"{path}: {describe_validation(exc.errors())}") from None
         jobs, name = [task], (task.get("name") or "")
+        many = bool(task.get("matrix"))
     try:
         plan(tasks)
     except Invalid as exc:
         raise ValueError(f"{path}: {exc.message}") from None
     for j in jobs:
         _resolve_workdir(path, j)
-    return name, jobs
+    return name, jobs, many
 
 
 def load_task(path: Path) -> dict:
