@@ -169,6 +169,10 @@ class SuanliClient:
     def launch(self, task: dict) -> dict:
         return self.request("POST", "/v1/jobs", json=task)
 
+    def launch_pipeline(self, jobs: list[dict], name: str = "") -> list[dict]:
+        """Jobs that depend on each other, or a sweep: created all or nothing."""
+        return self.request("POST", "/v1/pipelines", json={"name": name, "jobs": jobs})
+
     def jobs(self, state: str | None = None) -> list[dict]:
         return self.request("GET", "/v1/jobs", params={"state": state} if state else None)
 

@@ -5,6 +5,7 @@ a member only what a member may do."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -219,3 +220,30 @@ def test_a_person_signs_in_with_password_and_enrols_the_second_factor_their_tena
     expect(page.locator("#who")).to_contain_text("ana (member)")
     page.get_by_role("button", name="Sign out").click()
     expect(page.locator("#signin")).to_be_visible()
+
+
+def test_the_jobs_table_shows_a_pipelines_graph_state(page: Page, console_server: LiveServer, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    jobs = console_server.client().launch_pipeline(
+        [
+            {"name": "prep", "run": f"while [ ! -e {gate} ]; do sleep 0.1; done; exit 4"},
+            {"name": "train", "depends_on": ["prep"], "run": "true"},
+        ],
+        "nightly",
+    )
+    prep = jobs[0]["id"]
+    assert jobs[1]["depends_on"] == [prep], jobs
+    sign_in(page, console_server.token)
+    page.click("a[href='#jobs']")
+    waiting = row(page, "train")
+    expect(waiting.locator(".state")).to_have_text("queued")
+    expect(waiting).to_contain_text(f"waiting for job {prep} (prep) to succeed")
+    expect(waiting).to_contain_text(f"nightly#{prep}")
+    dep = waiting.locator(f".dep[data-job='{prep}']")
+    expect(dep).to_have_text(f"{prep} prep")
+    expect(dep).to_have_class(re.compile(r"state-running"))
+    gate.touch()
+    expect(waiting.locator(".state")).to_have_text("cancelled")
+    expect(waiting).to_contain_text(f"dependency job {prep} (prep) failed")
+    expect(dep).to_have_class(re.compile(r"state-failed"))
+    assert [j["state"] for j in console_server.client().jobs()] == ["failed", "cancelled"]

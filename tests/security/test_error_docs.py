@@ -20,6 +20,7 @@ EXTRA = {
     ("post", "/v1/instances"): {"402"},
     ("post", "/v1/instances/{instance_id}/start"): {"402"},
     ("post", "/v1/jobs"): {"402"},
+    ("post", "/v1/pipelines"): {"402"},
 }
 
 

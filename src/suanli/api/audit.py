@@ -40,7 +40,15 @@ UNAUDITED = re.compile(r"^/v1/(advise/|quote$|nodes/[^/]+/heartbeat$)")
 OPERATOR_READS = re.compile(r"^/v1/(instances|jobs)/[^/]+/logs$")
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete"}
 #: a path parameter's object kind, where the collection's singular would be wrong
-_KINDS = {"instances": "instance", "jobs": "job", "nodes": "node", "images": "image", "grants": "grant", "keys": "key"}
+_KINDS = {
+    "instances": "instance",
+    "jobs": "job",
+    "pipelines": "job",  # a pipeline's answer is its jobs
+    "nodes": "node",
+    "images": "image",
+    "grants": "grant",
+    "keys": "key",
+}
 _MAX_CREATED_BODY = 1 << 20
 _MAX_TEED_BODY = 64 << 10
 
@@ -128,6 +136,10 @@ class AuditMiddleware:
                 out = json.loads(created)
             except ValueError:
                 out = None
+            if isinstance(out, list) and out and all(isinstance(o, dict) and isinstance(o.get("id"), int) for o in out):
+                ids = [o["id"] for o in out]  # a pipeline's jobs: job/12..15
+                kind = _KINDS.get(obj.split("/")[0], obj.split("/")[0])
+                obj = f"{kind}/{ids[0]}" if len(ids) == 1 else f"{kind}/{min(ids)}..{max(ids)}"
             if isinstance(out, dict):
                 kind = obj.split("/")[0]
                 if out.get("id") is not None:

@@ -188,6 +188,7 @@ def job_out(
     waiting: str | None = None,
     cost: schemas.CostOut | None = None,
     metrics: schemas.MetricsOut | None = None,
+    depends_on: list[int] | None = None,
 ) -> schemas.JobOut:
     return schemas.JobOut(
         id=row.id,
@@ -212,6 +213,8 @@ def job_out(
         cost_so_far=cost.so_far if cost is not None else None,
         metrics=metrics or schemas.MetricsOut(),
         secrets=workload_secrets.masked(row.secrets),
+        depends_on=depends_on or [],
+        group=row.group_name or "",
     )
 
 

@@ -413,6 +413,8 @@ class JobOut(BaseModel):
     secrets: dict[str, str] = Field(
         default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
     )
+    depends_on: list[int] = Field(default_factory=list, description="ids of the jobs it waits for (task `depends_on`)")
+    group: str = Field(default="", description='the pipeline or sweep it was submitted in ("name#first-id"); "" for none')
 
 
 class ExecOut(BaseModel):

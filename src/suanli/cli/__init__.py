@@ -49,7 +49,11 @@ COMMANDS: dict[str, Entry] = {
     ),
     "nodes": Entry("suanli.cli.nodes", "app", "Nodes and their GPUs."),
     "instances": Entry("suanli.cli.instances", "app", "Rent and manage instances."),
-    "launch": Entry("suanli.cli.launch", "launch", "Submit a job; its workdir is uploaded, the scheduler queues and places it."),
+    "launch": Entry(
+        "suanli.cli.launch",
+        "launch",
+        "Submit a job, a pipeline or a sweep; workdirs are uploaded, the scheduler queues and places them.",
+    ),
     "jobs": Entry("suanli.cli.jobs", "app", "Batch jobs."),
     "ssh": Entry(
         "suanli.cli.ssh", "ssh", "SSH into a running instance (plain OpenSSH), or run CMD there: suanli ssh 7 -- nvidia-smi."

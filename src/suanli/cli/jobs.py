@@ -31,7 +31,7 @@ def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "REASON"],
+        ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "DEPENDS ON", "GROUP", "REASON"],
         [
             [
                 j["id"],
@@ -44,6 +44,8 @@ def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
                 placed_on(j),
                 cost_so_far(j),
                 cost_rate(j),
+                ",".join(map(str, j.get("depends_on") or [])),
+                j.get("group") or "",
                 j["reason"],
             ]
             for j in rows
@@ -62,11 +64,16 @@ def wait_for(job_id: int, timeout_s: float | None = None) -> dict:
 
 @app.command("list")
 def list_(
-    state: str = typer.Option(None, help="Only jobs in this state."), as_json: bool = typer.Option(False, "--json")
+    state: str = typer.Option(None, help="Only jobs in this state."),
+    group: str = typer.Option(None, help="Only the jobs of this pipeline or sweep (its GROUP, or the part before #)."),
+    as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """List jobs."""
+    """List jobs, with what each depends on and its pipeline or sweep."""
     with api_errors():
-        show(client().jobs(state), as_json)
+        rows = client().jobs(state)
+    if group:
+        rows = [j for j in rows if j.get("group") and (j["group"] == group or j["group"].rsplit("#", 1)[0] == group)]
+    show(rows, as_json)
 
 
 @app.command("show")

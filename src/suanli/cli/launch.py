@@ -1,5 +1,9 @@
 """``suanli launch TASK.yaml``: submit a job from a task file, shipping its code.
 
+A file with ``jobs:`` is a pipeline: its jobs are submitted together, all or nothing
+(``POST /v1/pipelines``), each job's workdir shipped once. ``--sweep KEY=V1,V2``
+(repeatable) or a task's ``matrix:`` makes one job per combination, listed as one group.
+
 A task's ``workdir`` is a directory on the renter's machine (relative to the YAML). The
 CLI packs it into a gzip tar (``.git``, ``__pycache__``, ``.venv`` and the glob patterns
 of its ``.suanliignore`` left out), refuses it before sending if it is over the server's
@@ -26,7 +30,7 @@ from suanli.cli import secret_args
 from suanli.cli.billing import quote_task
 from suanli.cli.jobs import show, wait_for
 from suanli.cli.remote import api_errors, client, err_console, print_json
-from suanli.cli.taskfile import load_task
+from suanli.cli.taskfile import load_pipeline, parse_sweeps
 
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv"})
 IGNORE_FILE = ".suanliignore"
@@ -229,55 +233,77 @@ def ship(workdir: Path, quiet: bool) -> str:
         return str(done["id"])
 
 
+def _fail(kind: str, exc: Exception, code: int) -> typer.Exit:
+    err_console.print(f"[red]error[/red] ({kind}): {exc}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
 def launch(
-    task_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Task YAML."),
-    name: str = typer.Option(None, help="Override the task's name."),
-    env: list[str] = typer.Option([], "--env", help="KEY=VALUE, added to envs (repeatable)."),
+    task_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Task YAML, or a pipeline (a file with jobs:)."),
+    name: str = typer.Option(None, help="Override the task's name (a pipeline's: its group's)."),
+    env: list[str] = typer.Option([], "--env", help="KEY=VALUE, added to envs (repeatable; every job of a pipeline)."),
     secret: list[str] = typer.Option([], "--secret", help=secret_args.HELP + " Added to the task's secrets."),
-    wait: bool = typer.Option(False, "--wait", help="Wait for the job to finish, print its logs, exit with its code."),
-    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
+    sweep: list[str] = typer.Option(
+        [], "--sweep", help="KEY=V1,V2,...: one job per combination of the values (repeatable), each in its envs."
+    ),
+    wait: bool = typer.Option(False, "--wait", help="Wait for the job(s) to finish, print logs, exit with its code."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON (a pipeline or sweep: a list of jobs)."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Quote the cost per hour (and for --hours); upload and submit nothing."
     ),
     hours: float = typer.Option(None, "--hours", help="With --dry-run: the job's maximum duration, for a total."),
 ) -> None:
-    """Submit a job; its workdir is uploaded, the scheduler queues and places it."""
+    """Submit a job, a pipeline or a sweep; workdirs are uploaded, the scheduler queues and places them."""
     try:
-        task = load_task(task_file)
-        workdir = workdir_of(task_file, task)
+        group, tasks, many = load_pipeline(task_file, parse_sweeps(sweep))
+        workdirs = [workdir_of(task_file, t) for t in tasks]
     except WorkdirError as exc:
-        err_console.print(f"[red]error[/red] (workdir): {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise _fail("workdir", exc, 2) from None
     except ValueError as exc:
-        err_console.print(f"[red]error[/red] (invalid): {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise _fail("invalid", exc, 1) from None
     if dry_run:  # billing's quote (suanli.cli.billing); nothing is uploaded or submitted
+        if many:
+            raise _fail("invalid", ValueError("--dry-run quotes one task, not a pipeline or sweep"), 1)
         return quote_task(task_file, hours, 0, None, as_json)
     if name:
-        task["name"] = name
+        if many:
+            group = name
+        else:
+            tasks[0]["name"] = name
+    extra_env = {}
     for item in env:
         key, sep, value = item.partition("=")
         if not sep:
             raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--env")
-        task.setdefault("envs", {})[key] = value
-    if secret:
-        task["secrets"] = {**(task.get("secrets") or {}), **secret_args.parse(secret)}
+        extra_env[key] = value
+    secrets = secret_args.parse(secret) if secret else {}
+    for task in tasks:
+        if extra_env:
+            task["envs"] = {**(task.get("envs") or {}), **extra_env}
+        if secrets:
+            task["secrets"] = {**(task.get("secrets") or {}), **secrets}
     with api_errors():
-        if workdir is not None:
-            try:
-                task["code"] = ship(workdir, as_json)
-            except WorkdirError as exc:
-                err_console.print(f"[red]error[/red] (workdir): {exc}", highlight=False, soft_wrap=True)
-                raise typer.Exit(2) from None
-            task["workdir"] = None
-        job = client().launch(task)
+        shipped: dict[Path, str] = {}
+        for task, workdir in zip(tasks, workdirs, strict=True):
+            if workdir is None:
+                continue
+            if workdir not in shipped:
+                try:
+                    shipped[workdir] = ship(workdir, as_json)
+                except WorkdirError as exc:
+                    raise _fail("workdir", exc, 2) from None
+            task["code"], task["workdir"] = shipped[workdir], None
+        jobs = client().launch_pipeline(tasks, group) if many else [client().launch(tasks[0])]
         if wait:
-            job = wait_for(job["id"])
+            jobs = [wait_for(j["id"]) for j in jobs]
             if not as_json:
-                typer.echo(client().job_logs(job["id"]), nl=False)
+                for j in jobs:
+                    text = client().job_logs(j["id"])
+                    typer.echo(f"==> job {j['id']} ({j['name']}) <==\n{text}" if many else text, nl=False)
     if as_json:
-        print_json(job)
+        print_json(jobs if many else jobs[0])
     else:
-        show([job], False, "Job")
-    if wait and job["state"] != "succeeded":
-        raise typer.Exit(job["exit_code"] or 1)
+        show(jobs, False, "Jobs" if many else "Job")
+    failed = [j for j in jobs if j["state"] != "succeeded"]
+    if wait and failed:
+        raise typer.Exit(failed[0]["exit_code"] or 1)

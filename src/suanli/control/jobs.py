@@ -42,41 +42,49 @@ def check_code(who: Principal, task: Task, data_dir: Path | None) -> None:
         raise Invalid(f"code: no upload {task.code} for this tenant; upload the directory first (`suanli launch` does it)")
 
 
+def new_row(s: Session, who: Principal, task: Task, sealed: dict) -> Job:
+    """A queued job of ``task`` (sized; not added): ``submit`` and ``pipelines.submit``."""
+    r = task.resources
+    accel = r.accel
+    sized = size(
+        s,
+        accel.model if accel else None,
+        accel.count if accel and not r.gpu_milli else 0,
+        r.gpu_milli or 0,
+        r.cpus,
+        r.memory,
+        "resources.accelerators",
+    )
+    return Job(
+        tenant_id=who.tenant_id,
+        user_id=who.user_id,
+        name=task.name,
+        state="queued",
+        spec=task.model_dump(mode="json", exclude={"secrets"}),
+        secrets=sealed,
+        gpu_models=sized.gpu_models,
+        gpu_count=sized.gpu_count,
+        gpu_milli=sized.gpu_milli,
+        cpu_milli=sized.cpu_milli,
+        memory_mib=sized.memory_mib,
+        num_nodes=task.num_nodes,
+        priority=r.priority,
+        max_price_micros=None if r.max_price is None else to_micros(r.max_price),
+    )
+
+
 def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = None, keyring: Keyring | None = None) -> Job:
     """Queue a job. ``data_dir`` is where uploads live; without it a task with ``code`` is
-    refused. ``keyring`` seals the task's secrets (into ``secrets``, never ``spec``)."""
+    refused. ``keyring`` seals the task's secrets (into ``secrets``, never ``spec``). A task
+    with ``depends_on`` or ``matrix`` goes through ``pipelines.submit``."""
+    if task.depends_on or task.matrix:
+        raise Invalid("depends_on/matrix: submit it as a pipeline (control.pipelines.submit)")
     check_code(who, task, data_dir)
     if task.secrets and keyring is None:
         raise Invalid("secrets: this server holds no keyring to seal them with")
     sealed = workload_secrets.seal(keyring, who.tenant_id, task.secret_values()) if keyring and task.secrets else {}
-    r = task.resources
-    accel = r.accel
     with db.transaction() as s:
-        sized = size(
-            s,
-            accel.model if accel else None,
-            accel.count if accel and not r.gpu_milli else 0,
-            r.gpu_milli or 0,
-            r.cpus,
-            r.memory,
-            "resources.accelerators",
-        )
-        row = Job(
-            tenant_id=who.tenant_id,
-            user_id=who.user_id,
-            name=task.name,
-            state="queued",
-            spec=task.model_dump(mode="json", exclude={"secrets"}),
-            secrets=sealed,
-            gpu_models=sized.gpu_models,
-            gpu_count=sized.gpu_count,
-            gpu_milli=sized.gpu_milli,
-            cpu_milli=sized.cpu_milli,
-            memory_mib=sized.memory_mib,
-            num_nodes=task.num_nodes,
-            priority=r.priority,
-            max_price_micros=None if r.max_price is None else to_micros(r.max_price),
-        )
+        row = new_row(s, who, task, sealed)
         funds.check_start(s, row)  # refused (nothing queued) if its tenant cannot pay
         s.add(row)
         s.flush()

@@ -14,13 +14,17 @@ this order, each in a module of its own:
 5. **outbid** (``outbid``): spot work bidding below the spot price noticed; then
    (5b, every ``poll_interval_s``) **funds** (``funds``): the running work of a
    prepaid tenant whose balance is spent noticed, a notice withdrawn after a top-up;
-6. **admit** (``admission``): waiting work judged once against quotas, budgets and
+6. **pipelines** (``pipelines``): queued jobs whose dependency failed or was cancelled
+   cancelled with its name, transitively (one small read when none did); then
+   **admit** (``admission``): waiting work judged once against quotas, budgets and
    bids; what can never run fails, what may not run yet is held with its reason;
 7. **preempt** (``preempt``): spot victims noticed for admitted higher-class work
    that does not fit;
 8. **schedule** (``scheduling``): admitted work placed and its allocations claimed;
 9. **launch** (``launcher``): what was claimed started, several at once (a
-   container start is mostly waiting on the engine; rows are independent).
+   container start is mostly waiting on the engine; rows are independent). The loop's
+   thread does not wait for them: the next tick may run while they do (a claimed row
+   is no one else's to place, reconcile reads only rows with handles).
 
 Phases 3-5 and 7 run only when a node is down, spot work runs or a notice is pending (small reads;
 on SQLite every transaction takes the write lock). A failing phase among 1-5 and 7 is
@@ -37,13 +41,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from suanli.backends.base import Backend, ReportsExits
 from suanli.clock import SYSTEM, Clock
-from suanli.control import admission, funds, health, heartbeat, reconcile, workloads
+from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, workloads
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
@@ -132,6 +136,9 @@ class ControlLoop:
                 backend.on_task_exit(self.task_exited)
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
+        #: runs launches, at most LAUNCH_WORKERS at a time (claimed rows, independent)
+        self._launcher = ThreadPoolExecutor(max_workers=LAUNCH_WORKERS, thread_name_prefix="suanli-launch")
+        self._inflight: set[Future[None]] = set()
         self._tick_lock = threading.Lock()
 
     @property
@@ -145,8 +152,11 @@ class ControlLoop:
         reconcile.sweep_orphans(self.db, self.backends)
         reconcile.repair_counters(self.db)
 
-    def tick(self) -> PassResult:
-        """One pass of the recipe in the module docstring."""
+    def tick(self, wait_launches: bool = True) -> PassResult:
+        """One pass of the recipe in the module docstring. ``wait_launches``: return once
+        this tick's launches are done (a test's step); the loop's own thread does not wait
+        (``_run``): the next tick records exits and places work while they run, so a
+        pipeline's next job does not wait behind a batch of launches."""
         with self._tick_lock:
             t0 = time.perf_counter()
             poll = time.monotonic() - self._last_poll >= self.poll_interval_s or self._exited.is_set()
@@ -172,6 +182,7 @@ class ControlLoop:
                 self._guarded(outbid, self.plane)  # 5
             if poll:
                 self._guarded(funds.notice_unfunded, self.plane)  # 5b
+            self._guarded(self.cancel_doomed)  # 6
             if ended:
                 self.work_ended()
             work, held = self.admit()  # 6
@@ -181,10 +192,12 @@ class ControlLoop:
                 self.db, self.policy, list(self.backends), self.owner, work, held, memo=self._memo, fallback=self.fallback
             )
             if result.claimed:  # 9
-                with ThreadPoolExecutor(
-                    max_workers=min(LAUNCH_WORKERS, len(result.claimed)), thread_name_prefix="suanli-launch"
-                ) as pool:
-                    list(pool.map(lambda claim: self._launch(*claim), result.claimed))
+                launches = [self._launcher.submit(self._launch, *claim) for claim in result.claimed]
+                self._inflight.update(launches)
+                for f in launches:
+                    f.add_done_callback(self._inflight.discard)
+                if wait_launches:
+                    wait(launches)
             self.stats.ticks += 1
             self.stats.launched += len(result.claimed)
             self.stats.conflicts += result.conflicts
@@ -220,6 +233,11 @@ class ControlLoop:
         with self.db.transaction() as s:
             return workloads.reclaim_due(s)
 
+    def cancel_doomed(self) -> list[int]:
+        """Phase 6, first half: the jobs cancelled because a dependency failed."""
+        with self.db.transaction() as s:
+            return pipelines.cancel_doomed(s)
+
     def admit(self) -> tuple[list[Waiting], dict[tuple[str, int], str]]:
         """Phase 6: the waiting work that may run now (in scheduling order, spot bids'
         models narrowed) and the reasons for what is held; rejected rows fail here."""
@@ -254,7 +272,7 @@ class ControlLoop:
             log.exception("recovery failed")
         while not self._halt.is_set():
             try:
-                self.tick()
+                self.tick(wait_launches=False)
             except Exception:
                 log.exception("control loop tick failed")
             self._wake.wait(self.interval_s)
@@ -271,3 +289,4 @@ class ControlLoop:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        wait(list(self._inflight), timeout=30)  # launches in flight end (or are unclaimed) first

@@ -21,6 +21,13 @@
     secrets: {HF_TOKEN: hf_...} # like envs, but sealed at rest and masked in every listing
     checkpoint_dir: ckpt        # in the job's volume: relative, or under /workspace
     # distributed: torch        # or: the platform runs torchrun, and `run` is one worker's command
+    depends_on: [prep]          # jobs it waits for: names in the same pipeline, or ids of
+                                # this tenant's jobs
+    after: succeeded            # succeeded (default: cancelled if one fails) | finished
+    matrix: {lr: [1e-4, 3e-4]}  # a sweep: one job per combination, values in its envs
+
+A pipeline file has ``jobs:`` (a list of tasks, each with a ``name``) and an optional
+``name``; it is submitted as a whole or not at all (``control.pipelines``).
 
 Over the API a task carries ``code: <upload id>`` (``POST /v1/uploads``) and no
 ``workdir``: the server refuses a ``workdir``, which would name a path on its own machine.
@@ -32,12 +39,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from suanli.billing.money import MoneyError, parse_max_price
-from suanli.bounds import MAX_GPUS, Cpus, MemoryGib, Text
+from suanli.bounds import DB_INT_MAX, MAX_GPUS, Cpus, MemoryGib, Text
 from suanli.control.volume_paths import volume_path
 from suanli.control.workload_secrets import check_names
 from suanli.errors import Invalid
@@ -75,6 +82,19 @@ def check_max_price(value: object, priority: str) -> str | None:
     if priority != "spot":
         raise ValueError(f"a max_price is a spot bid: only valid with priority spot (this request is {priority})")
     return text
+
+
+#: jobs one pipeline submits at most (after its sweeps are expanded)
+MAX_PIPELINE_JOBS = 2000
+#: jobs one sweep (``matrix``) makes at most
+MAX_SWEEP_JOBS = 256
+
+
+def env_text(value: str | int | float | bool) -> str:
+    """A sweep value as its job sees it in the environment."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 class Resources(BaseModel):
@@ -143,6 +163,16 @@ class Task(BaseModel):
     #: ``torch``: the platform starts torchrun on each node from the per-node variables, and
     #: torchrun runs ``run`` once per worker (``control.environment.torch_launch``)
     distributed: Literal["torch"] | None = None
+    #: what it waits for: names of jobs in the same pipeline (a swept name: all of its
+    #: jobs) or ids of this tenant's existing jobs
+    depends_on: list[Annotated[Text, Field(min_length=1, max_length=100)] | Annotated[int, Field(ge=1, le=DB_INT_MAX)]] = Field(
+        default_factory=list, max_length=MAX_PIPELINE_JOBS
+    )
+    #: ``succeeded``: runs once they all succeeded, cancelled if one fails or is
+    #: cancelled; ``finished``: runs once they all ended, however
+    after: Literal["succeeded", "finished"] = "succeeded"
+    #: a sweep: env name -> values; one job per combination (``control.pipelines.expand``)
+    matrix: dict[str, list[str | int | float | bool]] = Field(default_factory=dict, max_length=16)
 
     @field_validator("envs")
     @classmethod
@@ -184,5 +214,45 @@ class Task(BaseModel):
             volume_path(v)  # refused at submission: nothing is created for a path outside the volume
         return v
 
+    @field_validator("depends_on")
+    @classmethod
+    def _no_duplicate_deps(cls, v: list) -> list:
+        seen = set()
+        for d in v:
+            if d in seen:
+                raise ValueError(f"{d!r} is listed twice")
+            seen.add(d)
+        return v
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix(cls, v: dict) -> dict:
+        combos = 1
+        for k, values in v.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise ValueError(f"{k!r} is not a valid environment variable name")
+            if not values:
+                raise ValueError(f"{k}: no values (a sweep key needs at least one)")
+            texts = [env_text(x) for x in values]
+            if len(set(texts)) != len(texts):
+                raise ValueError(f"{k}: a value is listed twice ({', '.join(texts)})")
+            for x in texts:
+                if not x or len(x) > 200 or "\x00" in x:
+                    raise ValueError(f"{k}: a value must be 1..200 characters without NUL, got {x!r}")
+            combos *= len(values)
+        if combos > MAX_SWEEP_JOBS:
+            raise ValueError(f"{combos} combinations: at most {MAX_SWEEP_JOBS} jobs per sweep")
+        return v
+
     def secret_values(self) -> dict[str, str]:
         return {k: v.get_secret_value() for k, v in self.secrets.items()}
+
+
+class Pipeline(BaseModel):
+    """A pipeline file: jobs (tasks with names) submitted together, all or nothing."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    #: the group its jobs are listed under (default: the file's name)
+    name: Text = Field(default="", max_length=80)
+    jobs: list[Task] = Field(min_length=1, max_length=MAX_PIPELINE_JOBS)

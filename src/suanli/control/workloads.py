@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import exists, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, and_, exists, not_, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
 from suanli.backends.base import TaskStatus
 from suanli.control.capacity import give_back
 from suanli.control.lifecycle import transition
 from suanli.db.clock import utcnow
-from suanli.db.models import Allocation, Instance, Job, Node
+from suanli.db.models import Allocation, Instance, Job, JobDependency, Node
 
 Workload = Instance | Job
 Key = tuple[str, int]
@@ -74,6 +74,25 @@ def end(
     transition(s, row, to, message)
 
 
+def end_waiting(s: Session, rows: Sequence[Job], to: str, reasons: dict[int, str]) -> None:
+    """``end`` for many queued jobs no launch has claimed (a pipeline's cancel): they
+    hold no allocation (only a claim takes one), so nothing is given back and no query
+    is made per row; one read checks that none holds one, else each goes through ``end``."""
+    ids = [r.id for r in rows]
+    holding: set[int] = set()
+    for i in range(0, len(ids), 500):
+        q = select(Allocation.job_id).where(Allocation.job_id.in_(ids[i : i + 500]), Allocation.ended_at.is_(None))
+        holding |= {j for j in s.scalars(q) if j is not None}
+    now = utcnow()
+    for row in rows:
+        if row.id in holding or row.launch_owner is not None:
+            end(s, row, to, reasons[row.id])
+        else:
+            row.finished_at = now
+            transition(s, row, to, reasons[row.id])
+        row.reason = reasons[row.id]
+
+
 def ended_at_of(statuses: Sequence[TaskStatus]) -> datetime | None:
     """When work whose tasks all ended did end: the last task's end, if every task's
     backend reported one (``TaskStatus.ended_at``); None (take now) otherwise."""
@@ -83,11 +102,30 @@ def ended_at_of(statuses: Sequence[TaskStatus]) -> datetime | None:
     return datetime.fromtimestamp(max(e for e in ends if e is not None), UTC)
 
 
+#: a dependency in one of these states fails an ``after: succeeded`` edge
+DEPENDENCY_FAILED = ("failed", "cancelled")
+
+
+def dependency_met(dep: Any) -> ColumnElement[bool]:
+    """An edge (``JobDependency``) whose dependency ``dep`` (an alias of ``Job``) no
+    longer holds its job back: it succeeded, or ended at all for ``after: finished``."""
+    return or_(dep.state == "succeeded", and_(JobDependency.after == "finished", dep.state.in_(DEPENDENCY_FAILED)))
+
+
+def dependencies_met() -> ColumnElement[bool]:
+    """The gate of a pipeline's jobs: no edge of this job whose dependency still holds it
+    back. One correlated ``NOT EXISTS`` on the edges' primary key (job_id, ...), in the
+    same read as the waiting jobs: no query per job, no work per pair of jobs."""
+    dep = aliased(Job)
+    held = exists().where(JobDependency.job_id == Job.id, dep.id == JobDependency.depends_on_id, not_(dependency_met(dep)))
+    return not_(held.correlate(Job))
+
+
 def waiting(s: Session) -> list[tuple[str, Workload]]:
     """Work that asks to be placed: pending instances meant to run, queued jobs not
-    cancelled, neither claimed by a launch."""
+    cancelled and not waiting on a dependency, neither claimed by a launch."""
     insts = s.scalars(select(Instance).where(*_waiting(Instance)))
-    jobs = s.scalars(select(Job).where(*_waiting(Job)))
+    jobs = s.scalars(select(Job).where(*_waiting(Job), dependencies_met()))
     return [("instance", r) for r in insts] + [("job", r) for r in jobs]
 
 

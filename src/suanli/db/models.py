@@ -233,6 +233,7 @@ class Instance(SpotNotice, Base):
 
 class Job(SpotNotice, Base):
     __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_state", "state"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
@@ -263,6 +264,24 @@ class Job(SpotNotice, Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: the pipeline or sweep it was submitted in (``control.pipelines``); "" for none
+    group_name: Mapped[str] = mapped_column(String(120), default="")
+
+
+class JobDependency(Base):
+    """An edge of a pipeline: ``job_id`` waits for ``depends_on_id``. ``after``:
+    ``succeeded`` (runs only if it succeeded; cancelled if it failed or was cancelled)
+    or ``finished`` (runs after any end)."""
+
+    __tablename__ = "job_dependencies"
+    __table_args__ = (
+        CheckConstraint("after IN ('succeeded', 'finished')", name="ck_job_deps_after"),
+        CheckConstraint("job_id <> depends_on_id", name="ck_job_deps_self"),
+        Index("ix_job_deps_parent", "depends_on_id"),
+    )
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    depends_on_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    after: Mapped[str] = mapped_column(String(20), default="succeeded")
 
 
 class Image(Base):

@@ -13,41 +13,73 @@ from suanli.api.deps import context, principal
 from suanli.api.errors import documented
 from suanli.api.params import IdPath, IdQuery, LogTail, TextQuery
 from suanli.api.schemas import EventOut, JobOut, LogsOut, MetricsOut
-from suanli.control import images, jobs
+from suanli.control import images, jobs, pipelines
 from suanli.control import metrics as usage_metrics
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
-from suanli.control.task import Task
-from suanli.db.models import Event
+from suanli.control.task import Pipeline, Task
+from suanli.db.models import Event, Job
+from suanli.errors import Invalid
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
-@router.post("/jobs", response_model=JobOut, status_code=201, responses=documented(402))  # control.funds
-def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
+def _out(ctx: ServerContext, rows: list[Job]) -> list[JobOut]:
+    """Jobs as the API shows them: allocations, costs, dependencies and, for a queued
+    job, why it waits (a dependency first, then the last scheduling pass's reason)."""
+    allocs = allocations_for(ctx.db, rows)
+    costs = costs_for(ctx.db, rows)
+    samples = metrics_for(ctx.db, rows)
+    with ctx.db.sessions() as s:
+        deps = pipelines.depends_on(s, [r.id for r in rows])
+        held = pipelines.waiting_reasons(s, [r.id for r in rows if r.state == "queued" and r.id in deps])
+    return [
+        job_out(
+            r,
+            allocs.get(r.id, []),
+            held.get(r.id) or ctx.waiting_reason("job", r.id),
+            costs.get(r.id),
+            samples.get(r.id),
+            deps.get(r.id),
+        )
+        for r in rows
+    ]
+
+
+def _submit(ctx: ServerContext, who: Principal, tasks: list[Task], group: str = "") -> list[Job]:
     require_isolation(ctx.db, ctx.backends, who, ctx.allow_process_runtime)
     with ctx.db.sessions() as s:
-        images.resolve(s, task.image)  # an image not offered is refused before anything is created
-    row = jobs.submit(ctx.db, who, task, ctx.data_dir, ctx.keyring)
+        for task in tasks:
+            images.resolve(s, task.image)  # an image not offered is refused before anything is created
+    rows = pipelines.submit(ctx.db, who, tasks, group, ctx.data_dir, ctx.keyring)
     ctx.wake()
-    return job_out(row, [], cost=costs_for(ctx.db, [row]).get(row.id))
+    return rows
+
+
+@router.post("/jobs", response_model=JobOut, status_code=201, responses=documented(402))  # control.funds
+def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
+    if task.matrix:
+        raise Invalid("matrix: a sweep makes several jobs; submit it with POST /v1/pipelines")
+    return _out(ctx, _submit(ctx, who, [task]))[0]
+
+
+@router.post("/pipelines", response_model=list[JobOut], status_code=201, responses=documented(402))
+def submit_pipeline(
+    pipeline: Pipeline, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> list[JobOut]:
+    """Submit jobs that depend on each other (and sweeps) at once: all of them or, on any
+    error (an unknown name, a cycle, another tenant's id, funds), none."""
+    return _out(ctx, _submit(ctx, who, pipeline.jobs, pipeline.name))
 
 
 @router.get("/jobs", response_model=list[JobOut])
 def list_(state: TextQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[JobOut]:
-    rows = jobs.list_(ctx.db, who, state)
-    allocs = allocations_for(ctx.db, rows)
-    costs = costs_for(ctx.db, rows)
-    samples = metrics_for(ctx.db, rows)
-    return [job_out(r, allocs.get(r.id, []), ctx.waiting_reason("job", r.id), costs.get(r.id), samples.get(r.id)) for r in rows]
+    return _out(ctx, jobs.list_(ctx.db, who, state))
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
 def get(job_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
-    row = jobs.get(ctx.db, who, job_id)
-    allocs = allocations_for(ctx.db, [row]).get(row.id, [])
-    cost = costs_for(ctx.db, [row]).get(row.id)
-    return job_out(row, allocs, ctx.waiting_reason("job", row.id), cost, metrics_for(ctx.db, [row]).get(row.id))
+    return _out(ctx, [jobs.get(ctx.db, who, job_id)])[0]
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=list[MetricsOut])
@@ -69,7 +101,7 @@ def metrics_history(
 def cancel(job_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
     row = jobs.cancel(ctx.db, who, job_id)
     ctx.wake()
-    return job_out(row, allocations_for(ctx.db, [row]).get(row.id, []), cost=costs_for(ctx.db, [row]).get(row.id))
+    return _out(ctx, [row])[0]
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogsOut)

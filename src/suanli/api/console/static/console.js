@@ -428,10 +428,17 @@ async function liveJobs() {
     !done.includes(j.state) && !j.cancel_requested &&
       el("button", { class: "plain", onclick: () => act(t("Cancelling job {id}.", { id: j.id }), () => api("POST", `/v1/jobs/${j.id}/cancel`)) }, t("Cancel")),
     el("button", { class: "plain", onclick: () => showLogs("job", j) }, t("Logs")));
+  // a pipeline's graph state: each dependency with its name and state, coloured like STATE
+  const byId = new Map(rows.map((j) => [j.id, j]));
+  const depsCell = (j) => el("td", { class: "deps" }, (j.depends_on || []).map((d) => {
+    const dep = byId.get(d);
+    return el("span", { class: `dep state-${dep ? dep.state : "unknown"}`, "data-job": d, title: dep ? t(dep.state) : "" },
+      dep && dep.name ? `${d} ${dep.name}` : String(d));
+  }));
   return el("section", {}, el("h2", {}, t("Jobs")),
-    table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "EXIT", "WHY", ""],
+    table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "EXIT", "DEPENDS ON", "GROUP", "WHY", ""],
       rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), priorityDesc(j), placed(j.allocations),
-        costCell(j), rateCell(j), j.exit_code ?? "", j.reason, actions(j)]),
+        costCell(j), rateCell(j), j.exit_code ?? "", depsCell(j), j.group || "", j.reason, actions(j)]),
       "No jobs yet."));
 }
 
