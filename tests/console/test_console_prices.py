@@ -22,6 +22,7 @@ def yuan(value: float) -> str:
 def test_gpus_view_shows_the_prices_and_spot_follows_utilisation(page: Page, console_server: LiveServer) -> None:
     gpus = {g["model"]: g for g in console_server.client().gpus()}
     sign_in(page, console_server.token)
+    page.click("a[href='#gpus']")
     expect(page.locator("#live thead")).to_contain_text("ON DEMAND /GPU-h")
     for model in ("H100", "RTX4090", "A100-80G"):
         g = gpus[model]
