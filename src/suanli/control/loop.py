@@ -139,6 +139,7 @@ class ControlLoop:
         #: runs launches, at most LAUNCH_WORKERS at a time (claimed rows, independent)
         self._launcher = ThreadPoolExecutor(max_workers=LAUNCH_WORKERS, thread_name_prefix="suanli-launch")
         self._inflight: set[Future[None]] = set()
+        self._inflight_lock = threading.Lock()  # launch threads drop their futures as they end
         self._tick_lock = threading.Lock()
 
     @property
@@ -193,9 +194,10 @@ class ControlLoop:
             )
             if result.claimed:  # 9
                 launches = [self._launcher.submit(self._launch, *claim) for claim in result.claimed]
-                self._inflight.update(launches)
+                with self._inflight_lock:
+                    self._inflight.update(launches)
                 for f in launches:
-                    f.add_done_callback(self._inflight.discard)
+                    f.add_done_callback(self._launched)
                 if wait_launches:
                     wait(launches)
             self.stats.ticks += 1
@@ -256,6 +258,10 @@ class ControlLoop:
             log.exception("launching %s %s failed", kind, wid)
             fail_launch(self.db, kind, wid, self.owner, f"{type(exc).__name__}: {exc}")
 
+    def _launched(self, done: Future[None]) -> None:
+        with self._inflight_lock:
+            self._inflight.discard(done)
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -289,4 +295,6 @@ class ControlLoop:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
-        wait(list(self._inflight), timeout=30)  # launches in flight end (or are unclaimed) first
+        with self._inflight_lock:
+            inflight = list(self._inflight)
+        wait(inflight, timeout=30)  # launches in flight end (or are unclaimed) first
