@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -83,6 +84,12 @@ def notice_text(row: Instance | Job) -> str | None:
         return None
     when = datetime.fromtimestamp(row.notice_deadline, tz=UTC).isoformat(timespec="seconds")
     return f"{row.notice_why or f'spot reclaim for {row.notice_for}'}; takes effect at {when}"
+
+
+def history_out(db: Database, kind: str, wid: int, since: float | None) -> list[schemas.MetricsOut]:
+    """A workload's samples from ``since`` (default: the last hour), oldest first."""
+    start = time.time() - 3600 if since is None else since
+    return [metric_out(m) for m in usage_metrics.history(db, kind, wid, start)]
 
 
 def metric_out(m: WorkloadMetric | None) -> schemas.MetricsOut:

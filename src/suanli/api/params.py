@@ -49,3 +49,9 @@ LogTail = Annotated[int | None, Query(ge=1, le=DB_INT_MAX, description="only the
 
 #: ``/v1/uploads/{upload_id}``: an upload's id, the SHA-256 of its archive
 UploadId = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="the archive's SHA-256, hex")]
+
+#: where a workload's metrics history starts (``GET /v1/{instances,jobs}/ID/metrics``)
+MetricsSince = Annotated[
+    float | None,
+    Query(ge=0, le=1e11, description="epoch seconds; default: the last hour. Older than an hour: five-minute averages"),
+]

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 from fastapi import APIRouter, Depends, Query, Request
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import access_for, allocations_for, costs_for, instance_out, metric_out, metrics_for
+from suanli.api.convert import access_for, allocations_for, costs_for, history_out, instance_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
-from suanli.api.params import IdPath, LogTail
+from suanli.api.params import IdPath, LogTail, MetricsSince
 from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut, MetricsOut
 from suanli.control import instances
-from suanli.control import metrics as usage_metrics
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
 from suanli.db.models import Instance
@@ -88,16 +85,12 @@ def get(
 @router.get("/{instance_id}/metrics", response_model=list[MetricsOut])
 def metrics_history(
     instance_id: IdPath,
-    since: float | None = Query(
-        None, ge=0, le=1e11, description="epoch seconds; default: the last hour. Older than an hour: five-minute averages"
-    ),
+    since: MetricsSince = None,
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> list[MetricsOut]:
     """Its usage over time, oldest first: raw samples for the last hour, five-minute buckets before."""
-    row = instances.get(ctx.db, who, instance_id)
-    start = time.time() - 3600 if since is None else since
-    return [metric_out(m) for m in usage_metrics.history(ctx.db, "instance", row.id, start)]
+    return history_out(ctx.db, "instance", instances.get(ctx.db, who, instance_id).id, since)
 
 
 @router.post("/{instance_id}/stop", response_model=InstanceOut)

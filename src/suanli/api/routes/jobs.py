@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import allocations_for, costs_for, event_out, job_out, metric_out, metrics_for
+from suanli.api.convert import allocations_for, costs_for, event_out, history_out, job_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
-from suanli.api.params import IdPath, IdQuery, LogTail, TextQuery
+from suanli.api.params import IdPath, IdQuery, LogTail, MetricsSince, TextQuery
 from suanli.api.schemas import EventOut, JobOut, LogsOut, MetricsOut
 from suanli.control import images, jobs, pipelines
-from suanli.control import metrics as usage_metrics
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
 from suanli.control.task import Pipeline, Task
@@ -85,16 +82,12 @@ def get(job_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = 
 @router.get("/jobs/{job_id}/metrics", response_model=list[MetricsOut])
 def metrics_history(
     job_id: IdPath,
-    since: float | None = Query(
-        None, ge=0, le=1e11, description="epoch seconds; default: the last hour. Older than an hour: five-minute averages"
-    ),
+    since: MetricsSince = None,
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> list[MetricsOut]:
     """Its usage over time (its nodes summed), oldest first: raw samples for the last hour, five-minute buckets before."""
-    row = jobs.get(ctx.db, who, job_id)
-    start = time.time() - 3600 if since is None else since
-    return [metric_out(m) for m in usage_metrics.history(ctx.db, "job", row.id, start)]
+    return history_out(ctx.db, "job", jobs.get(ctx.db, who, job_id).id, since)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
