@@ -43,7 +43,8 @@ def test_swagger_ui_renders_the_operations_with_no_network(page: Page, console_s
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto("/docs")
-    expect(page.locator(".opblock-summary-path", has_text="/v1/instances").first).to_be_visible()
+    # the schema of ~90 operations is built on the first request and parsed in the page: seconds on a loaded machine
+    expect(page.locator(".opblock-summary-path", has_text="/v1/instances").first).to_be_visible(timeout=30_000)
     page.goto("/console/")
     expect(page.locator("#login")).to_be_visible()
     assert not errors and not elsewhere, (errors, elsewhere)

@@ -30,11 +30,25 @@ def test_docker_stats_format_gives_its_own_percent_and_memory() -> None:
 
 def test_cpu_percent_is_the_difference_since_the_last_reading() -> None:
     m = usage.CpuMeter()
-    assert m.percent("a", 10.0, 100.0, first=42.0) == 42.0  # first reading: the average so far
-    assert m.percent("a", 10.5, 101.0, first=0.0) == 50.0  # half a core over one second
-    assert m.percent("a", 10.5, 111.0, first=0.0) == 0.0
+    assert m.percent("a", 10.0, 100.0, first=42.0) == (42.0, False)  # first reading: the average so far, not over an interval
+    assert m.percent("a", 10.5, 101.0, first=0.0) == (50.0, True)  # half a core over one second
+    assert m.percent("a", 10.5, 111.0, first=0.0) == (0.0, True)
     m.forget_except([])
-    assert m.percent("a", 99.0, 112.0, first=7.0) == 7.0
+    assert m.percent("a", 99.0, 112.0, first=7.0) == (7.0, False)
+
+
+def test_a_first_reading_busy_since_start_is_not_activity() -> None:
+    """A container's first reading is its average since start, start-up included: a busy
+    start-up must not keep an idle instance from its auto-stop; the next reading, over an
+    interval, judges it."""
+    from suanli.control.autostop import AutostopSettings, is_active
+    from suanli.control.metrics import combine
+
+    settings = AutostopSettings()
+    first = combine("instance", 1, 1, 0.0, [usage.sample("k", {}, 40.0, 2**20, None, 0, cpu_over_interval=False)])
+    assert first.cpu_percent == 40.0 and not is_active(first, settings), first
+    later = combine("instance", 1, 1, 1.0, [usage.sample("k", {}, 40.0, 2**20, None, 0)])
+    assert is_active(later, settings), later
 
 
 def test_sessions_count_established_inbound_connections_to_ssh_and_published_ports() -> None:

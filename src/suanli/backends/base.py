@@ -286,6 +286,8 @@ class UsageSample:
     gpu_note: str = ""  #: why GPU fields are None ("not measured: virtual GPU"); "" when measured or no GPU
     sessions: int | None = None
     node: str = ""
+    #: False for a task's first reading: its average since it started (start-up included)
+    cpu_over_interval: bool = True
 
 
 @runtime_checkable

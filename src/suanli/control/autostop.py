@@ -7,7 +7,8 @@ collection (``control.metrics``). A sample counts as **activity** when any of:
 - **GPU**: a real GPU's utilisation (NVML) is above ``gpu_percent`` (default 5 %);
 - **CPU**: the container's CPU over the last interval is above ``cpu_percent`` (default
   5 % of one core): the image's own idle processes (sshd, the keeper's ``sleep``) stay far
-  below it, a shell running anything does not;
+  below it, a shell running anything does not. A task's first reading is its average
+  since it started, start-up included: shown, not taken as activity;
 - **sessions**: an established inbound TCP connection to the instance's SSH port or to
   one of its published ports (the port proxy's connections: JupyterLab, its terminals,
   a web app), read from the container's own network namespace.
@@ -90,7 +91,7 @@ class AutostopSettings:
 def is_active(u: WorkloadUsage, settings: AutostopSettings) -> bool:
     return (
         (u.gpu_util_percent is not None and u.gpu_util_percent > settings.gpu_percent)
-        or u.cpu_percent > settings.cpu_percent
+        or (u.cpu_over_interval and u.cpu_percent > settings.cpu_percent)
         or bool(u.sessions)
     )
 
@@ -98,7 +99,7 @@ def is_active(u: WorkloadUsage, settings: AutostopSettings) -> bool:
 def why_active(u: WorkloadUsage, settings: AutostopSettings) -> str:
     if u.gpu_util_percent is not None and u.gpu_util_percent > settings.gpu_percent:
         return f"GPU {u.gpu_util_percent:.0f}%"
-    if u.cpu_percent > settings.cpu_percent:
+    if u.cpu_over_interval and u.cpu_percent > settings.cpu_percent:
         return f"CPU {u.cpu_percent:.0f}% of a core"
     return f"{u.sessions} open session(s)"
 

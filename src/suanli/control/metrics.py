@@ -62,6 +62,8 @@ class WorkloadUsage:
     sessions: int | None
     gpu_note: str
     gpus: list[dict] = field(default_factory=list)
+    #: False when a task's CPU is its first reading (its average since start): no sign of activity now
+    cpu_over_interval: bool = True
 
 
 def combine(kind: str, wid: int, tenant_id: int, ts: float, parts: Sequence[UsageSample]) -> WorkloadUsage:
@@ -99,6 +101,7 @@ def combine(kind: str, wid: int, tenant_id: int, ts: float, parts: Sequence[Usag
             for p in parts
             for g in p.gpus
         ],
+        all(p.cpu_over_interval for p in parts),
     )
 
 

@@ -180,13 +180,13 @@ class LocalBackend:
                     c = listed.get(st.name)
                     pid = c.pid if c is not None else 0
                 if st.cpu_percent_now is not None:  # Docker: its own percent, no cumulative counter
-                    cpu = st.cpu_percent_now
+                    cpu, measured = st.cpu_percent_now, True
                 else:
-                    cpu = self._cpu.percent(h.key, st.cpu_ns / 1e9, now, st.avg_cpu_percent)
+                    cpu, measured = self._cpu.percent(h.key, st.cpu_ns / 1e9, now, st.avg_cpu_percent)
                 sessions = meter.count_sessions(meter.netns_tables(pid), meter.session_ports(h.data)) if pid else None
                 cid = st.container_id
                 readings = gpu_readings(h.data, lambda p, cid=cid: meter.in_container(p, cid))  # type: ignore[misc]
-                out.append(meter.sample(h.key, h.data, cpu, st.memory_bytes, readings, sessions))
+                out.append(meter.sample(h.key, h.data, cpu, st.memory_bytes, readings, sessions, measured))
         if procs:
             table = meter.read_procs()
             up = meter.uptime_s()
@@ -201,8 +201,8 @@ class LocalBackend:
                 cpu_s = sum(p.cpu_s for p in members)
                 leader = next((p for p in members if p.pid == sid), members[0])
                 lifetime = max(1e-3, up - leader.start_s)
-                cpu = self._cpu.percent(h.key, cpu_s, now, 100.0 * cpu_s / lifetime)
+                cpu, measured = self._cpu.percent(h.key, cpu_s, now, 100.0 * cpu_s / lifetime)
                 readings = gpu_readings(h.data, lambda p, sid=sid: meter.in_session(p, sid))  # type: ignore[misc]
-                out.append(meter.sample(h.key, h.data, cpu, sum(p.rss_bytes for p in members), readings, None))
+                out.append(meter.sample(h.key, h.data, cpu, sum(p.rss_bytes for p in members), readings, None, measured))
         self._cpu.forget_except(h.key for h in handles)
         return out

@@ -111,13 +111,15 @@ class CpuMeter:
     def __init__(self) -> None:
         self._last: dict[str, tuple[float, float]] = {}
 
-    def percent(self, key: str, cpu_s: float, now: float, first: float) -> float:
-        """``first``: the answer for a key read for the first time (its average so far)."""
+    def percent(self, key: str, cpu_s: float, now: float, first: float) -> tuple[float, bool]:
+        """The percent, and whether it was measured over an interval. ``first``: the
+        answer for a key read for the first time (its average since it started, start-up
+        included: shown, but no sign of activity now)."""
         prev = self._last.get(key)
         self._last[key] = (cpu_s, now)
         if prev is None or now <= prev[1] or cpu_s < prev[0]:
-            return max(0.0, first)
-        return max(0.0, 100.0 * (cpu_s - prev[0]) / (now - prev[1]))
+            return max(0.0, first), False
+        return max(0.0, 100.0 * (cpu_s - prev[0]) / (now - prev[1])), True
 
     def forget_except(self, keys: Iterable[str]) -> None:
         keep = set(keys)
@@ -257,6 +259,7 @@ def sample(
     memory_bytes: int,
     readings: list[GpuReading] | None,
     sessions: int | None,
+    cpu_over_interval: bool = True,
 ) -> UsageSample:
     """One ``UsageSample``; ``readings`` None: the task's GPUs could not be read."""
     gpus = list(data.get("gpus") or [])
@@ -271,6 +274,7 @@ def sample(
     return UsageSample(
         key=key,
         cpu_percent=round(cpu_percent, 2),
+        cpu_over_interval=cpu_over_interval,
         memory_mib=round(memory_bytes / 2**20, 2),
         gpu_util_percent=util,
         gpu_memory_mib=mem,
