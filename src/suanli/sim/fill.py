@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from suanli.scheduler import Allocation, ClusterState, Node, Request, Scheduler, TargetWorkload, make_policy
-from suanli.scheduler.defrag import MovableSet, apply_plan, plan_defrag
+from suanli.scheduler.defrag import MovableSet, apply_plan
 from suanli.scheduler.policies.fragmentation import TargetArrays, node_fragmentation
+from suanli.scheduler.repack import PLANNERS
 
 
 @dataclass
@@ -38,6 +39,9 @@ class FillRun:
     pods: int = 0
     wall_seconds: float = 0.0
     migrations: int = 0  # shares moved by the defragmentation planner (defrag_max_moves > 0)
+    migrated_milli: int = 0  # GPU milli of the shares moved (what checkpoint/stop/start interrupts)
+    plans: int = 0  # plans applied (pods placed thanks to migrations)
+    plan_seconds: list[float] = field(default_factory=list)  # wall time of each planner call
 
 
 def arrival_order(requests: Sequence[Request], total_gpu_milli: int, tune: float, seed: int) -> list[Request]:
@@ -74,13 +78,18 @@ def run_fill(
     tune: float = 1.3,
     progress: Callable[[int, int], None] | None = None,
     defrag_max_moves: int = 0,
+    planner: str = "direct",
 ) -> FillRun:
     """Run one fill experiment; ``progress(done, total)`` is called now and then.
 
     With ``defrag_max_moves`` > 0, a whole-GPU pod that fails asks the
     defragmentation planner for at most that many migrations of placed shares; if
     a plan exists it is applied and the pod placed, and ``FillRun.migrations``
-    counts the moves."""
+    counts the moves. ``planner`` picks the planner (``repack.PLANNERS``): "direct"
+    (``defrag.plan_defrag``) or "repack" (``repack.plan_repack``, chains found by
+    CP-SAT). With "repack", a request no smaller (same GPUs and models, no less CPU
+    and memory) than one whose plan failed is not planned until some plan succeeds
+    (nothing departs in a fill, so room only shrinks)."""
     start = time.perf_counter()
     state = ClusterState(nodes)
     target = TargetWorkload.from_requests(requests)
@@ -102,13 +111,14 @@ def run_fill(
     )
     used = arrived = 0
     movable = MovableSet(state) if defrag_max_moves > 0 else None
+    hopeless: list | None = [] if planner != "direct" else None
     for k, req in enumerate(order):
         arrived += req.total_gpu_milli
         placement = scheduler.schedule(req) if movable is None else scheduler.schedule(req, key=k)
         alloc = placement.allocation
         if movable is not None:
             moves = run.migrations
-            alloc = _track_or_defrag(scheduler, req, k, alloc, movable, defrag_max_moves, run, node_frag, t)
+            alloc = _track_or_defrag(scheduler, req, k, alloc, movable, defrag_max_moves, run, node_frag, t, planner, hopeless)
             frag_total = float(node_frag.sum()) if run.migrations != moves else frag_total
         if alloc is None:
             run.failed[placement.reason] += 1
@@ -138,6 +148,8 @@ def _track_or_defrag(
     run: FillRun,
     node_frag: np.ndarray,
     t: TargetArrays,
+    planner: str = "direct",
+    hopeless: list | None = None,
 ) -> Allocation | None:
     """Defrag path of ``run_fill``: record placed shares as migratable; for a failed
     whole-GPU pod, apply a migration plan and place the pod. Refreshes ``node_frag``
@@ -148,12 +160,23 @@ def _track_or_defrag(
         return alloc
     if not req.gpu_count:
         return None
-    plan = plan_defrag(scheduler.state, req, movable, max_moves)
+    shape = (req.gpu_count, req.gpu_models, req.cpu_milli, req.memory_mib)
+    if hopeless is not None and any(h[:2] == shape[:2] and h[2] <= shape[2] and h[3] <= shape[3] for h in hopeless):
+        return None  # a request as big failed since the last plan
+    began = time.perf_counter()
+    plan = PLANNERS[planner](scheduler.state, req, movable, max_moves)
+    run.plan_seconds.append(time.perf_counter() - began)
     if plan is None:
+        if hopeless is not None:
+            hopeless.append(shape)
         return None
+    if hopeless is not None:
+        hopeless.clear()
     apply_plan(scheduler, plan, movable)
     scheduler.reserve(key, plan.allocation)
     run.migrations += plan.moves
+    run.migrated_milli += sum(m.old.milli_per_gpu for m in plan.migrations)
+    run.plans += 1
     state = scheduler.state
     for i in {state.index[a.node] for m in plan.migrations for a in (m.old, m.new)}:
         rows = slice(i, i + 1)
