@@ -6,9 +6,10 @@
 
 One fill run (``run_fill``, tune 1.3) per (trace, policy, seed, arm). An arm is
 ``none`` (no migration: the baseline, measured in the same invocation) or
-``PLANNER:K``: whenever a whole-GPU pod fails, ask planner ``PLANNER``
+``PLANNER:K[:CAP]``: whenever a whole-GPU pod fails, ask planner ``PLANNER``
 (``repack.PLANNERS``: ``direct`` = ``defrag.plan_defrag``, ``repack`` = CP-SAT
-global repack) for at most K migrations of placed shares. Per run: allocation %
+global repack) for at most K migrations of placed shares (and at most CAP moves
+per 100 pods placed so far, when given). Per run: allocation %
 at 100 % arrived, shares moved, moves per 100 placed pods, GPU milli moved, plans
 applied, planner calls and their p99 wall time. Runs are appended to ``--out`` as
 they finish and reused on the next invocation (``--fresh`` measures again).
@@ -49,8 +50,10 @@ def run_one(traces: Path, trace: str, policy: str, seed: int, arm: str) -> dict:
 
     nodes = load_nodes(traces / "openb_node_list_gpu_node.csv")
     pods = [p.request for p in load_pods(pods_path(traces, trace))]
-    planner, moves = ("direct", 0) if arm == "none" else (arm.split(":")[0], int(arm.split(":")[1]))
-    run = run_fill(nodes, pods, policy, seed, defrag_max_moves=moves, planner=planner)
+    parts = arm.split(":")  # none | PLANNER:K | PLANNER:K:CAP (moves per 100 placed pods)
+    planner, moves = ("direct", 0) if arm == "none" else (parts[0], int(parts[1]))
+    cap = float(parts[2]) if len(parts) > 2 else None
+    run = run_fill(nodes, pods, policy, seed, defrag_max_moves=moves, planner=planner, moves_per_100_pods=cap)
     s = summary(run)
     placed = run.pods - s["failed_pods"]
     plan_s = np.array(run.plan_seconds) if run.plan_seconds else np.zeros(1)

@@ -79,6 +79,7 @@ def run_fill(
     progress: Callable[[int, int], None] | None = None,
     defrag_max_moves: int = 0,
     planner: str = "direct",
+    moves_per_100_pods: float | None = None,
 ) -> FillRun:
     """Run one fill experiment; ``progress(done, total)`` is called now and then.
 
@@ -89,7 +90,8 @@ def run_fill(
     (``defrag.plan_defrag``) or "repack" (``repack.plan_repack``, chains found by
     CP-SAT). With "repack", a request no smaller (same GPUs and models, no less CPU
     and memory) than one whose plan failed is not planned until some plan succeeds
-    (nothing departs in a fill, so room only shrinks)."""
+    (nothing departs in a fill, so room only shrinks). ``moves_per_100_pods`` caps
+    the run's migrations at that many per 100 pods placed so far (None: no cap)."""
     start = time.perf_counter()
     state = ClusterState(nodes)
     target = TargetWorkload.from_requests(requests)
@@ -109,7 +111,7 @@ def run_fill(
         frag=np.zeros(n),
         idle=np.zeros(n, np.int64),
     )
-    used = arrived = 0
+    used = arrived = placed = 0
     movable = MovableSet(state) if defrag_max_moves > 0 else None
     hopeless: list | None = [] if planner != "direct" else None
     for k, req in enumerate(order):
@@ -118,12 +120,16 @@ def run_fill(
         alloc = placement.allocation
         if movable is not None:
             moves = run.migrations
-            alloc = _track_or_defrag(scheduler, req, k, alloc, movable, defrag_max_moves, run, node_frag, t, planner, hopeless)
+            budget = defrag_max_moves
+            if moves_per_100_pods is not None:
+                budget = min(budget, int(moves_per_100_pods * (placed + 1) / 100) - run.migrations)
+            alloc = _track_or_defrag(scheduler, req, k, alloc, movable, budget, run, node_frag, t, planner, hopeless)
             frag_total = float(node_frag.sum()) if run.migrations != moves else frag_total
         if alloc is None:
             run.failed[placement.reason] += 1
             run.failed_shapes[(req.cpu_milli, req.milli_per_gpu, req.gpus_used)] += 1
         else:
+            placed += 1
             used += alloc.total_gpu_milli
             i = state.index[alloc.node]
             new = node_fragmentation(state.gpu_free[i : i + 1], state.cpu_free[i : i + 1], state.model_id[i : i + 1], t)[0]
@@ -158,7 +164,7 @@ def _track_or_defrag(
         if req.is_sharing:
             movable.add(key, alloc, req.gpu_models)
         return alloc
-    if not req.gpu_count:
+    if not req.gpu_count or max_moves < 1:
         return None
     shape = (req.gpu_count, req.gpu_models, req.cpu_milli, req.memory_mib)
     if hopeless is not None and any(h[:2] == shape[:2] and h[2] <= shape[2] and h[3] <= shape[3] for h in hopeless):
