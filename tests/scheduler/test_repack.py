@@ -81,6 +81,7 @@ def test_a_move_may_free_cpu_rather_than_a_gpu():
     plan = plan_repack(state, req, movable, 4)
     assert plan is not None and [m.new.node for m in plan.migrations] == ["b"]
     check(state, movable, req, plan)
+    assert plan_repack(state, req, movable, 1) == plan  # one move: a budget of one suffices
 
 
 def test_a_share_keeps_to_its_models():

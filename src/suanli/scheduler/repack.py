@@ -30,8 +30,9 @@ OR-Tools CP-SAT over a bounded neighbourhood of the cluster:
 The result is a ``defrag.DefragPlan``, applied with ``defrag.apply_plan`` like a
 direct plan: the live platform migrates a share by checkpoint, stop, start
 elsewhere, one migration at a time in the plan's order. Bounded by ``time_limit``
-(seconds of solver time, also given as a deterministic-time limit so the same
-input gives the same plan) and ``max_moves``. Pure: changes nothing.
+(wall seconds for the whole call: the direct try, the model and the solver; the
+solver also gets it as a deterministic-time limit, so on an unloaded machine the
+same input gives the same plan) and ``max_moves``. Pure: changes nothing.
 """
 
 from __future__ import annotations
@@ -206,20 +207,20 @@ def plan_repack(
         raise ValueError("repack plans for whole-GPU requests on one node")
     if max_moves < 0:
         raise ValueError("max_moves must be >= 0")
+    start = time.perf_counter()
     if not isinstance(movable, MovableSet) or movable.index is not state.index:
         movable = MovableSet(state, movable)
     direct = plan_defrag(state, req, movable, min(max_moves, 1))
     if direct is not None:
         return direct
-    if max_moves < 2:
+    if max_moves < 1:
         return None
     found = _targets(state, req, movable, max_moves, targets)
     if not found:
         return None
-    start = time.perf_counter()
     STATS.calls += 1
     try:
-        plan = _solve(state, req, movable, max_moves, found, time_limit, move_cost, fits, depth)
+        plan = _solve(state, req, movable, max_moves, found, start + time_limit, time_limit, move_cost, fits, depth)
     finally:
         STATS.seconds += time.perf_counter() - start
     if plan is not None:
@@ -233,6 +234,7 @@ def _solve(
     movable: MovableSet,
     max_moves: int,
     found: list[tuple[int, np.ndarray]],
+    deadline: float,
     time_limit: float,
     move_cost: MoveCost,
     fits: int,
@@ -323,7 +325,6 @@ def _solve(
     m.add(sum(1 - v for v in stay.values()) <= max_moves)
     m.minimize(sum(costs))
     request_node = {v: node for node, v in pick.items()}
-    deadline = time.perf_counter() + time_limit
     for _ in range(_ATTEMPTS):
         left = deadline - time.perf_counter()
         if left <= 0:
