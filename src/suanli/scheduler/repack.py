@@ -40,13 +40,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet, plan_defrag
 from suanli.scheduler.model import MILLI_PER_GPU, Allocation, Request
 from suanli.scheduler.state import ClusterState, OverAllocation
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 #: The cost of moving one share: a fixed part per move (a checkpoint, a stop, a
 #: start) and a part per milli moved (its size). Integer, as CP-SAT needs.
@@ -240,6 +243,10 @@ def _solve(
     fits: int,
     depth: int,
 ) -> DefragPlan | None:
+    # OR-Tools costs ~55 MB and a second to load: only when a model is built, so the
+    # fill and the replay without migration (which import this module) do not pay it.
+    from ortools.sat.python import cp_model
+
     s = state
     target_nodes = {node for node, _ in found}
     slots, shares = _neighbourhood(s, movable, found, fits, depth)
