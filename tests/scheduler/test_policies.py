@@ -166,3 +166,29 @@ def test_policies_without_a_target_place_before_learning_anything():
     state = cluster(node("a", gpus=2), node("b", gpus=2))
     for name in ("fgd", "suanli", "fgd_online", "suanli_online"):
         assert scheduler(name, state).place(share(300)).ok
+
+
+def test_suanli_drops_the_cpu_key_when_the_mix_is_cpu_bound():
+    # Two nodes with a free GPU each; "roomy" keeps more CPU per idle GPU than "tight".
+    # With a GPU-heavy mix, key 2 ranks the node that keeps a CPU surplus for its idle
+    # GPUs higher for a CPU-only pod. When the mix's CPU at full GPU allocation exceeds
+    # the cluster's (CPU-only pods dominate), CPU next to idle GPUs will be taken
+    # anyway: key 2 is off and FGD's score alone ranks the nodes.
+    from suanli.scheduler import ClusterState, TargetWorkload, make_policy
+    from suanli.scheduler.policies.suanli import _SPAN, CPU_BOUND
+
+    nodes = [node("tight", gpus=1, cpu=8_000), node("roomy", gpus=1, cpu=64_000)]
+    gpu_mix = [whole(1, cpu=4_000)] * 9 + [Request(cpu_milli=1_000, memory_mib=0)]
+    cpu_mix = [whole(1, cpu=4_000)] + [Request(cpu_milli=30_000, memory_mib=0)] * 9
+    for mix, bound in ((gpu_mix, False), (cpu_mix, True)):
+        state = ClusterState(nodes)
+        policy = make_policy("suanli", TargetWorkload.from_requests(mix, coverage=1.0), 0)
+        assert (policy.cpu_demand_ratio(state) > CPU_BOUND) is bound
+        idx = np.arange(2)
+        cpu_pod = Request(cpu_milli=6_000, memory_mib=0)
+        scores, _ = policy.node_scores(state, cpu_pod, idx)
+        key2 = scores % _SPAN  # the tie-break part under FGD's score
+        if bound:
+            assert (key2 == 0).all(), scores  # key 2 off: FGD's score alone
+        else:
+            assert key2[1] > key2[0], scores  # roomy keeps a surplus, tight does not

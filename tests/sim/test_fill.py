@@ -104,3 +104,15 @@ def test_cli_fill_with_defragmentation_reports_moves():
     assert plain["migrations"] == 0 and moved > 0  # random placement fragments: the planner has work
     bad = CliRunner().invoke(app, ["sim", "fill", *args, "--defrag-moves", "-1"])
     assert bad.exit_code == 2 and "--defrag-moves" in bad.output
+
+
+def test_cli_fill_with_the_repack_planner():
+    args = ["--nodes", str(DATA / "nodes_slice.csv"), "--pods", str(DATA / "pods_slice.csv")]
+    out = CliRunner().invoke(
+        app, ["sim", "fill", *args, "--policy", "random", "--defrag-moves", "4", "--planner", "repack", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    r = json.loads(out.stdout)
+    assert r["migrations"] > 0 and 0 < r["migration_plans"] <= r["migrations"] and r["migrated_gpu_milli"] > 0
+    bad = CliRunner().invoke(app, ["sim", "fill", *args, "--defrag-moves", "4", "--planner", "magic"])
+    assert bad.exit_code == 2 and "--planner" in bad.output

@@ -158,3 +158,30 @@ def test_replays_are_deterministic_and_the_cli_keeps_its_contract():
         ],
     )
     assert bad.exit_code == 2 and "--node-mtbf" in bad.output
+
+
+def test_migration_starts_a_whole_gpu_job_and_costs_downtime():
+    # Two 1-GPU nodes. Shares a (400) and x (500) share one GPU; b (400) takes the
+    # other; x ends at 5, leaving one 400-milli share per GPU. A whole-GPU job w arrives
+    # at 10: without migration it waits for a to end (1000 s); with it, one share moves
+    # next to the other (60 s downtime) and w starts at once.
+    two = [Node("n0", "T4", 1, 8000, 16384), Node("n1", "T4", 1, 8000, 16384)]
+    shares = [
+        TracePod(Request(cpu_milli=1000, gpu_milli=400, name="a"), 0, 1000, "LS"),
+        TracePod(Request(cpu_milli=1000, gpu_milli=500, name="x"), 1, 5, "LS"),
+        TracePod(Request(cpu_milli=1000, gpu_milli=400, name="b"), 2, 1002, "LS"),
+        pod("w", 10, 100),
+    ]
+    base = Replay(two, shares, ReplayConfig(policy="fgd"))
+    plain = summary(base.run())
+    assert base.jobs[3].first_start == pytest.approx(1000) and plain["migrations"] == 0
+    for planner in ("direct", "repack"):
+        cfg = ReplayConfig(policy="fgd", migration_moves=2, migration_planner=planner, migration_downtime=60)
+        sim = Replay(two, shares, cfg)
+        r = summary(sim.run())
+        assert r["migrations"] == 1 and r["migration_plans"] == 1, planner
+        assert sim.jobs[3].first_start == pytest.approx(10), planner
+        assert r["gpu_hours_interrupted_by_migration"] == pytest.approx(60 * 0.4 / 3600, abs=1e-3)
+        assert r["jobs_finished"] == 4 and r["migrations_per_hour"] > 0
+        moved = next(j for j in sim.jobs if j.run == 2)
+        assert moved.done

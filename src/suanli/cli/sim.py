@@ -95,6 +95,9 @@ def fill(
     seed: int = typer.Option(42, "--seed"),
     tune: float = TUNE,
     defrag_moves: int = typer.Option(0, "--defrag-moves", help="migrate up to N shared pods to place a whole-GPU pod"),
+    planner: str = typer.Option(
+        "direct", "--planner", help="migration planner: direct (single moves) or repack (CP-SAT, chains)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     plot: Path | None = typer.Option(None, "--plot", help="write allocation vs arrived demand to this PNG"),
 ) -> None:
@@ -104,6 +107,8 @@ def fill(
         raise _fail("--tune must be > 0")
     if defrag_moves < 0:
         raise _fail("--defrag-moves must be >= 0")
+    if planner not in ("direct", "repack"):
+        raise _fail(f"--planner must be direct or repack; got {planner!r}")
     node_list, requests = _load(nodes, pods)
     with _progress() as progress:
         task = progress.add_task(f"{policy} seed {seed}", total=None)
@@ -115,6 +120,7 @@ def fill(
             tune,
             lambda d, t: progress.update(task, completed=d, total=t),
             defrag_max_moves=defrag_moves,
+            planner=planner,
         )
     result = summary(run)
     if plot:
@@ -213,6 +219,9 @@ def replay(
     preemption: str = typer.Option("least_lost_work", "--preemption", help=f"{', '.join(STRATEGIES)} or none"),
     queue: str = typer.Option("priority", "--queue", help="priority (with backfill) or fifo (strict)"),
     seed: int = typer.Option(42, "--seed"),
+    migration_moves: int = typer.Option(0, "--migration-moves", help="migrate up to N running shares to start a whole-GPU job"),
+    migration_planner: str = typer.Option("direct", "--migration-planner", help="direct or repack (CP-SAT, chains)"),
+    migration_downtime: str = typer.Option("60", "--migration-downtime", help="a moved share's stop time"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     plot: Path | None = typer.Option(None, "--plot", help="write GPU allocation over time to this PNG"),
 ) -> None:
@@ -235,6 +244,9 @@ def replay(
         preemption=preemption,
         queue=queue,
         seed=seed,
+        migration_planner=migration_planner,
+        migration_moves=migration_moves,
+        migration_downtime=parse_duration(migration_downtime, "--migration-downtime"),
     )
     node_list, pod_rows = _load(nodes, pods, requests_only=False)
     try:

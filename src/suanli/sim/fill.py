@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from suanli.scheduler import Allocation, ClusterState, Node, Request, Scheduler, TargetWorkload, make_policy
-from suanli.scheduler.defrag import MovableSet, apply_plan, plan_defrag
+from suanli.scheduler.defrag import MovableSet, apply_plan
 from suanli.scheduler.policies.fragmentation import TargetArrays, node_fragmentation
+from suanli.scheduler.repack import PLANNERS
 
 
 @dataclass
@@ -38,6 +39,9 @@ class FillRun:
     pods: int = 0
     wall_seconds: float = 0.0
     migrations: int = 0  # shares moved by the defragmentation planner (defrag_max_moves > 0)
+    migrated_milli: int = 0  # GPU milli of the shares moved (what checkpoint/stop/start interrupts)
+    plans: int = 0  # plans applied (pods placed thanks to migrations)
+    plan_seconds: list[float] = field(default_factory=list)  # wall time of each planner call
 
 
 def arrival_order(requests: Sequence[Request], total_gpu_milli: int, tune: float, seed: int) -> list[Request]:
@@ -74,13 +78,20 @@ def run_fill(
     tune: float = 1.3,
     progress: Callable[[int, int], None] | None = None,
     defrag_max_moves: int = 0,
+    planner: str = "direct",
+    moves_per_100_pods: float | None = None,
 ) -> FillRun:
     """Run one fill experiment; ``progress(done, total)`` is called now and then.
 
     With ``defrag_max_moves`` > 0, a whole-GPU pod that fails asks the
     defragmentation planner for at most that many migrations of placed shares; if
     a plan exists it is applied and the pod placed, and ``FillRun.migrations``
-    counts the moves."""
+    counts the moves. ``planner`` picks the planner (``repack.PLANNERS``): "direct"
+    (``defrag.plan_defrag``) or "repack" (``repack.plan_repack``, chains found by
+    CP-SAT). With "repack", a request no smaller (same GPUs and models, no less CPU
+    and memory) than one whose plan failed is not planned until some plan succeeds
+    (nothing departs in a fill, so room only shrinks). ``moves_per_100_pods`` caps
+    the run's migrations at that many per 100 pods placed so far (None: no cap)."""
     start = time.perf_counter()
     state = ClusterState(nodes)
     target = TargetWorkload.from_requests(requests)
@@ -100,20 +111,25 @@ def run_fill(
         frag=np.zeros(n),
         idle=np.zeros(n, np.int64),
     )
-    used = arrived = 0
+    used = arrived = placed = 0
     movable = MovableSet(state) if defrag_max_moves > 0 else None
+    hopeless: list | None = [] if planner != "direct" else None
     for k, req in enumerate(order):
         arrived += req.total_gpu_milli
         placement = scheduler.schedule(req) if movable is None else scheduler.schedule(req, key=k)
         alloc = placement.allocation
         if movable is not None:
             moves = run.migrations
-            alloc = _track_or_defrag(scheduler, req, k, alloc, movable, defrag_max_moves, run, node_frag, t)
+            budget = defrag_max_moves
+            if moves_per_100_pods is not None:
+                budget = min(budget, int(moves_per_100_pods * (placed + 1) / 100) - run.migrations)
+            alloc = _track_or_defrag(scheduler, req, k, alloc, movable, budget, run, node_frag, t, planner, hopeless)
             frag_total = float(node_frag.sum()) if run.migrations != moves else frag_total
         if alloc is None:
             run.failed[placement.reason] += 1
             run.failed_shapes[(req.cpu_milli, req.milli_per_gpu, req.gpus_used)] += 1
         else:
+            placed += 1
             used += alloc.total_gpu_milli
             i = state.index[alloc.node]
             new = node_fragmentation(state.gpu_free[i : i + 1], state.cpu_free[i : i + 1], state.model_id[i : i + 1], t)[0]
@@ -138,6 +154,8 @@ def _track_or_defrag(
     run: FillRun,
     node_frag: np.ndarray,
     t: TargetArrays,
+    planner: str = "direct",
+    hopeless: list | None = None,
 ) -> Allocation | None:
     """Defrag path of ``run_fill``: record placed shares as migratable; for a failed
     whole-GPU pod, apply a migration plan and place the pod. Refreshes ``node_frag``
@@ -146,14 +164,25 @@ def _track_or_defrag(
         if req.is_sharing:
             movable.add(key, alloc, req.gpu_models)
         return alloc
-    if not req.gpu_count:
+    if not req.gpu_count or max_moves < 1:
         return None
-    plan = plan_defrag(scheduler.state, req, movable, max_moves)
+    shape = (req.gpu_count, req.gpu_models, req.cpu_milli, req.memory_mib)
+    if hopeless is not None and any(h[:2] == shape[:2] and h[2] <= shape[2] and h[3] <= shape[3] for h in hopeless):
+        return None  # a request as big failed since the last plan
+    began = time.perf_counter()
+    plan = PLANNERS[planner](scheduler.state, req, movable, max_moves)
+    run.plan_seconds.append(time.perf_counter() - began)
     if plan is None:
+        if hopeless is not None:
+            hopeless.append(shape)
         return None
+    if hopeless is not None:
+        hopeless.clear()
     apply_plan(scheduler, plan, movable)
     scheduler.reserve(key, plan.allocation)
     run.migrations += plan.moves
+    run.migrated_milli += sum(m.old.milli_per_gpu for m in plan.migrations)
+    run.plans += 1
     state = scheduler.state
     for i in {state.index[a.node] for m in plan.migrations for a in (m.old, m.new)}:
         rows = slice(i, i + 1)

@@ -64,6 +64,8 @@ def summary(run: FillRun) -> dict:
         "frag_ratio": frag_ratio(run),
         "failed_pods": sum(run.failed.values()),
         "migrations": run.migrations,
+        "migrated_gpu_milli": run.migrated_milli,
+        "migration_plans": run.plans,
         "failed_by_reason": dict(run.failed),
         "failed_by_shape": {f"cpu={c},milli={m},gpus={g}": n for (c, m, g), n in run.failed_shapes.most_common()},
         "wall_seconds": round(run.wall_seconds, 3),

@@ -26,7 +26,12 @@ the seeded node order, which keeps FGD's packing.
    surplus, then the rest. A whole-GPU pod prefers a node that keeps a surplus. On the
    Alibaba nodes CPU per GPU ranges from 12 cores (8-GPU G2) to 52 (2-GPU T4), so the
    first-fit order of FGD's tie-break otherwise spends the CPU of CPU-poor nodes and
-   strands their last free GPUs.
+   strands their last free GPUs. The key is off when the mix is CPU-bound: when the
+   CPU it asks for at full GPU allocation exceeds ``CPU_BOUND`` (1.1) times the
+   cluster's CPU (``cpu_demand_ratio``, from the mix the policy has, learned online
+   for ``suanli_online``), the CPU kept next to idle GPUs will be taken by CPU-only
+   work anyway, and the key only moved work off FGD's order (cpu300: -0.68 points
+   against fgd with it, -0.17 without; issue 16, BENCHMARKS.md).
 
 3. **Idle GPUs left usable** (sharing requests). A sharing pod may go to any GPU with
    room, and FGD scores every such GPU of a node. Among the GPUs (and nodes) tied on
@@ -61,6 +66,10 @@ from suanli.scheduler.state import ClusterState
 _SPAN = 1 << 16
 #: Room for the CPU level (0..2) under the model-pressure level.
 _CPU_LEVELS = 4
+#: Key 2 is off when the mix's CPU at full GPU allocation exceeds this share of the
+#: cluster's CPU (``cpu_demand_ratio``). Chosen on the cpu family (issue 16's split):
+#: key 2 gains on cpu235 (ratio 1.03) and loses on cpu300 (1.19).
+CPU_BOUND = 1.1
 
 
 def usable_after_share(state: ClusterState, req: Request, idx: np.ndarray, t: TargetArrays) -> np.ndarray:
@@ -89,6 +98,18 @@ class SuanliPolicy(FGD):
         self._model_keys_of: TargetArrays | None = None
         self._ratio = np.zeros(0)
         self._pressure_level = np.zeros(0, np.int64)
+        self._cpu_bound = False
+
+    def cpu_demand_ratio(self, state: ClusterState) -> float:
+        """CPU the mix asks for when the cluster's GPUs are fully allocated, over the
+        cluster's CPU: the mix's CPU per GPU milli (CPU-only shapes included) times
+        the GPU capacity, divided by the CPU capacity."""
+        t = self.arrays(state)
+        gpu = float((t.weights * t.milli * t.gpus).sum())
+        cpu_total = float(state.cpu_total.sum())
+        if gpu <= 0 or cpu_total <= 0:
+            return 0.0
+        return float((t.weights * t.cpu).sum()) / gpu * state.total_gpu_milli / cpu_total
 
     def model_keys(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """Per GPU model: CPU milli per GPU milli of the mix's GPU requests allowed on it,
@@ -111,6 +132,7 @@ class SuanliPolicy(FGD):
             levels = np.unique(np.round(pressure, 9))
             level = len(levels) - 1 - np.searchsorted(levels, np.round(pressure, 9))
             self._model_keys_of, self._ratio, self._pressure_level = t, ratio, level.astype(np.int64)
+            self._cpu_bound = self.cpu_demand_ratio(state) > CPU_BOUND
         return self._ratio, self._pressure_level
 
     def _score(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,6 +150,10 @@ class SuanliPolicy(FGD):
         model = state.model_id[idx]
         idle = state.gpu_free[idx].sum(axis=1).astype(np.int64)
         cpu_after = state.cpu_free[idx] - req.cpu_milli
+        if self._cpu_bound and not req.is_sharing:
+            # CPU-bound mix: the mix's CPU exceeds the cluster's, so CPU kept next to
+            # idle GPUs will be taken anyway; key 2 only moves work off FGD's order.
+            return primary * _SPAN + (0 if not req.milli_per_gpu else pressure_level[model] * _CPU_LEVELS), gpu
         if not req.milli_per_gpu:
             surplus = cpu_after >= ratio[model] * idle
             cpu_level = np.where(idle == 0, 2, surplus.astype(np.int64))

@@ -1,0 +1,82 @@
+"""Write the generated openb-style variants (issue 16) as CSV files the CLI reads.
+
+    python bench/gen_traces.py [--out /tmp/suanli-gen-traces] [--seed 1]
+
+Each variant is built from openb_pod_list_default.csv by ``suanli.sim.tracegen``
+(the method inferred from the shipped variants; see its docstring): percentages
+between and beyond the shipped ones, mixes of families, and other cluster sizes
+(node lists ``openb_node_list_gpu_node_x{factor}.csv``). ``SPLIT`` says which
+families a policy change may be tuned on and which are only reported; a change is
+decided leave-one-family-out: tuned on three families, reported on the fourth and
+on every generated trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces" / "alibaba-gpu-2023"
+
+#: name -> families (see tracegen.variant). cpu is a scale of the default's CPU-only CPU.
+VARIANTS: dict[str, dict[str, float]] = {
+    "g-gpushare10": {"gpushare": 10},
+    "g-gpushare30": {"gpushare": 30},
+    "g-gpushare50": {"gpushare": 50},
+    "g-gpushare70": {"gpushare": 70},
+    "g-gpushare90": {"gpushare": 90},
+    "g-multigpu10": {"multigpu": 10},
+    "g-multigpu25": {"multigpu": 25},
+    "g-multigpu35": {"multigpu": 35},
+    "g-multigpu50": {"multigpu": 50},
+    "g-gpuspec15": {"gpuspec": 15},
+    "g-gpuspec35": {"gpuspec": 35},
+    "g-gpuspec50": {"gpuspec": 50},
+    "g-cpu0.1": {"cpu": 0.1},
+    "g-cpu1.25": {"cpu": 1.25},
+    "g-cpu3": {"cpu": 3.0},
+    "g-cpu4": {"cpu": 4.0},
+    "g-mix-share50-multi25": {"gpushare": 50, "multigpu": 25},
+    "g-mix-spec20-cpu2": {"gpuspec": 20, "cpu": 2.0},
+    "g-mix-share60-spec20": {"gpushare": 60, "gpuspec": 20},
+    "g-mix-all": {"cpu": 1.5, "gpushare": 40, "multigpu": 20, "gpuspec": 10},
+}
+
+#: Cluster sizes: node-list factor -> file suffix (the pod list is the default's).
+SIZES = {0.5: "x0.5", 2.0: "x2"}
+
+#: Leave-one-family-out: a change is tuned on TUNE's families and reported on the rest.
+SPLIT = {
+    "tune": ("default", "cpu", "gpushare", "gpuspec"),
+    "report": ("multigpu", "generated", "sizes"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from suanli.sim import tracegen
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--traces", type=Path, default=TRACES)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/suanli-gen-traces"))
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    columns, default = tracegen.read_rows(args.traces / "openb_pod_list_default.csv")
+    for name, families in VARIANTS.items():
+        rows = tracegen.variant(default, args.seed, **families)
+        tracegen.write_rows(args.out / f"openb_pod_list_{name}.csv", columns, rows)
+        mix = {k: round(v, 3) for k, v in tracegen.request_mix(rows).items() if not k.startswith("pods_")}
+        print(f"{name}: {len(rows)} pods, {mix}")
+    node_cols, nodes = tracegen.read_rows(args.traces / "openb_node_list_gpu_node.csv")
+    for factor, suffix in SIZES.items():
+        scaled = tracegen.scale_nodes(nodes, factor, np.random.default_rng(args.seed))
+        tracegen.write_rows(args.out / f"openb_node_list_gpu_node_{suffix}.csv", node_cols, scaled)
+        print(f"nodes {suffix}: {len(scaled)} nodes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
