@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -109,7 +110,13 @@ def main() -> None:
     params = sum(float(p.detach().double().sum()) for p in model.parameters())
     record(out, event="notice" if stop else "done", step=step, params=params, **who)
     print(f"rank {rank} {'left at the notice' if stop else 'done'} at step {step}", flush=True)
-    dist.destroy_process_group()
+    # every rank is done before any tears its connections down, and then none runs the
+    # process group's C++ teardown: with gloo it was seen to abort a finished worker now and
+    # then ("terminate called without an active exception", SIGABRT), which torchrun reports
+    # as a failed run
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

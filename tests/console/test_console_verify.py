@@ -28,4 +28,5 @@ def test_nodes_and_gpus_show_the_verified_mark_and_a_failure_with_its_reason(pag
     expect(bad.locator(".state")).to_have_text("cordoned")
     expect(row(page, "h100-1").locator("td.verified")).to_have_text("not verified")
     page.click("a[href='#gpus']")
+    expect(page.locator("#live thead")).to_contain_text("ON DEMAND")  # the GPUs view, not the nodes' rows still shown
     expect(row(page, "H100").locator("td.verified")).to_have_text(f"1/1 nodes verified {day}, TFLOPS ≥ 80 %")

@@ -69,9 +69,10 @@ def step(p: Platform, job: int) -> int:
 
 
 def attempts(p: Platform, job: int) -> list[list[dict[str, Any]]]:
-    """The workers' start records, one list (by rank) per attempt."""
+    """The workers' start records, one list (by rank) per attempt whose 4 workers have all
+    started (an attempt whose workers are still starting is not one yet)."""
     starts = [r for r in runs(p, job) if r["event"] == "start"]
-    return [sorted(starts[i : i + 4], key=lambda r: r["rank"]) for i in range(0, len(starts), 4)]
+    return [sorted(starts[i : i + 4], key=lambda r: r["rank"]) for i in range(0, len(starts) - len(starts) % 4, 4)]
 
 
 def check_world(attempt: list[dict[str, Any]], state: str) -> None:

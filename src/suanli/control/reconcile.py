@@ -118,7 +118,7 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
     states = [st.state for st in statuses]
     if all(st == TaskState.RUNNING for st in states):
         return 0
-    if ob.kind == "job" and ob.noticed and TaskState.RUNNING not in states:
+    if ob.kind == "job" and ob.noticed:  # a node ended during the notice: the gang was reclaimed
         return _cut_notice_short(db, ob, clock.now())
     if ob.kind == "job" and all(st == TaskState.EXITED for st in states):
         bad = [st.exit_code for st in statuses if st.exit_code != 0]
@@ -149,10 +149,12 @@ def _settle(db: Database, backends: dict[str, Backend], ob: Observed, data_dir: 
 
 
 def _cut_notice_short(db: Database, ob: Observed, now: float) -> int:
-    """A spot job that ends during its reclaim notice (it checkpointed and left, or USR1
-    killed it) was reclaimed, not finished: bring its deadline forward to now, and the
-    notice expiry phase requeues it to resume from its checkpoint and places
-    the work that was waiting for it, whichever exit code it left with."""
+    """A spot job one of whose nodes ends during its reclaim notice (it checkpointed and
+    left, or USR1 killed it) was reclaimed, not finished: bring its deadline forward to
+    now, and the notice expiry phase stops the nodes still running, requeues it to resume
+    from its checkpoint and places the work that was waiting for it, whichever exit code
+    it left with. A gang's nodes leave one after another, and not all cleanly: torchrun's
+    agents fail when node 0's, which holds their rendezvous store, has gone first."""
     with db.transaction() as s:
         job = s.get(Job, ob.id)
         if job is None or job.state != "running" or not job.handles:
