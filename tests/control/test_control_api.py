@@ -202,6 +202,10 @@ def test_rejected_requests_change_nothing(server: Server) -> None:
         ({"resources": {"accelerators": "H100:1"}}, "run"),
         ({"run": "true", "num_nodes": 0}, "num_nodes"),
         ({"run": "true", "envs": {"1BAD": "x"}}, "envs"),
+        # never fits the inventory: refused at submission, naming the limit and the largest value that fits
+        ({"resources": {"accelerators": "RTX4090:1", "memory": 60000}, "run": "true"}, "60000 GiB of memory; the largest has"),
+        ({"resources": {"accelerators": "RTX4090:1", "cpus": 1000}, "run": "true"}, "1000 CPUs; the largest has"),
+        ({"resources": {"accelerators": "H100:1"}, "num_nodes": 50, "run": "true"}, "a gang of 50 nodes never fits"),
     ]
     for body, needle in cases:
         r = server.post("/v1/jobs", body)
@@ -210,6 +214,10 @@ def test_rejected_requests_change_nothing(server: Server) -> None:
         assert err["code"] == "invalid" and needle in err["message"], (needle, err)
     for body in ({"gpu_model": "H100", "gpu_count": 99}, {"gpu_model": "nope"}, {"gpu_milli": 1500}, {}):
         assert server.post("/v1/instances", body).status_code == 422
+    r = server.post("/v1/instances", {"gpu_model": "RTX4090", "memory_gib": 60000})
+    assert r.status_code == 422 and "60000 GiB of memory; the largest has" in r.json()["error"]["message"], r.text
+    r = server.post("/v1/instances", {"gpu_model": "RTX4090", "cpus": 1000})
+    assert r.status_code == 422 and "1000 CPUs; the largest has" in r.json()["error"]["message"], r.text
     assert server.post("/v1/instances/999/stop").status_code == 404
     assert server.post("/v1/jobs/999/cancel").json()["error"]["code"] == "not_found"
     assert counts(server) == before

@@ -21,7 +21,7 @@ from suanli.control.autostop import AutostopSettings, tenant_default
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
 from suanli.control.secrets import Keyring
-from suanli.control.sizing import size
+from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import check_max_price
 from suanli.db.models import Instance
 from suanli.db.session import Database
@@ -83,6 +83,8 @@ def create(
         image = images.resolve(s, req.image)
         count = req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0)
         sized = size(s, req.gpu_model, count, req.gpu_milli, req.cpus, req.memory_gib, "gpu_model")
+        check_fits(s, sized, 1, "resources")
+        check_bid_floor(s, sized, 1, None if bid is None else to_micros(bid), "max_price")
         row = Instance(
             tenant_id=who.tenant_id,
             user_id=who.user_id,

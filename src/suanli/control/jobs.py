@@ -13,7 +13,7 @@ from suanli.control import funds, uploads, workload_secrets, workloads
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import JOB_FINAL, record_event
 from suanli.control.secrets import Keyring
-from suanli.control.sizing import size
+from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import Task
 from suanli.db.models import Job
 from suanli.db.session import Database
@@ -55,6 +55,9 @@ def new_row(s: Session, who: Principal, task: Task, sealed: dict) -> Job:
         r.memory,
         "resources.accelerators",
     )
+    check_fits(s, sized, task.num_nodes, "resources")
+    bid = None if r.max_price is None else to_micros(r.max_price)
+    check_bid_floor(s, sized, task.num_nodes, bid, "resources.max_price")
     return Job(
         tenant_id=who.tenant_id,
         user_id=who.user_id,
@@ -69,7 +72,7 @@ def new_row(s: Session, who: Principal, task: Task, sealed: dict) -> Job:
         memory_mib=sized.memory_mib,
         num_nodes=task.num_nodes,
         priority=r.priority,
-        max_price_micros=None if r.max_price is None else to_micros(r.max_price),
+        max_price_micros=bid,
     )
 
 

@@ -4,17 +4,31 @@ Shared by instances and jobs: model names resolve against the registered nodes b
 the one rule of ``suanli.gpu_names`` (``a100`` is the ``A100-80G`` a node registered), requests that no node could ever hold are rejected up
 front (422, naming the field) instead of queueing forever, and CPU/memory get
 defaults proportional to the GPU share.
+
+"Could it ever run" is the scheduler's own answer (``scheduler.feasibility``): its
+filters and gang planner on an empty copy of the inventory. The inventory is every
+registered node, cordoned and down ones included (a cordon or an outage is usually
+temporary; work that fits only there waits). A request refused here names the
+limit and the largest value that fits; nothing is created. Disk is not a node
+figure: ``disk_gib`` is bounded by the API (``bounds.MAX_DISK_GIB``) only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from suanli import gpu_names
+from suanli.billing import spot
+from suanli.control.capacity import to_sched_node
 from suanli.control.nodes import canonical_models
+from suanli.db.models import Node
 from suanli.errors import Invalid
+from suanli.scheduler import Node as SchedNode
+from suanli.scheduler import PriorityClass, Request
+from suanli.scheduler.feasibility import never_fits
 
 CPU_MILLI_PER_GPU = 2000
 MEMORY_MIB_PER_GPU = 8192
@@ -27,6 +41,50 @@ class Sized:
     gpu_milli: int
     cpu_milli: int
     memory_mib: int
+
+    def request(self, num_nodes: int = 1, priority: str = "on-demand") -> Request:
+        """The scheduler's request for this size (``num_nodes`` members)."""
+        return Request(
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            gpu_count=self.gpu_count,
+            gpu_milli=self.gpu_milli,
+            gpu_models=frozenset(self.gpu_models),
+            priority=PriorityClass(priority),
+            nodes=max(1, num_nodes),
+        )
+
+
+def inventory(session: Session) -> list[SchedNode]:
+    """Every registered node, whatever its state (see the module docstring)."""
+    return [to_sched_node(n) for n in session.scalars(select(Node).order_by(Node.id))]
+
+
+def check_fits(session: Session, sized: Sized, num_nodes: int, field: str) -> None:
+    """Refuse (Invalid, naming the limit) a request no node of the inventory could
+    ever hold. With no node registered at all there is nothing to judge against:
+    GPU requests were refused by ``size`` already, CPU-only work waits for a node."""
+    nodes = inventory(session)
+    if not nodes:
+        return
+    why = never_fits(nodes, sized.request(num_nodes))
+    if why is not None:
+        raise Invalid(f"{field}: never fits this platform: {why}")
+
+
+def check_bid_floor(session: Session, sized: Sized, num_nodes: int, bid_micros: int | None, field: str) -> None:
+    """Refuse a spot bid below the spot price floor of every model it may run on: the
+    price never falls below the floor, so such work would wait forever."""
+    if bid_micros is None or not (sized.gpu_count or sized.gpu_milli):
+        return
+    floors = spot.floors(spot.market(session), sized.request(num_nodes))
+    if floors and all(p > bid_micros for p in floors.values()):
+        mk = spot.market(session)
+        each = ", ".join(f"{m} {mk.price_text(p)}" for m, p in sorted(floors.items(), key=lambda kv: kv[1]))
+        raise Invalid(
+            f"{field}: your max_price {mk.text(bid_micros)} is below the spot price floor ({each} per GPU-h); "
+            f"bid at least {mk.price_text(min(floors.values()))}"
+        )
 
 
 def size(
