@@ -214,6 +214,11 @@ def test_rejected_requests_change_nothing(server: Server) -> None:
         assert err["code"] == "invalid" and needle in err["message"], (needle, err)
     for body in ({"gpu_model": "H100", "gpu_count": 99}, {"gpu_model": "nope"}, {"gpu_milli": 1500}, {}):
         assert server.post("/v1/instances", body).status_code == 422
+    # contradictions are refused with both values named, never resolved silently
+    r = server.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 2, "gpu_milli": 500})
+    assert r.status_code == 422 and "2 whole GPU(s) and gpu_milli 500" in r.json()["error"]["message"], r.text
+    r = server.post("/v1/jobs", {"resources": {"accelerators": "H100:2", "gpu_milli": 500}, "run": "true"})
+    assert r.status_code == 422 and "gpu_milli 500" in r.text and "H100:2" in r.text, r.text
     r = server.post("/v1/instances", {"gpu_model": "RTX4090", "memory_gib": 60000})
     assert r.status_code == 422 and "60000 GiB of memory; the largest has" in r.json()["error"]["message"], r.text
     r = server.post("/v1/instances", {"gpu_model": "RTX4090", "cpus": 1000})

@@ -130,6 +130,12 @@ def create(
         count = int(n) if n.strip().isdigit() else (0 if gpu_milli else 1)
         if n and not n.strip().isdigit():
             raise typer.BadParameter(f"expected MODEL[:COUNT], got {gpu!r}", param_hint="--gpu")
+        if n and gpu_milli:  # never choose between them silently
+            raise typer.BadParameter(
+                f"--gpu {gpu} asks for {count} whole GPU(s) and --gpu-milli {gpu_milli} for "
+                f"{gpu_milli / 1000:g} of one: give --gpu {model} (no count) with --gpu-milli, or drop --gpu-milli",
+                param_hint="--gpu",
+            )
     with api_errors():
         inst = client().create_instance(
             name=name,

@@ -99,7 +99,7 @@ def size(
     """``field`` is the path used in error messages (``resources.accelerators``).
     Runs in the caller's transaction, so the check and the insert see one state."""
     if gpu_milli and gpu_count > 1:
-        raise Invalid(f"{field}: gpu_milli is a share of one GPU; do not ask for {gpu_count} GPUs with it")
+        raise Invalid(f"{field}: gpu_milli {gpu_milli} is a share of one GPU; do not ask for {gpu_count} GPUs with it")
     models = canonical_models(session)
     chosen: list[str] = []
     if model:
