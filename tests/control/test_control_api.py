@@ -183,9 +183,11 @@ def test_cancel_queued_job_and_unschedulable_waits(server: Server) -> None:
     blocker = server.post("/v1/jobs", {"resources": {"accelerators": "Ascend-910B:8"}, "run": "sleep 300"}, expect=201).json()
     wait_state(server, "job", blocker["id"], ("running",))
     waiting = server.post("/v1/jobs", {"resources": {"accelerators": "Ascend-910B:1"}, "run": "true"}, expect=201).json()
-    wait_until(lambda: server.ctx.loop.stats.unplaced.get(("job", waiting["id"])) == "gpu")
+    wait_until(lambda: getattr(server.ctx.loop.stats.unplaced.get(("job", waiting["id"])), "detail", None) == "gpu")
     job = server.get(f"/v1/jobs/{waiting['id']}")
-    assert job["state"] == "queued" and job["reason"] == "waiting for capacity (gpu)"
+    assert job["state"] == "queued" and job["reason"] == "waiting for capacity (gpu)", job
+    assert job["waiting"]["code"] == "capacity" and job["waiting"]["detail"] == "gpu" and job["waiting"]["since"], job
+    assert server.get(f"/v1/jobs/{blocker['id']}")["waiting"] is None
     assert server.post(f"/v1/jobs/{waiting['id']}/cancel", expect=200).json()["state"] == "cancelled"
     server.post(f"/v1/jobs/{blocker['id']}/cancel", expect=200)
     wait_state(server, "job", blocker["id"], ("cancelled",))
@@ -290,7 +292,9 @@ def test_cordoned_nodes_get_no_new_work(server: Server) -> None:
         r = server.http.patch(f"/v1/nodes/{name}", json={"state": "cordoned"}, headers=server.headers)
         assert r.status_code == 200 and r.json()["state"] == "cordoned"
     job = server.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "true"}, expect=201).json()
-    wait_until(lambda: server.ctx.loop.stats.unplaced.get(("job", job["id"])) == "gpu_model")  # no schedulable RTX4090
+    wait_until(
+        lambda: getattr(server.ctx.loop.stats.unplaced.get(("job", job["id"])), "detail", None) == "gpu_model"
+    )  # no schedulable RTX4090
     assert {g["model"]: g["free"] for g in server.get("/v1/gpus")}["RTX4090"] == 0
     server.http.patch("/v1/nodes/rtx4090-1", json={"state": "ready"}, headers=server.headers)
     assert wait_state(server, "job", job["id"], ("succeeded",))["exit_code"] == 0

@@ -21,6 +21,7 @@ from suanli.cli.remote import (
     print_json,
     priority_desc,
     table,
+    waiting_desc,
 )
 
 app = typer.Typer(help="Rent and manage instances.", no_args_is_help=True)
@@ -37,7 +38,7 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "RUNTIME", "DISK", "PLACED ON", "COST", "RATE", "REASON"],
+        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "RUNTIME", "DISK", "PLACED ON", "COST", "RATE", "WHY", "REASON"],
         [
             [
                 i["id"],
@@ -51,6 +52,7 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
                 placed_on(i),
                 cost_so_far(i),
                 cost_rate(i),
+                waiting_desc(i),
                 i["reason"],
             ]
             for i in rows
