@@ -48,7 +48,7 @@ from pathlib import Path
 
 from suanli.backends.base import Backend, ReportsExits
 from suanli.clock import SYSTEM, Clock
-from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, workloads
+from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, sizing, workloads
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
@@ -147,6 +147,8 @@ class ControlLoop:
         #: killed predecessor are recognisably someone else's.
         self.owner = f"{uuid.uuid4().hex[:12]}"
         self.stats = LoopStats()
+        #: the inventory the last admit phase judged waiting work against (``sizing.inventory_fingerprint``)
+        self._inventory: tuple | None = None
         self._wake = threading.Event()
         #: set by backends that say when a task ends (``ReportsExits``): poll on the next tick
         self._exited = threading.Event()
@@ -262,7 +264,12 @@ class ControlLoop:
         models narrowed) and the reasons for what is held; rejected rows fail here."""
         with self.db.transaction() as s:
             work = waiting_work(s)
+            shape = sizing.inventory_fingerprint(s)
+            if shape != self._inventory:  # nodes came or went: what can never run now fails, with why
+                gone = sizing.fail_never_fits(s, work)
+                work = [w for w in work if (w.kind, w.id) not in gone]
             decided = admission.admit(s, work)
+        self._inventory = shape
         return decided.admitted(work), decided.reasons()
 
     def _launch(self, kind: str, wid: int) -> None:

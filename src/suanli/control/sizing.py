@@ -15,20 +15,22 @@ figure: ``disk_gib`` is bounded by the API (``bounds.MAX_DISK_GIB``) only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from suanli import gpu_names
 from suanli.billing import spot
+from suanli.control import workloads
 from suanli.control.capacity import to_sched_node
 from suanli.control.nodes import canonical_models
 from suanli.db.models import Node
 from suanli.errors import Invalid
+from suanli.scheduler import ClusterState, PriorityClass, Request
 from suanli.scheduler import Node as SchedNode
-from suanli.scheduler import PriorityClass, Request
-from suanli.scheduler.feasibility import never_fits
+from suanli.scheduler.feasibility import never_fits, never_fits_in
 
 CPU_MILLI_PER_GPU = 2000
 MEMORY_MIB_PER_GPU = 8192
@@ -70,6 +72,34 @@ def check_fits(session: Session, sized: Sized, num_nodes: int, field: str) -> No
     why = never_fits(nodes, sized.request(num_nodes))
     if why is not None:
         raise Invalid(f"{field}: never fits this platform: {why}")
+
+
+def inventory_fingerprint(session: Session) -> tuple:
+    """What of the inventory feasibility depends on: one small read per loop tick."""
+    cols = (Node.name, Node.gpu_model, Node.gpu_count, Node.cpu_milli, Node.memory_mib)
+    return tuple(tuple(r) for r in session.execute(select(*cols).order_by(Node.name)))
+
+
+def fail_never_fits(session: Session, work: Sequence) -> set[tuple[str, int]]:
+    """Fail the waiting ``work`` (items with ``kind``, ``id``, ``request``,
+    ``num_nodes``) that the inventory can no longer ever hold (a node removed), with
+    the reason, in ``session``; returns their keys. The control loop calls it when the
+    inventory changed (``inventory_fingerprint``), and on its first pass (work queued
+    before this check existed). With no node registered nothing is judged."""
+    nodes = inventory(session)
+    if not nodes:
+        return set()
+    state = ClusterState(nodes)
+    failed = set()
+    for w in work:
+        why = never_fits_in(state, replace(w.request, nodes=max(1, w.num_nodes)))
+        if why is None:
+            continue
+        row = workloads.get(session, w.kind, w.id)
+        if row is not None and row.state in ("pending", "queued") and row.launch_owner is None:
+            workloads.end(session, row, "failed", f"never fits this platform: {why}")
+            failed.add((w.kind, w.id))
+    return failed
 
 
 def check_bid_floor(session: Session, sized: Sized, num_nodes: int, bid_micros: int | None, field: str) -> None:

@@ -56,7 +56,14 @@ def never_fits(nodes: Sequence[Node], req: Request) -> str | None:
     that fits), or None if an empty copy of the cluster holds it."""
     if not nodes:
         return "no nodes are registered"
-    state = ClusterState(nodes)
+    return never_fits_in(ClusterState(nodes), req)
+
+
+def never_fits_in(state: ClusterState, req: Request) -> str | None:
+    """``never_fits`` against an empty ``ClusterState`` built once (judging many
+    requests against one inventory); ``state`` must hold no allocation."""
+    if not state.num_nodes:
+        return "no nodes are registered"
     member = replace(req, nodes=1)
     fit = feasible_mask(state, member)
     if int(fit.sum()) >= req.nodes:
@@ -90,4 +97,4 @@ def never_fits(nodes: Sequence[Node], req: Request) -> str | None:
     return f"a gang of {req.nodes} nodes never fits: at most {count} nodes can each hold one member"
 
 
-__all__ = ["cpu_text", "fits_empty", "mib_text", "never_fits"]
+__all__ = ["cpu_text", "fits_empty", "mib_text", "never_fits", "never_fits_in"]

@@ -1,0 +1,35 @@
+"""Issue 19: when the inventory shrinks so that waiting work can never fit, that work
+fails with the reason instead of waiting forever; a cordon keeps counting."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+
+from suanli.db.models import Gpu, Node
+from tests.control.control_helpers import Server, wait_state, wait_until
+
+
+def test_removing_the_only_nodes_that_fit_fails_waiting_work_with_the_reason(server: Server) -> None:
+    rtx = [n["name"] for n in server.get("/v1/nodes") if n["gpu_model"] == "RTX4090"]
+    assert rtx, server.get("/v1/nodes")
+    for name in rtx:  # cordoned: no new work, but still inventory (a cordon is usually temporary)
+        r = server.http.patch(f"/v1/nodes/{name}", json={"state": "cordoned"}, headers=server.headers)
+        assert r.status_code == 200, r.text
+    job = server.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "true"}, expect=201).json()
+    inst = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 1}, expect=201).json()
+    waiting = wait_until(lambda: (j := server.get(f"/v1/jobs/{job['id']}"))["waiting"]["code"] == "capacity" and j)
+    assert waiting["state"] == "queued" and waiting["waiting"]["detail"] == "gpu_model", waiting
+    # the RTX 4090 nodes leave the inventory for good (an operator removes them)
+    with server.ctx.db.transaction() as s:
+        ids = list(s.scalars(select(Node.id).where(Node.name.in_(rtx))))
+        s.execute(delete(Gpu).where(Gpu.node_id.in_(ids)))
+        s.execute(delete(Node).where(Node.id.in_(ids)))
+    server.ctx.wake()
+    failed = wait_state(server, "job", job["id"], ("failed",))
+    assert failed["reason"].startswith("never fits this platform: no node has GPU model RTX4090 (registered: "), failed
+    assert failed["waiting"] is None, failed
+    gone = wait_state(server, "instance", inst["id"], ("failed",))
+    assert gone["reason"].startswith("never fits this platform: no node has GPU model RTX4090"), gone
+    # and new work for it is refused up front
+    r = server.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "true"})
+    assert r.status_code == 422 and "unknown GPU model" in r.json()["error"]["message"], r.text
