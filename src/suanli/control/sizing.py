@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from suanli import gpu_names
@@ -75,9 +75,18 @@ def check_fits(session: Session, sized: Sized, num_nodes: int, field: str) -> No
 
 
 def inventory_fingerprint(session: Session) -> tuple:
-    """What of the inventory feasibility depends on: one small read per loop tick."""
-    cols = (Node.name, Node.gpu_model, Node.gpu_count, Node.cpu_milli, Node.memory_mib)
-    return tuple(tuple(r) for r in session.execute(select(*cols).order_by(Node.name)))
+    """Changes when nodes are added or removed (or their sizes change): one aggregate
+    row per loop tick. Node ids are never reused, so a removal and an addition in
+    the same interval still change ``max(id)`` or the count."""
+    cols = (
+        func.count(Node.id),
+        func.min(Node.id),
+        func.max(Node.id),
+        func.sum(Node.gpu_count),
+        func.sum(Node.cpu_milli),
+        func.sum(Node.memory_mib),
+    )
+    return tuple(session.execute(select(*cols)).one())
 
 
 def fail_never_fits(session: Session, work: Sequence) -> set[tuple[str, int]]:
