@@ -132,7 +132,7 @@ def create(
         count = int(n) if n.strip().isdigit() else (0 if gpu_milli else 1)
         if n and not n.strip().isdigit():
             raise typer.BadParameter(f"expected MODEL[:COUNT], got {gpu!r}", param_hint="--gpu")
-        if n and gpu_milli:  # never choose between them silently
+        if count > 1 and gpu_milli:  # never choose between them silently (MODEL:1: the one GPU shared)
             raise typer.BadParameter(
                 f"--gpu {gpu} asks for {count} whole GPU(s) and --gpu-milli {gpu_milli} for "
                 f"{gpu_milli / 1000:g} of one: give --gpu {model} (no count) with --gpu-milli, or drop --gpu-milli",

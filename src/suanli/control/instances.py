@@ -68,7 +68,7 @@ def create(
     autostop.check(req.autostop_s)
     if not req.gpu_model and not req.gpu_count and not req.gpu_milli:
         raise Invalid("gpu_count: ask for gpu_count whole GPUs or gpu_milli of one GPU")
-    if req.gpu_count and req.gpu_milli:  # never choose between them silently
+    if req.gpu_count > 1 and req.gpu_milli:  # never choose between them silently (count 1: the one GPU shared)
         raise Invalid(
             f"gpu_count: {req.gpu_count} whole GPU(s) and gpu_milli {req.gpu_milli} ({req.gpu_milli / 1000:g} of one GPU) "
             "contradict: send one or the other"
