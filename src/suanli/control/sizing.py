@@ -30,7 +30,7 @@ from suanli.db.models import Node
 from suanli.errors import Invalid
 from suanli.scheduler import ClusterState, PriorityClass, Request
 from suanli.scheduler import Node as SchedNode
-from suanli.scheduler.feasibility import never_fits, never_fits_in
+from suanli.scheduler.feasibility import never_fits_in
 
 CPU_MILLI_PER_GPU = 2000
 MEMORY_MIB_PER_GPU = 8192
@@ -62,14 +62,20 @@ def inventory(session: Session) -> list[SchedNode]:
     return [to_sched_node(n) for n in session.scalars(select(Node).order_by(Node.id))]
 
 
-def check_fits(session: Session, sized: Sized, num_nodes: int, field: str) -> None:
+def empty_state(session: Session) -> ClusterState:
+    """The inventory as an empty ``ClusterState``: build it once to judge many requests."""
+    return ClusterState(inventory(session))
+
+
+def check_fits(session: Session, sized: Sized, num_nodes: int, field: str, state: ClusterState | None = None) -> None:
     """Refuse (Invalid, naming the limit) a request no node of the inventory could
     ever hold. With no node registered at all there is nothing to judge against:
-    GPU requests were refused by ``size`` already, CPU-only work waits for a node."""
-    nodes = inventory(session)
-    if not nodes:
+    GPU requests were refused by ``size`` already, CPU-only work waits for a node.
+    ``state``: ``empty_state(session)`` when judging many (a pipeline's jobs)."""
+    state = state if state is not None else empty_state(session)
+    if not state.num_nodes:
         return
-    why = never_fits(nodes, sized.request(num_nodes))
+    why = never_fits_in(state, sized.request(num_nodes))
     if why is not None:
         raise Invalid(f"{field}: never fits this platform: {why}")
 
@@ -116,9 +122,9 @@ def check_bid_floor(session: Session, sized: Sized, num_nodes: int, bid_micros: 
     price never falls below the floor, so such work would wait forever."""
     if bid_micros is None or not (sized.gpu_count or sized.gpu_milli):
         return
-    floors = spot.floors(spot.market(session), sized.request(num_nodes))
+    mk = spot.market(session)
+    floors = spot.floors(mk, sized.request(num_nodes))
     if floors and all(p > bid_micros for p in floors.values()):
-        mk = spot.market(session)
         each = ", ".join(f"{m} {mk.price_text(p)}" for m, p in sorted(floors.items(), key=lambda kv: kv[1]))
         raise Invalid(
             f"{field}: your max_price {mk.text(bid_micros)} is below the spot price floor ({each} per GPU-h); "
