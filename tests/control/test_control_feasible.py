@@ -33,3 +33,16 @@ def test_removing_the_only_nodes_that_fit_fails_waiting_work_with_the_reason(ser
     # and new work for it is refused up front
     r = server.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "true"})
     assert r.status_code == 422 and "unknown GPU model" in r.json()["error"]["message"], r.text
+
+
+def test_a_pipeline_with_one_job_that_never_fits_is_refused_whole(server: Server) -> None:
+    pipeline = {
+        "jobs": [
+            {"name": "prep", "resources": {"accelerators": "H100:1"}, "run": "true"},
+            {"name": "huge", "resources": {"accelerators": "H100:1"}, "num_nodes": 50, "depends_on": ["prep"], "run": "true"},
+        ]
+    }
+    r = server.post("/v1/pipelines", pipeline)
+    assert r.status_code == 422, r.text
+    assert "a gang of 50 nodes never fits: at most" in r.json()["error"]["message"], r.text
+    assert server.get("/v1/jobs") == [], "a refused pipeline queued some of its jobs"
