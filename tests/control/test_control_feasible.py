@@ -46,3 +46,21 @@ def test_a_pipeline_with_one_job_that_never_fits_is_refused_whole(server: Server
     assert r.status_code == 422, r.text
     assert "a gang of 50 nodes never fits: at most" in r.json()["error"]["message"], r.text
     assert server.get("/v1/jobs") == [], "a refused pipeline queued some of its jobs"
+
+
+def test_requests_at_the_limits_are_accepted_and_start_on_the_empty_cluster(server: Server) -> None:
+    """The largest value a refusal names is one that fits: work asking exactly for it starts."""
+    nodes = [n for n in server.get("/v1/nodes") if n["gpu_model"] == "H100"]
+    big = max(nodes, key=lambda n: (n["gpu_count"], n["memory_mib"], n["cpu_milli"]))
+    whole = {"accelerators": f"H100:{big['gpu_count']}", "cpus": big["cpu_milli"] / 1000, "memory": big["memory_mib"] / 1024}
+    fit = [n for n in nodes if n["gpu_count"] >= 1]
+    for body in (
+        {"resources": whole, "run": "true"},
+        {"resources": {"accelerators": "H100:1"}, "num_nodes": len(fit), "run": "true"},
+    ):
+        job = server.post("/v1/jobs", body, expect=201).json()
+        done = wait_state(server, "job", job["id"], ("succeeded", "failed"), timeout_s=30)
+        assert done["state"] == "succeeded", (body, done)
+    too_big = dict(whole, memory=big["memory_mib"] / 1024 + 1)
+    r = server.post("/v1/jobs", {"resources": too_big, "run": "true"})
+    assert r.status_code == 422 and "of memory; the largest has" in r.text, r.text
