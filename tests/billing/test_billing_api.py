@@ -87,6 +87,7 @@ def test_grant_holds_work_with_a_reason(server: Server, cli) -> None:  # type: i
         lambda: (o := server.get(f"/v1/instances/{second['id']}")) and "quota" in (o.get("reason") or "") and o, timeout_s=10
     )
     assert row["state"] == "pending" and "quota: 1 of 1 GPUs of grant" in row["reason"]
+    assert row["waiting"]["code"] == "quota" and "1 of 1 GPUs" in row["waiting"]["detail"], row
     too_big = server.post("/v1/instances", {"gpu_model": "RTX4090", "gpu_count": 2}, expect=201, token=alice).json()
     failed = wait_state(server, "instance", too_big["id"], ("failed",))
     assert "quota" in failed["reason"] and "allows 1 GPUs at once" in failed["reason"]

@@ -178,7 +178,8 @@ def test_a_bid_needs_spot_and_is_kept_as_decimal_text() -> None:
         with pytest.raises(ValidationError) as exc:
             Task.model_validate({"run": "x", "resources": res})
         assert describe_validation(exc.value.errors()) == (
-            f"resources.max_price: a max_price is a spot bid: only valid with priority spot (this request is {priority or 'on-demand'})"
+            f"resources.max_price: a max_price is a spot bid: only valid with priority spot (this request is {priority or 'on-demand'}); "
+            "drop max_price 1.20 or ask for priority spot"
         )
     assert Task.model_validate({"run": "x", "resources": {"priority": "spot", "max_price": 1.2}}).resources.max_price == "1.2"
     assert InstanceCreate(priority="spot", max_price="1.20").max_price == "1.20"

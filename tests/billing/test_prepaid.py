@@ -98,6 +98,7 @@ def test_running_work_that_spends_the_balance_is_noticed_then_stopped_with_nothi
     assert server.get(f"/v1/jobs/{jid}")["state"] == "queued"  # held while nothing is left
     held = server.get(f"/v1/jobs/{jid}")
     assert "prepaid balance" in (held.get("reason") or held.get("waiting_reason") or json.dumps(held)), held
+    assert held["waiting"] is None or held["waiting"]["code"] in ("balance", "scheduling"), held
     assert not [a for a in j.get("allocations", []) if a.get("ended_at") is None]
     # a top-up: it resumes from its checkpoint
     server.post("/v1/billing/topups", {"tenant": "lab", "amount": "10"}, expect=201)

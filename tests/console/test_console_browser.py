@@ -68,16 +68,21 @@ def test_rent_a_spot_instance_with_a_max_price(page: Page, console_server: LiveS
     form.locator("button[type=submit]").click()
     expect(page.locator("#flash")).to_contain_text("max_price: must not be negative")
     assert console_server.client().instances() == []
-    bid.fill("0.01")  # below any RTX 4090 spot price: it waits
+    bid.fill("0.01")  # below the RTX 4090's spot floor: it could never start, so it is refused
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("is below the spot price floor (RTX4090 ¥0.40")
+    assert console_server.client().instances() == []
+    bid.fill("0.41")  # above the floor, below the price with this GPU busy: it waits
     bid.dispatch_event("change")
-    expect(page.locator("#instance-price")).to_contain_text("above max_price ¥0.01: it would wait")
+    expect(page.locator("#instance-price")).to_contain_text("above max_price ¥0.41: it would wait")
     form.locator("button[type=submit]").click()
     expect(page.locator("#flash")).to_have_text("Instance requested.")
     box = row(page, "spot-box")
-    expect(box).to_contain_text("spot ≤ 0.01/GPU-h")
-    expect(box).to_contain_text("waiting: spot price")
+    expect(box).to_contain_text("spot ≤ 0.41/GPU-h")
+    expect(box.locator("[data-waiting=price-above-bid]")).to_contain_text("spot price above the bid")
+    expect(box).to_contain_text("spot price ¥")
     [inst] = console_server.client().instances()
-    assert inst["max_price"] == "0.01" and inst["state"] == "pending"
+    assert inst["max_price"] == "0.41" and inst["state"] == "pending"
 
 
 def test_launch_a_job_and_read_its_logs(page: Page, console_server: LiveServer) -> None:

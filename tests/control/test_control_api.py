@@ -183,9 +183,11 @@ def test_cancel_queued_job_and_unschedulable_waits(server: Server) -> None:
     blocker = server.post("/v1/jobs", {"resources": {"accelerators": "Ascend-910B:8"}, "run": "sleep 300"}, expect=201).json()
     wait_state(server, "job", blocker["id"], ("running",))
     waiting = server.post("/v1/jobs", {"resources": {"accelerators": "Ascend-910B:1"}, "run": "true"}, expect=201).json()
-    wait_until(lambda: server.ctx.loop.stats.unplaced.get(("job", waiting["id"])) == "gpu")
+    wait_until(lambda: getattr(server.ctx.loop.stats.unplaced.get(("job", waiting["id"])), "detail", None) == "gpu")
     job = server.get(f"/v1/jobs/{waiting['id']}")
-    assert job["state"] == "queued" and job["reason"] == "waiting for capacity (gpu)"
+    assert job["state"] == "queued" and job["reason"] == "waiting for capacity (gpu)", job
+    assert job["waiting"]["code"] == "capacity" and job["waiting"]["detail"] == "gpu" and job["waiting"]["since"], job
+    assert server.get(f"/v1/jobs/{blocker['id']}")["waiting"] is None
     assert server.post(f"/v1/jobs/{waiting['id']}/cancel", expect=200).json()["state"] == "cancelled"
     server.post(f"/v1/jobs/{blocker['id']}/cancel", expect=200)
     wait_state(server, "job", blocker["id"], ("cancelled",))
@@ -202,6 +204,10 @@ def test_rejected_requests_change_nothing(server: Server) -> None:
         ({"resources": {"accelerators": "H100:1"}}, "run"),
         ({"run": "true", "num_nodes": 0}, "num_nodes"),
         ({"run": "true", "envs": {"1BAD": "x"}}, "envs"),
+        # never fits the inventory: refused at submission, naming the limit and the largest value that fits
+        ({"resources": {"accelerators": "RTX4090:1", "memory": 60000}, "run": "true"}, "60000 GiB of memory; the largest has"),
+        ({"resources": {"accelerators": "RTX4090:1", "cpus": 1000}, "run": "true"}, "1000 CPUs; the largest has"),
+        ({"resources": {"accelerators": "H100:1"}, "num_nodes": 50, "run": "true"}, "a gang of 50 nodes never fits"),
     ]
     for body, needle in cases:
         r = server.post("/v1/jobs", body)
@@ -210,6 +216,15 @@ def test_rejected_requests_change_nothing(server: Server) -> None:
         assert err["code"] == "invalid" and needle in err["message"], (needle, err)
     for body in ({"gpu_model": "H100", "gpu_count": 99}, {"gpu_model": "nope"}, {"gpu_milli": 1500}, {}):
         assert server.post("/v1/instances", body).status_code == 422
+    # contradictions are refused with both values named, never resolved silently
+    r = server.post("/v1/instances", {"gpu_model": "H100", "gpu_count": 2, "gpu_milli": 500})
+    assert r.status_code == 422 and "2 whole GPU(s) and gpu_milli 500" in r.json()["error"]["message"], r.text
+    r = server.post("/v1/jobs", {"resources": {"accelerators": "H100:2", "gpu_milli": 500}, "run": "true"})
+    assert r.status_code == 422 and "gpu_milli 500" in r.text and "H100:2" in r.text, r.text
+    r = server.post("/v1/instances", {"gpu_model": "RTX4090", "memory_gib": 60000})
+    assert r.status_code == 422 and "60000 GiB of memory; the largest has" in r.json()["error"]["message"], r.text
+    r = server.post("/v1/instances", {"gpu_model": "RTX4090", "cpus": 1000})
+    assert r.status_code == 422 and "1000 CPUs; the largest has" in r.json()["error"]["message"], r.text
     assert server.post("/v1/instances/999/stop").status_code == 404
     assert server.post("/v1/jobs/999/cancel").json()["error"]["code"] == "not_found"
     assert counts(server) == before
@@ -277,7 +292,9 @@ def test_cordoned_nodes_get_no_new_work(server: Server) -> None:
         r = server.http.patch(f"/v1/nodes/{name}", json={"state": "cordoned"}, headers=server.headers)
         assert r.status_code == 200 and r.json()["state"] == "cordoned"
     job = server.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "true"}, expect=201).json()
-    wait_until(lambda: server.ctx.loop.stats.unplaced.get(("job", job["id"])) == "gpu_model")  # no schedulable RTX4090
+    wait_until(
+        lambda: getattr(server.ctx.loop.stats.unplaced.get(("job", job["id"])), "detail", None) == "gpu_model"
+    )  # no schedulable RTX4090
     assert {g["model"]: g["free"] for g in server.get("/v1/gpus")}["RTX4090"] == 0
     server.http.patch("/v1/nodes/rtx4090-1", json={"state": "ready"}, headers=server.headers)
     assert wait_state(server, "job", job["id"], ("succeeded",))["exit_code"] == 0

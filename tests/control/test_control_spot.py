@@ -77,16 +77,20 @@ def test_bids_are_stored_shown_and_explain_a_wait(server: Server, cli, tmp_path:
     assert "spot <= 50.00/GPU-h" in cli("instances", "list")
     plain = json.loads(cli("instances", "create", "--gpu", "rtx4090:1", "--priority", "spot", "--max-price", "9.5", "--json"))
     assert plain["max_price"] == "9.50"
-    # a job whose bid is below every H100's spot price waits, and says why
+    # a bid below the spot price floor never starts: refused at submission, naming the floor
     task = tmp_path / "low.yaml"
     task.write_text("name: low\nresources:\n  accelerators: H100:1\n  priority: spot\n  max_price: 1.5\nrun: 'true'\n")
+    out = cli("launch", str(task), "--json", code=1)
+    assert "your max_price ¥1.50 is below the spot price floor (H100 ¥3.82 per GPU-h)" in out, out
+    # a bid at the floor, below the price counting its own GPU, waits and says why
+    task.write_text("name: low\nresources:\n  accelerators: H100:1\n  priority: spot\n  max_price: 3.82\nrun: 'true'\n")
     job = json.loads(cli("launch", str(task), "--json"))
-    assert job["max_price"] == "1.50" and job["spec"]["resources"]["max_price"] == "1.5"
+    assert job["max_price"] == "3.82" and job["spec"]["resources"]["max_price"] == "3.82"
     waiting = wait_until(lambda: (o := server.get(f"/v1/jobs/{job['id']}"))["reason"] and o)
     assert waiting["state"] == "queued" and waiting["reason"].startswith("waiting: spot price ¥"), waiting
-    assert "for H100 is above your max_price ¥1.50" in waiting["reason"]
+    assert "for H100 is above your max_price ¥3.82" in waiting["reason"]
     listing = cli("jobs", "list")
-    assert "spot <= 1.50/GPU-h" in listing and "max_price" in listing
+    assert "spot <= 3.82/GPU-h" in listing and "max_price" in listing
 
 
 def test_quotes_use_the_task_s_bid(server: Server, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ from suanli.billing import store
 from suanli.billing.money import price_text, to_micros
 from suanli.billing.pricebook import default_book
 from suanli.control import jobs
+from suanli.errors import Invalid
 from suanli.inventory import Inventory, NodeDecl
 from tests.event_helpers import events_text
 from tests.local.test_local_reclaim import WORKLOAD, log_lines, starts
@@ -45,7 +46,8 @@ def platform(db_url: str, tmp_path: Path) -> Iterator[Platform]:
 
 
 def held(p: Platform, job_id: int) -> str:
-    return p.loop.stats.unplaced.get(("job", job_id)) or ""
+    reason = p.loop.stats.unplaced.get(("job", job_id))
+    return reason.detail if reason else ""
 
 
 def price(busy_h100: int) -> str:
@@ -80,8 +82,9 @@ def test_held_spot_job_starts_when_an_operator_lowers_the_price_on_an_idle_clust
     p = platform
     p.only_nodes({"h100"})  # and something the pass tries and cannot place, every pass
     stuck = p.submit(name="stuck", resources={"accelerators": "RTX4090:1"}, run="true")
-    bid = p.submit(name="bid", resources={"accelerators": "H100:1", "priority": "spot", "max_price": "3.00"}, run="sleep 60")
-    assert "above your max_price ¥3.00" in p.until(lambda: held(p, bid), 10, "held below the floor")
+    # above the floor (¥3.82), below the price counting its own GPU: held, not refused
+    bid = p.submit(name="bid", resources={"accelerators": "H100:1", "priority": "spot", "max_price": "3.90"}, run="sleep 60")
+    assert "above your max_price ¥3.90" in p.until(lambda: held(p, bid), 10, "held below the price")
     assert held(p, stuck) and p.state(stuck, "queued")
     for _ in range(5):
         p.tick()
@@ -95,9 +98,12 @@ def test_spot_work_for_any_model_starts_only_where_the_price_is_within_its_bid(p
     anyg = p.submit(name="any", resources={"gpu_milli": 500, "priority": "spot", "max_price": "1.00"}, run="sleep 60")
     p.until(lambda: p.state(anyg, "running"), 20, "running")
     assert [a.gpu_model for a in p.allocations(anyg)] == ["RTX4090"]
-    never = p.submit(name="never", resources={"gpu_milli": 500, "priority": "spot", "max_price": "0.10"}, run="true")
-    why = p.until(lambda: held(p, never), 10, "held")
-    assert why.startswith("spot price is above your max_price ¥0.10 on every model it may run on (RTX4090 ¥")
+    # below every model's floor: it could never start, so it is refused at submission
+    with pytest.raises(Invalid, match=r"your max_price ¥0\.10 is below the spot price floor \(RTX4090 ¥0\.40, H100 ¥3\.82"):
+        p.submit(name="never", resources={"gpu_milli": 500, "priority": "spot", "max_price": "0.10"}, run="true")
+    low = p.submit(name="low", resources={"gpu_milli": 500, "priority": "spot", "max_price": "0.41"}, run="true")
+    why = p.until(lambda: held(p, low), 10, "held")
+    assert why.startswith("spot price is above your max_price ¥0.41 on every model it may run on (RTX4090 ¥"), why
 
 
 def test_running_spot_job_is_reclaimed_with_notice_when_the_price_passes_its_bid(platform: Platform) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,6 +16,7 @@ from suanli.control.loop import ControlLoop
 from suanli.control.metrics import Collector
 from suanli.control.secrets import Keyring
 from suanli.control.throttle import Throttle
+from suanli.control.waiting import Reason
 from suanli.db.session import Database
 
 
@@ -66,14 +68,17 @@ class ServerContext:
             port,
         )
 
-    def waiting_reason(self, kind: str, workload_id: int) -> str | None:
-        """Why the last scheduling pass could not place this waiting row, if it tried."""
+    def waiting(self, kind: str, workload_id: int) -> tuple[Reason, datetime | None] | None:
+        """Why the last scheduling pass (or admission) left this row waiting, and since
+        when it waits for that code, if the pass saw it (``control.waiting``)."""
         if self.loop is None:
             return None
-        reason = self.loop.stats.unplaced.get((kind, workload_id))
-        if reason and reason.startswith("spot price"):  # a bid below the price (billing.spot): not a capacity wait
-            return f"waiting: {reason}"
-        return f"waiting for capacity ({reason})" if reason else None
+        return self.loop.stats.waiting((kind, workload_id))
+
+    def waiting_reason(self, kind: str, workload_id: int) -> str | None:
+        """The same, as the sentence shown as a waiting row's ``reason``."""
+        got = self.waiting(kind, workload_id)
+        return got[0].text() if got else None
 
     def wake(self) -> None:
         """New or changed work: let the control loop act now rather than next tick."""

@@ -17,6 +17,7 @@ from suanli.billing.workload_cost import WorkloadCost
 from suanli.control import metrics as usage_metrics
 from suanli.control import workload_secrets
 from suanli.control.nodes import GpuModelSummary
+from suanli.control.waiting import SCHEDULING, Reason
 from suanli.db.models import Allocation, Event, Gpu, Image, Instance, Job, Node, WorkloadMetric
 from suanli.db.session import Database
 
@@ -149,10 +150,16 @@ def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[
     return out
 
 
+def _waiting(waiting: tuple[Reason, datetime | None] | None) -> schemas.WaitingOut:
+    """A waiting row's reason; one no pass has judged yet waits for ``scheduling``."""
+    reason, since = waiting or (Reason(SCHEDULING, "not yet seen by a scheduling pass"), None)
+    return schemas.WaitingOut(code=reason.code, detail=reason.detail, since=since)
+
+
 def instance_out(
     row: Instance,
     allocs: list[schemas.AllocationOut],
-    waiting: str | None = None,
+    waiting: tuple[Reason, datetime | None] | None = None,
     access: Access | None = None,
     cost: schemas.CostOut | None = None,
     metrics: schemas.MetricsOut | None = None,
@@ -172,7 +179,8 @@ def instance_out(
         disk_gib=row.disk_gib,
         priority=row.priority,
         max_price=_bid(row.max_price_micros),
-        reason=(waiting if row.state == "pending" and waiting else row.reason),
+        reason=(waiting[0].text() if row.state == "pending" and waiting else row.reason),
+        waiting=_waiting(waiting) if row.state == "pending" and row.launch_owner is None else None,
         allocations=allocs,
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -192,7 +200,7 @@ def instance_out(
 def job_out(
     row: Job,
     allocs: list[schemas.AllocationOut],
-    waiting: str | None = None,
+    waiting: tuple[Reason, datetime | None] | None = None,
     cost: schemas.CostOut | None = None,
     metrics: schemas.MetricsOut | None = None,
     depends_on: list[int] | None = None,
@@ -209,7 +217,8 @@ def job_out(
         priority=row.priority,
         max_price=_bid(row.max_price_micros),
         cancel_requested=row.cancel_requested,
-        reason=(waiting if row.state == "queued" and waiting else row.reason),
+        reason=(waiting[0].text() if row.state == "queued" and waiting else row.reason),
+        waiting=_waiting(waiting) if row.state == "queued" and row.launch_owner is None else None,
         allocations=allocs,
         created_at=row.created_at,
         started_at=row.started_at,

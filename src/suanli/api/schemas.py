@@ -373,6 +373,7 @@ class InstanceOut(BaseModel):
         "of exactly the allocated GPUs) or `virtual` (CUDA_VISIBLE_DEVICES only)",
     )
     reason: str
+    waiting: WaitingOut | None = Field(default=None, description="why it waits, while pending or queued; null otherwise")
     allocations: list[AllocationOut]
     created_at: datetime
     updated_at: datetime
@@ -385,6 +386,19 @@ class InstanceOut(BaseModel):
     )
     secrets: dict[str, str] = Field(
         default_factory=dict, description='its secrets\' names, values masked ("******"); values are never shown'
+    )
+
+
+class WaitingOut(BaseModel):
+    """Why a pending instance or queued job waits (``control.waiting``)."""
+
+    code: str = Field(
+        description="capacity | gang | quota | balance | price-above-bid | dependency | never-fits: "
+        "what it waits for, for scripts to branch on"
+    )
+    detail: str = Field(description="the specifics, for people (the filter that ruled out every node, the quota, the price)")
+    since: datetime | None = Field(
+        default=None, description="when it began waiting for this code (kept in the server's memory; null: unknown)"
     )
 
 
@@ -401,6 +415,7 @@ class JobOut(BaseModel):
     max_price: str | None = Field(default=None, description="spot bid per GPU-hour (resources.max_price); null: none")
     cancel_requested: bool
     reason: str
+    waiting: WaitingOut | None = Field(default=None, description="why it waits, while pending or queued; null otherwise")
     allocations: list[AllocationOut]
     created_at: datetime
     started_at: datetime | None

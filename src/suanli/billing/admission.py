@@ -9,6 +9,8 @@ holds what is held and fails what is rejected, in its own transaction).
   reached, a prepaid balance that does not cover the first billing unit, a bid below
   the spot price); the reason is shown to the user;
 - **rejected** ``{(kind, id): reason}``: never under the tenant's grants;
+- **codes** ``{(kind, id): code}``: why each held item waits, for scripts:
+  ``quota``, ``balance`` (a hard cap or a prepaid balance) or ``price-above-bid``;
 - **narrowed** ``{(kind, id): models}``: spot work whose bid only some of its allowed
   models meet; it must be placed on those only, so the price check holds for the model
   it lands on.
@@ -40,6 +42,7 @@ class Decision:
     held: dict[Key, str] = field(default_factory=dict)
     rejected: dict[Key, str] = field(default_factory=dict)
     narrowed: dict[Key, frozenset[str]] = field(default_factory=dict)
+    codes: dict[Key, str] = field(default_factory=dict)
 
 
 def _grants(s: Session, tenant_ids: set[int]) -> list[quotas.Grant]:
@@ -138,6 +141,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
             continue
         if tid in capped:
             out.held[key] = f"billing: {capped[tid]}; top up or raise the budget to start"
+            out.codes[key] = "balance"
             continue
         req = w.request
         milli = (req.gpu_milli or req.gpu_count * 1000) * max(1, w.num_nodes)
@@ -145,6 +149,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
         dec = quotas.admit(grants, d, in_use, minutes, at)
         if dec.action == "queue":
             out.held[key] = dec.reason
+            out.codes[key] = "quota"
             continue
         if dec.action == "reject":
             out.rejected[key] = dec.reason
@@ -154,6 +159,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
             models, why = spot.check_bid(mk, req, w.num_nodes, bids[key])
             if why is not None:
                 out.held[key] = why
+                out.codes[key] = "price-above-bid"
                 continue
             if models and models != (req.gpu_models or frozenset(mk.models())):
                 out.narrowed[key] = models
@@ -165,6 +171,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
             why = funds.refusal(terms[tid], *left[tid], cost, currency)
             if why is not None:
                 out.held[key] = f"billing: {why}"
+                out.codes[key] = "balance"
                 continue
         if dec.grant_id is not None:  # admitted: count it against the grant for the rest of this pass
             in_use[dec.grant_id] = in_use.get(dec.grant_id, 0) + milli

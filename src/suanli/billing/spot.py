@@ -103,4 +103,17 @@ def check_bid(mk: Market, request, num_nodes: int, bid: int) -> tuple[frozenset[
     )
 
 
-__all__ = ["Market", "check_bid", "demand_milli", "market"]
+def floors(mk: Market, request) -> dict[str, int]:
+    """The spot price floor (the price at 0 % utilisation) per GPU-hour of each model
+    ``request`` may run on; a bid below all of them never starts. A model the book
+    does not price is rated at 0, so its floor is 0."""
+    out = {}
+    for m in sorted(request.gpu_models) or mk.models():
+        try:
+            out[mk.key(m)] = mk.book.gpu(mk.key(m)).spot(0)
+        except PriceBookError:
+            out[mk.key(m)] = 0
+    return out
+
+
+__all__ = ["Market", "check_bid", "demand_milli", "floors", "market"]

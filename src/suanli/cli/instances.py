@@ -21,6 +21,7 @@ from suanli.cli.remote import (
     print_json,
     priority_desc,
     table,
+    waiting_desc,
 )
 
 app = typer.Typer(help="Rent and manage instances.", no_args_is_help=True)
@@ -37,7 +38,7 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "RUNTIME", "DISK", "PLACED ON", "COST", "RATE", "REASON"],
+        ["ID", "NAME", "STATE", "GPU", "PRIORITY", "IMAGE", "RUNTIME", "DISK", "PLACED ON", "COST", "RATE", "WHY", "REASON"],
         [
             [
                 i["id"],
@@ -51,6 +52,7 @@ def _show(rows: list[dict], as_json: bool, title: str = "Instances") -> None:
                 placed_on(i),
                 cost_so_far(i),
                 cost_rate(i),
+                waiting_desc(i),
                 i["reason"],
             ]
             for i in rows
@@ -130,6 +132,12 @@ def create(
         count = int(n) if n.strip().isdigit() else (0 if gpu_milli else 1)
         if n and not n.strip().isdigit():
             raise typer.BadParameter(f"expected MODEL[:COUNT], got {gpu!r}", param_hint="--gpu")
+        if count > 1 and gpu_milli:  # never choose between them silently (MODEL:1: the one GPU shared)
+            raise typer.BadParameter(
+                f"--gpu {gpu} asks for {count} whole GPU(s) and --gpu-milli {gpu_milli} for "
+                f"{gpu_milli / 1000:g} of one: give --gpu {model} (no count) with --gpu-milli, or drop --gpu-milli",
+                param_hint="--gpu",
+            )
     with api_errors():
         inst = client().create_instance(
             name=name,

@@ -19,6 +19,7 @@ from suanli.cli.remote import (
     print_json,
     priority_desc,
     table,
+    waiting_desc,
 )
 
 app = typer.Typer(help="Batch jobs.", no_args_is_help=True)
@@ -31,7 +32,22 @@ def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
         return print_json(rows)
     table(
         title,
-        ["ID", "NAME", "STATE", "EXIT", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "DEPENDS ON", "GROUP", "REASON"],
+        [
+            "ID",
+            "NAME",
+            "STATE",
+            "EXIT",
+            "GPU",
+            "NODES",
+            "PRIORITY",
+            "PLACED ON",
+            "COST",
+            "RATE",
+            "DEPENDS ON",
+            "GROUP",
+            "WHY",
+            "REASON",
+        ],
         [
             [
                 j["id"],
@@ -46,6 +62,7 @@ def show(rows: list[dict], as_json: bool, title: str = "Jobs") -> None:
                 cost_rate(j),
                 ",".join(map(str, j.get("depends_on") or [])),
                 j.get("group") or "",
+                waiting_desc(j),
                 j["reason"],
             ]
             for j in rows

@@ -53,7 +53,9 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
 
 
 def gpu_desc(obj: dict) -> str:
-    model = obj.get("gpu_model") or "any"
+    """``H100 x 2``; work that named no model shows the model it landed on once placed."""
+    landed = sorted({a["gpu_model"] for a in obj.get("allocations") or [] if a.get("gpu_model")})
+    model = obj.get("gpu_model") or ("/".join(landed) if landed else "any")
     if obj.get("gpu_milli"):
         return f"{model} x {obj['gpu_milli'] / 1000:g}"
     if obj.get("gpu_count"):
@@ -65,6 +67,12 @@ def priority_desc(obj: dict) -> str:
     """``spot``, or ``spot <= 1.20`` with a bid (per GPU-hour)."""
     bid = obj.get("max_price")
     return f"{obj.get('priority', '')} <= {bid}/GPU-h" if bid else str(obj.get("priority", ""))
+
+
+def waiting_desc(obj: dict) -> str:
+    """``capacity: memory``: why a waiting row waits (its ``waiting`` code and detail); "" otherwise."""
+    w = obj.get("waiting")
+    return f"{w['code']}: {w['detail']}" if w else ""
 
 
 def placed_on(obj: dict) -> str:

@@ -29,6 +29,7 @@ from suanli.billing.admission import Decision, Key, decide
 from suanli.billing.spending import apply_budgets
 from suanli.control import instances, jobs, workloads
 from suanli.control.auth import Principal
+from suanli.control.waiting import QUOTA, Reason
 from suanli.db.session import Database
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,10 @@ W = TypeVar("W", bound=Any)
 class Admission(Decision):
     """Billing's answer for one pass: ``held`` and ``rejected`` ``{(kind, id): reason}``,
     ``narrowed`` ``{(kind, id): models}``."""
+
+    def reasons(self) -> dict[Key, Reason]:
+        """What is held, as waiting reasons (``control.waiting``)."""
+        return {k: Reason(self.codes.get(k, QUOTA), why) for k, why in self.held.items()}
 
     def admitted(self, work: Sequence[W]) -> list[W]:
         """``work`` less what is held or rejected, in its order; a narrowed spot bid is
@@ -60,7 +65,7 @@ def admit(s: Session, work: Sequence, at_ms: int | None = None) -> Admission:
     """Judge waiting ``work`` (items with ``kind``, ``id``, ``request``, ``num_nodes``)
     and fail what can never run, in ``s``."""
     d = decide(s, work, at_ms)
-    out = Admission(d.held, d.rejected, d.narrowed)
+    out = Admission(d.held, d.rejected, d.narrowed, d.codes)
     fail_rejected(s, out.rejected)
     return out
 

@@ -21,7 +21,7 @@ from suanli.control.autostop import AutostopSettings, tenant_default
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
 from suanli.control.secrets import Keyring
-from suanli.control.sizing import size
+from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import check_max_price
 from suanli.db.models import Instance
 from suanli.db.session import Database
@@ -68,6 +68,11 @@ def create(
     autostop.check(req.autostop_s)
     if not req.gpu_model and not req.gpu_count and not req.gpu_milli:
         raise Invalid("gpu_count: ask for gpu_count whole GPUs or gpu_milli of one GPU")
+    if req.gpu_count > 1 and req.gpu_milli:  # never choose between them silently (count 1: the one GPU shared)
+        raise Invalid(
+            f"gpu_count: {req.gpu_count} whole GPU(s) and gpu_milli {req.gpu_milli} ({req.gpu_milli / 1000:g} of one GPU) "
+            "contradict: send one or the other"
+        )
     try:
         bid = check_max_price(req.max_price, req.priority)
     except ValueError as exc:
@@ -83,6 +88,8 @@ def create(
         image = images.resolve(s, req.image)
         count = req.gpu_count or (1 if req.gpu_model and not req.gpu_milli else 0)
         sized = size(s, req.gpu_model, count, req.gpu_milli, req.cpus, req.memory_gib, "gpu_model")
+        check_fits(s, sized, 1, "resources")
+        check_bid_floor(s, sized, 1, None if bid is None else to_micros(bid), "max_price")
         row = Instance(
             tenant_id=who.tenant_id,
             user_id=who.user_id,

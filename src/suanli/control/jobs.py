@@ -13,11 +13,12 @@ from suanli.control import funds, uploads, workload_secrets, workloads
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import JOB_FINAL, record_event
 from suanli.control.secrets import Keyring
-from suanli.control.sizing import size
+from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import Task
 from suanli.db.models import Job
 from suanli.db.session import Database
 from suanli.errors import Invalid, NotFound
+from suanli.scheduler import ClusterState
 
 
 def _get(s: Session, who: Principal, job_id: int) -> Job:
@@ -42,8 +43,9 @@ def check_code(who: Principal, task: Task, data_dir: Path | None) -> None:
         raise Invalid(f"code: no upload {task.code} for this tenant; upload the directory first (`suanli launch` does it)")
 
 
-def new_row(s: Session, who: Principal, task: Task, sealed: dict) -> Job:
-    """A queued job of ``task`` (sized; not added): ``submit`` and ``pipelines.submit``."""
+def new_row(s: Session, who: Principal, task: Task, sealed: dict, state: ClusterState | None = None) -> Job:
+    """A queued job of ``task`` (sized; not added): ``submit`` and ``pipelines.submit``.
+    ``state``: the inventory, built once for many jobs (``sizing.empty_state``)."""
     r = task.resources
     accel = r.accel
     sized = size(
@@ -55,6 +57,9 @@ def new_row(s: Session, who: Principal, task: Task, sealed: dict) -> Job:
         r.memory,
         "resources.accelerators",
     )
+    check_fits(s, sized, task.num_nodes, "resources", state)
+    bid = None if r.max_price is None else to_micros(r.max_price)
+    check_bid_floor(s, sized, task.num_nodes, bid, "resources.max_price")
     return Job(
         tenant_id=who.tenant_id,
         user_id=who.user_id,
@@ -69,7 +74,7 @@ def new_row(s: Session, who: Principal, task: Task, sealed: dict) -> Job:
         memory_mib=sized.memory_mib,
         num_nodes=task.num_nodes,
         priority=r.priority,
-        max_price_micros=None if r.max_price is None else to_micros(r.max_price),
+        max_price_micros=bid,
     )
 
 

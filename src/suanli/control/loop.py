@@ -43,11 +43,12 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from suanli.backends.base import Backend, ReportsExits
 from suanli.clock import SYSTEM, Clock
-from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, workloads
+from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, sizing, workloads
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
@@ -56,6 +57,8 @@ from suanli.control.plane import Plane, ReclaimSettings
 from suanli.control.preempt import preempt
 from suanli.control.scheduling import PassMemo, PassResult, Waiting, schedule_pass, waiting_work
 from suanli.control.secrets import Keyring
+from suanli.control.waiting import Reason
+from suanli.db.clock import utcnow
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
 
@@ -72,7 +75,23 @@ class LoopStats:
     conflicts: int = 0
     policy_errors: int = 0
     last_tick_s: float = 0.0
-    unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: why each waiting row the last pass saw waits (``control.waiting``)
+    unplaced: dict[tuple[str, int], Reason] = field(default_factory=dict)
+    #: (code, when it was first seen) per waiting row; in memory: restarts with the server
+    since: dict[tuple[str, int], tuple[str, datetime]] = field(default_factory=dict)
+
+    def note(self, unplaced: dict[tuple[str, int], Reason], now: datetime) -> None:
+        """Take a pass's reasons, keeping ``since`` for rows that wait for the same code."""
+        old = self.since
+        self.since = {k: (r.code, old[k][1] if k in old and old[k][0] == r.code else now) for k, r in unplaced.items()}
+        self.unplaced = unplaced
+
+    def waiting(self, key: tuple[str, int]) -> tuple[Reason, datetime | None] | None:
+        r = self.unplaced.get(key)
+        if r is None:
+            return None
+        seen = self.since.get(key)
+        return r, (seen[1] if seen and seen[0] == r.code else None)
 
 
 class ControlLoop:
@@ -128,6 +147,8 @@ class ControlLoop:
         #: killed predecessor are recognisably someone else's.
         self.owner = f"{uuid.uuid4().hex[:12]}"
         self.stats = LoopStats()
+        #: the inventory the last admit phase judged waiting work against (``sizing.inventory_fingerprint``)
+        self._inventory: tuple | None = None
         self._wake = threading.Event()
         #: set by backends that say when a task ends (``ReportsExits``): poll on the next tick
         self._exited = threading.Event()
@@ -204,7 +225,7 @@ class ControlLoop:
             self.stats.launched += len(result.claimed)
             self.stats.conflicts += result.conflicts
             self.stats.policy_errors += result.policy_errors
-            self.stats.unplaced = result.unplaced or {}
+            self.stats.note(result.unplaced or {}, utcnow())
             self.stats.last_tick_s = time.perf_counter() - t0
             if result.conflicts:
                 self._wake.set()  # stale snapshot: try again at once
@@ -240,13 +261,18 @@ class ControlLoop:
         with self.db.transaction() as s:
             return pipelines.cancel_doomed(s)
 
-    def admit(self) -> tuple[list[Waiting], dict[tuple[str, int], str]]:
+    def admit(self) -> tuple[list[Waiting], dict[tuple[str, int], Reason]]:
         """Phase 6: the waiting work that may run now (in scheduling order, spot bids'
         models narrowed) and the reasons for what is held; rejected rows fail here."""
         with self.db.transaction() as s:
             work = waiting_work(s)
+            shape = sizing.inventory_fingerprint(s)
+            if shape != self._inventory:  # nodes came or went: what can never run now fails, with why
+                gone = sizing.fail_never_fits(s, work)
+                work = [w for w in work if (w.kind, w.id) not in gone]
             decided = admission.admit(s, work)
-        return decided.admitted(work), decided.held
+        self._inventory = shape
+        return decided.admitted(work), decided.reasons()
 
     def _launch(self, kind: str, wid: int) -> None:
         if self._halt.is_set():  # shutting down: leave it for the next start

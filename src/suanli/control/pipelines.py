@@ -23,7 +23,7 @@ from pathlib import Path
 from sqlalchemy import not_, select
 from sqlalchemy.orm import Session, aliased
 
-from suanli.control import funds, jobs, workload_secrets, workloads
+from suanli.control import funds, jobs, sizing, workload_secrets, workloads
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import record_event
 from suanli.control.pipeline_plan import plan
@@ -73,8 +73,9 @@ def submit(
         if existing:
             _existing(s, who, existing)
         rows = []
+        state = sizing.empty_state(s)  # every job is judged against one inventory
         for t, sec in zip(made, sealed, strict=True):
-            row = jobs.new_row(s, who, t, sec)
+            row = jobs.new_row(s, who, t, sec, state)
             funds.check_start(s, row)  # refused (nothing queued) if its tenant cannot pay
             s.add(row)
             rows.append(row)

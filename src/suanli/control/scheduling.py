@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from suanli.control import workloads
 from suanli.control.capacity import Snapshot, snapshot, take
 from suanli.control.lifecycle import record_event
+from suanli.control.waiting import CAPACITY, GANG, Reason
 from suanli.db.models import Instance, Job
 from suanli.db.session import Database
 from suanli.scheduler import Allocation, ClusterState, PriorityClass, Request, Scheduler, gang
@@ -51,7 +52,7 @@ class PassMemo:
     fingerprint: bytes = b""
     #: requests the policy could not place (not those billing held: a hold can lift
     #: without the cluster changing, e.g. a top-up or a lower price)
-    unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
+    unplaced: dict[tuple[str, int], Reason] = field(default_factory=dict)
     #: the request each of those was tried with (a spot bid may narrow a request's
     #: models differently from one pass to the next)
     tried: dict[tuple[str, int], Request] = field(default_factory=dict)
@@ -75,7 +76,7 @@ class PassResult:
     claimed: list[tuple[str, int]]
     conflicts: int = 0
     policy_errors: int = 0
-    unplaced: dict[tuple[str, int], str] = field(default_factory=dict)
+    unplaced: dict[tuple[str, int], Reason] = field(default_factory=dict)
 
 
 def to_request(row: Instance | Job) -> Request:
@@ -100,7 +101,7 @@ def waiting_work(session: Session) -> list[Waiting]:
     return work
 
 
-def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allocation] | None, str | None]:
+def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allocation] | None, Reason | None]:
     """Place ``num_nodes`` copies of ``req`` on distinct nodes, all or nothing, with
     the scheduler's topology-aware gang planner (one IB leaf first, then the fewest
     leaves; multi-GPU members inside one NVLink island when they fit). Binds into
@@ -108,8 +109,8 @@ def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allo
     allocs = gang.bind_gang(sched.state, sched.policy, replace(req, nodes=num_nodes), sched.ranks)
     if allocs is None:
         if feasible_mask(sched.state, req).any():
-            return None, f"gang: fewer than {num_nodes} nodes fit"
-        return None, failure_reason(sched.state, req)
+            return None, Reason(GANG, f"gang: fewer than {num_nodes} nodes fit")
+        return None, Reason(CAPACITY, failure_reason(sched.state, req))
     return allocs, None
 
 
@@ -134,7 +135,7 @@ def schedule_pass(
     backends: list[str],
     owner: str,
     work: list[Waiting],
-    held: dict[tuple[str, int], str] | None = None,
+    held: dict[tuple[str, int], Reason] | None = None,
     seed: int = 0,
     memo: PassMemo | None = None,
     fallback: Policy | None = None,
@@ -180,7 +181,7 @@ def schedule_pass(
             result.policy_errors += 1
             allocs, reason = plan_gang(backup, w.request, w.num_nodes)
         if allocs is None:
-            result.unplaced[(w.kind, w.id)] = reason or "unschedulable"
+            result.unplaced[(w.kind, w.id)] = reason or Reason(CAPACITY, "unschedulable")
             continue
         try:
             if claim(db, w, allocs, snap, owner):

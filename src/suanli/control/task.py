@@ -80,7 +80,10 @@ def check_max_price(value: object, priority: str) -> str | None:
     except MoneyError as exc:
         raise ValueError(str(exc)) from None
     if priority != "spot":
-        raise ValueError(f"a max_price is a spot bid: only valid with priority spot (this request is {priority})")
+        raise ValueError(
+            f"a max_price is a spot bid: only valid with priority spot (this request is {priority}); "
+            f"drop max_price {text} or ask for priority spot"
+        )
     return text
 
 
@@ -129,7 +132,10 @@ class Resources(BaseModel):
     @model_validator(mode="after")
     def _milli_needs_one(self) -> Resources:
         if self.gpu_milli and self.accelerators and parse_accelerators(self.accelerators).count != 1:
-            raise ValueError("gpu_milli is a share of one GPU: use accelerators MODEL (count 1) with it")
+            raise ValueError(
+                f"gpu_milli {self.gpu_milli} is a share of one GPU, but accelerators {self.accelerators} asks for "
+                f"{parse_accelerators(self.accelerators).count} whole GPUs: use accelerators MODEL (count 1) with it"
+            )
         return self
 
     @property

@@ -26,9 +26,7 @@ def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[In
     costs = costs_for(ctx.db, rows)
     samples = metrics_for(ctx.db, rows)
     return [
-        instance_out(
-            r, allocs.get(r.id, []), ctx.waiting_reason("instance", r.id), access[r.id], costs.get(r.id), samples.get(r.id)
-        )
+        instance_out(r, allocs.get(r.id, []), ctx.waiting("instance", r.id), access[r.id], costs.get(r.id), samples.get(r.id))
         for r in rows
     ]
 

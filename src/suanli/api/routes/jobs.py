@@ -15,6 +15,7 @@ from suanli.control import images, jobs, pipelines
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
 from suanli.control.task import Pipeline, Task
+from suanli.control.waiting import DEPENDENCY, Reason
 from suanli.db.models import Event, Job
 from suanli.errors import Invalid
 
@@ -34,7 +35,7 @@ def _out(ctx: ServerContext, rows: list[Job]) -> list[JobOut]:
         job_out(
             r,
             allocs.get(r.id, []),
-            held.get(r.id) or ctx.waiting_reason("job", r.id),
+            (Reason(DEPENDENCY, held[r.id]), None) if r.id in held else ctx.waiting("job", r.id),
             costs.get(r.id),
             samples.get(r.id),
             deps.get(r.id),

@@ -88,6 +88,22 @@ function gpuDesc(o) {
   return t("CPU only");
 }
 
+// why a waiting row waits (the API's ``waiting``: a code scripts branch on, translated
+// here, and the detail); a row that does not wait shows its last reason
+function waitingCode(code) {
+  const names = { capacity: t("waiting for capacity"), gang: t("waiting for nodes for the whole gang"),
+    quota: t("waiting for quota"), balance: t("waiting for funds"), "price-above-bid": t("spot price above the bid"),
+    dependency: t("waiting for a dependency"), "never-fits": t("never fits"), scheduling: t("not yet scheduled") };
+  return names[code] || code;
+}
+
+function whyCell(o) {
+  const w = o.waiting;
+  if (!w) return o.reason;
+  return el("td", { class: "why", "data-waiting": w.code, title: w.since ? t("waiting since {since}", { since: w.since }) : "" },
+    el("span", { class: "tag" }, waitingCode(w.code)), " ", w.detail);
+}
+
 const placed = (allocs) => allocs.map((a) => `${a.node} [${a.gpu_indices.join(",")}]`).join(" ");
 
 function ago(iso) {
@@ -395,7 +411,7 @@ async function liveInstances() {
   return el("section", {}, el("h2", {}, t("Instances")),
     table(["ID", "NAME", "STATE", "GPU", "IMAGE", "RUNTIME", "PRIORITY", "PLACED ON", "COST", "RATE", "ACCESS", "WHY", ""],
       rows.map((i) => [String(i.id), i.name, stateCell(i.state), gpuDesc(i), i.image, runtimeCell(i), priorityDesc(i),
-        placed(i.allocations), costCell(i), rateCell(i), accessCell(i), i.reason, actions(i)]),
+        placed(i.allocations), costCell(i), rateCell(i), accessCell(i), whyCell(i), actions(i)]),
       "No instances yet."));
 }
 
@@ -438,7 +454,7 @@ async function liveJobs() {
   return el("section", {}, el("h2", {}, t("Jobs")),
     table(["ID", "NAME", "STATE", "GPU", "NODES", "PRIORITY", "PLACED ON", "COST", "RATE", "EXIT", "DEPENDS ON", "GROUP", "WHY", ""],
       rows.map((j) => [String(j.id), j.name, stateCell(j.state), gpuDesc(j), num(j.num_nodes), priorityDesc(j), placed(j.allocations),
-        costCell(j), rateCell(j), j.exit_code ?? "", depsCell(j), j.group || "", j.reason, actions(j)]),
+        costCell(j), rateCell(j), j.exit_code ?? "", depsCell(j), j.group || "", whyCell(j), actions(j)]),
       "No jobs yet."));
 }
 

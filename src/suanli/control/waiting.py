@@ -1,0 +1,56 @@
+"""Why waiting work waits, as a machine-readable reason.
+
+Every pending instance and queued job the control loop could not start carries a
+``Reason``: a ``code`` a script can branch on and a ``detail`` for people. The
+scheduling pass (``scheduling.schedule_pass``) and admission (``admission``) make
+them; pipelines add ``dependency``. ``since`` (when the row first waited for this
+code) is kept in memory by the loop (``LoopStats.since``): it restarts with the
+server, and a reason that changes code starts a new ``since``.
+
+Codes:
+
+- ``capacity``: no node has the free GPUs/CPU/memory now (detail: the filter that
+  ruled out every node: ``gpu``, ``cpu``, ``memory``, ``gpu_model``,
+  ``unschedulable``); it starts when capacity frees up.
+- ``gang``: one member fits somewhere, but not ``num_nodes`` of them at once.
+- ``quota``: the tenant's grants do not admit it now.
+- ``balance``: the tenant's prepaid balance or budget does not cover it.
+- ``price-above-bid``: a spot bid below the spot price now.
+- ``dependency``: a pipeline dependency has not finished.
+- ``scheduling``: not yet judged by a scheduling pass (just submitted).
+- ``never-fits``: nothing of the inventory could ever hold it (the row then fails
+  with this reason rather than waiting; see ``scheduling.fail_never_fits``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CAPACITY = "capacity"
+GANG = "gang"
+QUOTA = "quota"
+BALANCE = "balance"
+PRICE_ABOVE_BID = "price-above-bid"
+DEPENDENCY = "dependency"
+NEVER_FITS = "never-fits"
+SCHEDULING = "scheduling"
+
+CODES = (CAPACITY, GANG, QUOTA, BALANCE, PRICE_ABOVE_BID, DEPENDENCY, NEVER_FITS, SCHEDULING)
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str
+    detail: str
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown waiting code {self.code!r}; one of {', '.join(CODES)}")
+
+    def text(self) -> str:
+        """The sentence shown as a workload's ``reason`` while it waits."""
+        if self.code in (CAPACITY, GANG):
+            return f"waiting for capacity ({self.detail})"
+        if self.code == DEPENDENCY:
+            return self.detail
+        return f"waiting: {self.detail}"
