@@ -130,16 +130,22 @@ class MovableSet(Mapping[Hashable, Allocation]):
         return list(self._on.get((node, gpu), ()))
 
 
+def whole_gpu_hosts(state: ClusterState, req: Request) -> np.ndarray:
+    """Indices of the nodes that could hold ``req`` once enough of their GPUs were
+    cleared: schedulable, enough GPUs, CPU and memory in total, an allowed model."""
+    ok = state.schedulable & (state.gpu_count >= req.gpu_count) & (state.cpu_total >= req.cpu_milli)
+    ok &= state.mem_total >= req.memory_mib
+    if req.gpu_models:
+        ok &= state.model_mask(req.gpu_models)
+    return np.flatnonzero(ok)
+
+
 def _candidates(state: ClusterState, req: Request, movable: MovableSet, max_moves: int) -> list[tuple[int, int, int, np.ndarray]]:
     """(moves, milli moved, node, GPUs to clear) for every node worth simulating,
     cheapest first. Vectorised over nodes: the per-node cost is the sum of the
     ``need`` smallest share counts among its clearable GPUs."""
     g = req.gpu_count
-    ok = state.schedulable & (state.gpu_count >= g) & (state.cpu_total >= req.cpu_milli)
-    ok &= state.mem_total >= req.memory_mib
-    if req.gpu_models:
-        ok &= state.model_mask(req.gpu_models)
-    idx = np.flatnonzero(ok)
+    idx = whole_gpu_hosts(state, req)
     if idx.size == 0:
         return []
     free = state.gpu_free[idx].astype(np.int64)

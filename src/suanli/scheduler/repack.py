@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet, plan_defrag
+from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet, plan_defrag, whole_gpu_hosts
 from suanli.scheduler.model import MILLI_PER_GPU, Allocation, Request
 from suanli.scheduler.state import ClusterState, OverAllocation
 
@@ -79,10 +79,7 @@ def _targets(state: ClusterState, req: Request, movable: MovableSet, max_moves: 
     """Up to ``k`` (node, clearable GPU mask) cheapest first (fewest shares on the
     cheapest GPUs to clear; ties: milli moved, then node order)."""
     g = req.gpu_count
-    ok = state.schedulable & (state.gpu_count >= g) & (state.cpu_total >= req.cpu_milli) & (state.mem_total >= req.memory_mib)
-    if req.gpu_models:
-        ok &= state.model_mask(req.gpu_models)
-    idx = np.flatnonzero(ok)
+    idx = whole_gpu_hosts(state, req)
     if idx.size == 0:
         return []
     free = state.gpu_free[idx].astype(np.int64)
