@@ -100,7 +100,8 @@ def main() -> None:
             state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "world_size": world}
             torch.save(state, out / "ckpt.pt.new")
             os.replace(out / "ckpt.pt.new", ckpt)  # a kill mid-write keeps the last whole one
-            (out / "step").write_text(f"{step}\n")
+            (out / "step.new").write_text(f"{step}\n")
+            os.replace(out / "step.new", out / "step")  # a reader never sees it half-written
             print(f"step {step}/{steps} loss {loss.item():.4f}", flush=True)
         time.sleep(pause)
         flag = torch.tensor([1.0 if noticed() else 0.0], device=device)

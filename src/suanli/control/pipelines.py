@@ -97,12 +97,16 @@ def _desc(job_id: int, name: str) -> str:
     return f"job {job_id} ({name})" if name else f"job {job_id}"
 
 
+#: ``Job`` as the dependent of an edge (made once, as ``workloads.DEPENDENCY``)
+_DEPENDENT = aliased(Job, name="dependent")
+
+
 def cancel_doomed(s: Session) -> list[int]:
     """Cancel every queued job that waits (``after: succeeded``) on a job that failed or
     was cancelled, and those waiting on them, transitively, now; the reason names the
     dependency. Two reads when something is doomed (the doomed edges; then the queued
     jobs' edges, walked in memory), one when nothing is."""
-    dep, child = aliased(Job), aliased(Job)
+    dep, child = workloads.DEPENDENCY, _DEPENDENT
     doomed = s.execute(
         select(JobDependency.job_id, dep.id, dep.name, dep.state)
         .join(dep, dep.id == JobDependency.depends_on_id)
@@ -161,7 +165,7 @@ def depends_on(s: Session, job_ids: Sequence[int]) -> dict[int, list[int]]:
 def waiting_reasons(s: Session, job_ids: Sequence[int]) -> dict[int, str]:
     """Why each of these queued jobs is not yet run by its dependencies:
     ``waiting for job 12 (train) to succeed``; absent: nothing it depends on holds it."""
-    dep = aliased(Job)
+    dep = workloads.DEPENDENCY
     satisfied = workloads.dependency_met(dep)
     held: dict[int, list[tuple[int, str, str]]] = defaultdict(list)
     for chunk in _chunks(sorted(set(job_ids))):

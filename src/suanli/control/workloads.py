@@ -112,13 +112,23 @@ def dependency_met(dep: Any) -> ColumnElement[bool]:
     return or_(dep.state == "succeeded", and_(JobDependency.after == "finished", dep.state.in_(DEPENDENCY_FAILED)))
 
 
+#: ``Job`` as the dependency of an edge. Made once: an alias builds a proxy of each of the
+#: table's columns on first use, which made a fresh alias per query most of an idle tick.
+DEPENDENCY = aliased(Job, name="dependency")
+
+
 def dependencies_met() -> ColumnElement[bool]:
     """The gate of a pipeline's jobs: no edge of this job whose dependency still holds it
     back. One correlated ``NOT EXISTS`` on the edges' primary key (job_id, ...), in the
     same read as the waiting jobs: no query per job, no work per pair of jobs."""
-    dep = aliased(Job)
-    held = exists().where(JobDependency.job_id == Job.id, dep.id == JobDependency.depends_on_id, not_(dependency_met(dep)))
-    return not_(held.correlate(Job))
+    return _DEPENDENCIES_MET
+
+
+_DEPENDENCIES_MET = not_(
+    exists()
+    .where(JobDependency.job_id == Job.id, DEPENDENCY.id == JobDependency.depends_on_id, not_(dependency_met(DEPENDENCY)))
+    .correlate(Job)
+)
 
 
 def waiting(s: Session) -> list[tuple[str, Workload]]:
