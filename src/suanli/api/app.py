@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from functools import cache
+
+from fastapi import APIRouter, FastAPI
 from sqlalchemy import text
+from starlette.routing import BaseRoute
 
 from suanli import __version__
 from suanli.api import audit, console, docs, errors, metrics, tls
@@ -35,9 +38,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         loop = ctx.loop
         return {"ok": True, "loop_ticks": loop.stats.ticks if loop else None}
 
-    for module in (users, nodes, instances, jobs, advise, images, keys, uploads, audit_routes, alert_routes, dashboard):
-        app.include_router(module.router)
-    billing.install(app)  # its thread is one of the server's (api.background)
+    app.router.routes.extend(api_routes())
     console.install(app)
     docs.install(app)
     if ctx.tls:
@@ -45,3 +46,19 @@ def create_app(ctx: ServerContext) -> FastAPI:
     # The port proxy is not here: it serves renters' own pages, which must not share the
     # console's origin (its token in localStorage); see ``proxy_app.create_proxy_app``.
     return app
+
+
+@cache
+def api_routes() -> tuple[BaseRoute, ...]:
+    """The API's routes, included once per process and shared by every app it makes.
+    FastAPI works out an included route's parameters and response model (pydantic
+    schemas) on the first request that reaches its router, once per app: about 30 ms a
+    router. A server makes one app; the test suite makes hundreds in one process. Sharing
+    is sound because every app is made with the same settings (``responses``, response
+    class, no dependency overrides) and a route reaches its server only through
+    ``request.app.state.ctx`` (``api.deps.context``)."""
+    shared = APIRouter(responses=errors.DEFAULT_RESPONSES)
+    for module in (users, nodes, instances, jobs, advise, images, keys, uploads, audit_routes, alert_routes, dashboard, billing):
+        shared.include_router(module.router)
+    return tuple(shared.routes)
+

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -121,11 +121,6 @@ def _tenant(ctx: ServerContext, who: Principal, tenant: str | None) -> int:
     if tid is not None and (tid == who.tenant_id or who.role in OPERATOR):
         return tid
     raise NotFound("no tenant of that name or id that you may see")
-
-
-def install(app: FastAPI) -> None:
-    """Mount the billing routes."""
-    app.include_router(router)
 
 
 @router.get("/usage")
