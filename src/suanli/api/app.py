@@ -61,4 +61,3 @@ def api_routes() -> tuple[BaseRoute, ...]:
     for module in (users, nodes, instances, jobs, advise, images, keys, uploads, audit_routes, alert_routes, dashboard, billing):
         shared.include_router(module.router)
     return tuple(shared.routes)
-
