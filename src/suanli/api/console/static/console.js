@@ -92,6 +92,7 @@ function gpuDesc(o) {
 // here, and the detail); a row that does not wait shows its last reason
 function waitingCode(code) {
   const names = { capacity: t("waiting for capacity"), gang: t("waiting for nodes for the whole gang"),
+    "pinned-node": t("waiting for its pinned node"),
     quota: t("waiting for quota"), balance: t("waiting for funds"), "price-above-bid": t("spot price above the bid"),
     dependency: t("waiting for a dependency"), "never-fits": t("never fits"), scheduling: t("not yet scheduled") };
   return names[code] || code;
