@@ -19,8 +19,9 @@ import pytest
 from sqlalchemy import select
 
 from suanli.db.models import Allocation, Node
-from tests.control.control_helpers import Server, wait_until
+from tests.control.control_helpers import Server, start_server, wait_until
 from tests.event_helpers import events_text
+from tests.sqlite_helpers import migrated_sqlite_url
 from tests.verify.torch_helpers import require_torch
 
 FAKE_GPU = Path(__file__).parent / "fake_gpu.py"
@@ -50,26 +51,33 @@ def job(server: Server, job_id: int) -> dict:
     return server.get(f"/v1/jobs/{job_id}")
 
 
-def test_nodes_verify_runs_a_whole_node_job_pinned_there_and_records_its_cpu_report(
-    server: Server, cli: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+def test_a_verification_job_takes_the_whole_node_and_records_its_real_cpu_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The CPU path measured for real, once (SQLite: the database adds nothing here)."""
     require_torch()
     # the process runtime passes the server's PATH on: this venv's `suanli` runs in the job
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
-    out = cli("nodes", "verify", "rtx4090-0", "--quick")
-    assert "rtx4090-0: unmeasured" in out and "(node ready, job " in out, out
-    job_id = int(out.rsplit("job ", 1)[1].split(")")[0])
-    j = job(server, job_id)
-    assert j["name"] == "verify-rtx4090-0" and j["state"] == "succeeded", j
-    assert allocations(server, job_id) == [("rtx4090-0", [0, 1, 2, 3], 64_000, 256 * 1024)], j  # the whole node
-    assert j["spec"]["run"] == "suanli verify --json --expect 'RTX 4090' --quick > verify-report.json", j["spec"]
-    history = server.get("/v1/nodes/rtx4090-0/verifications", params={"full": "true"})
-    assert len(history) == 1 and history[0]["status"] == "unmeasured" and history[0]["device"] == "cpu", history
-    report = history[0]["report"]
-    assert report["device"] == "cpu" and report["gpus"] == [] and report["job_id"] == job_id, report
-    assert report["cpu"]["tflops"] and report["cpu"]["memory_test_ok"] is True, report["cpu"]
-    assert node(server, "rtx4090-0")["verified"]["status"] == "unmeasured"
-    assert server.get("/v1/nodes/rtx4090-1/verifications") == []
+    server = start_server(tmp_path / "data", migrated_sqlite_url(tmp_path / "suanli.db"))
+    try:
+        run = server.post("/v1/nodes/rtx4090-0/verify-runs", {"quick": True}, expect=202).json()
+        done = wait_until(
+            lambda: (x := server.get(f"/v1/nodes/rtx4090-0/verify-runs/{run['id']}"))["state"] != "waiting" and x, 120
+        )
+        assert done["state"] == "recorded" and done["verification"]["node_state"] == "ready", done
+        j = job(server, run["job_id"])
+        assert j["name"] == "verify-rtx4090-0" and j["state"] == "succeeded", j
+        assert allocations(server, run["job_id"]) == [("rtx4090-0", [0, 1, 2, 3], 64_000, 256 * 1024)], j  # the whole node
+        assert j["spec"]["run"] == "suanli verify --json --expect 'RTX 4090' --quick > verify-report.json", j["spec"]
+        history = server.get("/v1/nodes/rtx4090-0/verifications", params={"full": "true"})
+        assert len(history) == 1 and history[0]["status"] == "unmeasured" and history[0]["device"] == "cpu", history
+        report = history[0]["report"]
+        assert report["device"] == "cpu" and report["gpus"] == [] and report["job_id"] == run["job_id"], report
+        assert report["cpu"]["tflops"] and report["cpu"]["memory_test_ok"] is True, report["cpu"]
+        assert node(server, "rtx4090-0")["verified"]["status"] == "unmeasured"
+        assert server.get("/v1/nodes/rtx4090-1/verifications") == []
+    finally:
+        server.close()
 
 
 def test_a_node_cordoned_by_a_failed_check_is_rechecked_there_and_uncordoned_while_renters_wait(
