@@ -148,3 +148,16 @@ def test_bad_runs_are_clear_and_change_nothing(server: Server, cli: Callable[...
     assert server.get("/v1/nodes/a100-0/verifications") == [] and node(server, "a100-0")["state"] == "ready"
     r = server.post("/v1/nodes/a100-0/verify-runs", {"image": "ubuntu:22.04"})
     assert r.status_code == 422 and "not offered here" in r.text, r.text
+
+
+def test_a_verification_of_a_down_node_waits_and_a_cancelled_one_records_nothing(server: Server) -> None:
+    server.ctx.verify_command = fake_gpu("a100_sxm4_x4.json", 8)
+    r = server.http.patch("/v1/nodes/a100-0", json={"state": "down"}, headers=server.headers)
+    assert r.status_code == 200, r.text
+    run = server.post("/v1/nodes/a100-0/verify-runs", {}, expect=202).json()
+    waiting = wait_until(lambda: (w := job(server, run["job_id"])["waiting"]) and w["code"] != "scheduling" and w, 20)
+    assert waiting == {**waiting, "code": "pinned-node", "detail": "a100-0: down or not run by this server"}, waiting
+    server.post(f"/v1/jobs/{run['job_id']}/cancel", expect=200)
+    settled = wait_until(lambda: (x := server.get(f"/v1/nodes/a100-0/verify-runs/{run['id']}"))["state"] != "waiting" and x, 30)
+    assert (settled["state"], settled["error"], settled["verification"]) == ("failed", f"job {run['job_id']} was cancelled", None)
+    assert server.get("/v1/nodes/a100-0/verifications") == [] and node(server, "a100-0")["state"] == "down"
