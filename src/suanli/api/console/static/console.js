@@ -617,7 +617,12 @@ async function viewNodes() {
   const actions = (n) => isOperator() && el("span", {},
     n.state === "ready"
       ? el("button", { class: "plain", onclick: () => act(t("{name} cordoned.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "cordoned" })) }, t("Cordon"))
-      : el("button", { class: "plain", onclick: () => act(t("{name} ready.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "ready" })) }, t("Make ready")));
+      : el("button", { class: "plain", onclick: () => act(t("{name} ready.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "ready" })) }, t("Make ready")),
+    // `suanli nodes verify NAME`: a whole-node job pinned there (it runs on a cordoned node
+    // too); a cordoned node that passes is made ready
+    n.state !== "down" && el("button", { class: "plain verify", title: t("run suanli verify there as a job in its own container"),
+      onclick: () => act(t("Verification of {name} queued.", { name: n.name }),
+        () => api("POST", `/v1/nodes/${n.name}/verify-runs`, { uncordon: n.state === "cordoned" })) }, t("Verify")));
   return el("section", {}, el("h2", {}, t("Nodes")),
     table(["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU used/total", "MEM GiB used/total", "ZONE", "HEARTBEAT", "KIND", "VERIFIED", ""],
       nodes.map((n) => [n.name, stateCell(n.state), n.backend, `${n.gpu_model} × ${n.gpu_count}`, num(n.gpus_free),
