@@ -9,6 +9,7 @@ published figures), set as the server's verify command."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -161,3 +162,14 @@ def test_a_verification_of_a_down_node_waits_and_a_cancelled_one_records_nothing
     settled = wait_until(lambda: (x := server.get(f"/v1/nodes/a100-0/verify-runs/{run['id']}"))["state"] != "waiting" and x, 30)
     assert (settled["state"], settled["error"], settled["verification"]) == ("failed", f"job {run['job_id']} was cancelled", None)
     assert server.get("/v1/nodes/a100-0/verifications") == [] and node(server, "a100-0")["state"] == "down"
+
+
+def test_no_wait_queues_the_run_and_verify_run_shows_its_result(server: Server, cli: Callable[..., str]) -> None:
+    server.ctx.verify_command = fake_gpu("h100_sxm5_x8.json", 8)
+    out = cli("nodes", "verify", "h100-1", "--no-wait")
+    assert out.startswith("h100-1: verification run 1 queued as job "), out
+    shown = wait_until(lambda: "verified" in (x := cli("nodes", "verify-run", "h100-1", "1")) and x, 30)
+    assert "(node ready, job " in shown, shown
+    data = json.loads(cli("nodes", "verify-run", "h100-1", "1", "--json"))
+    assert (data["state"], data["verification"]["status"], data["verification"]["gpu_count"]) == ("recorded", "passed", 8), data
+    assert "no verification run 9 of node 'h100-1'" in cli("nodes", "verify-run", "h100-1", "9", code=1)

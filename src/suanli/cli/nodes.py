@@ -153,8 +153,10 @@ def verify(
         None, "--report", exists=True, dir_okay=False, help="Record this `suanli verify --json` output instead of measuring."
     ),
     here: bool = typer.Option(False, "--here", help="Measure on this machine (a shell on node NAME), not as a job there."),
-    image: str = typer.Option(None, "--image", help="Catalog image of the job [default: `verify`, else the default image]."),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait for the job's result [default: wait]."),
+    image: str = typer.Option(
+        None, "--image", help="Catalog image of the job (default: `verify` where offered, else the default image)."
+    ),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait for the job's result, or only queue it."),
     timeout: float = typer.Option(3600.0, "--timeout", min=1, help="Seconds to wait for the result."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
