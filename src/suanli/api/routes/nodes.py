@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Query
 from suanli.api.context import ServerContext
 from suanli.api.convert import gpu_model_out, node_out
 from suanli.api.deps import context, principal
-from suanli.api.params import NamePath
+from suanli.api.params import IdPath, NamePath
 from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate, VerificationIn, VerificationOut, VerifyRunIn, VerifyRunOut
 from suanli.backends.local import discover_gpus
 from suanli.billing.offers import offers
@@ -135,7 +135,7 @@ def start_verify_run(
 
 @router.get("/nodes/{name}/verify-runs/{run_id}", response_model=VerifyRunOut)
 def get_verify_run(
-    name: NamePath, run_id: int, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    name: NamePath, run_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> VerifyRunOut:
     """A verification run: waiting, recorded (with the result) or failed (with why)."""
     return _run_out(ctx, verify_jobs.get(ctx.db, who, name, run_id))
