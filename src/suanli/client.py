@@ -114,6 +114,13 @@ class SuanliClient:
     def add_verification(self, name: str, report: dict, uncordon: bool = False) -> dict:
         return self.request("POST", f"/v1/nodes/{name}/verifications", json={"report": report, "uncordon": uncordon})
 
+    def start_verify_run(self, name: str, uncordon: bool = False, quick: bool = False, image: str | None = None) -> dict:
+        body = {"uncordon": uncordon, "quick": quick, "image": image}
+        return self.request("POST", f"/v1/nodes/{name}/verify-runs", json=body)
+
+    def verify_run(self, name: str, run_id: int) -> dict:
+        return self.request("GET", f"/v1/nodes/{name}/verify-runs/{run_id}")
+
     def verifications(self, name: str, limit: int = 50, full: bool = False) -> list[dict]:
         return self.request(
             "GET", f"/v1/nodes/{name}/verifications", params={"limit": limit, "full": "true" if full else "false"}

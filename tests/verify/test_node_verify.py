@@ -109,7 +109,7 @@ def test_nodes_verify_records_a_report_file_and_measures_here_without_a_gpu(
     f.write_text("{not json")
     assert "is not a `suanli verify --json` report" in cli("nodes", "verify", "a100-0", "--report", str(f), code=1)
     require_torch()
-    out = cli("nodes", "verify", "rtx4090-0", "--quick")
+    out = cli("nodes", "verify", "rtx4090-0", "--here", "--quick")
     assert "rtx4090-0: unmeasured" in out and "(node ready)" in out, out
     history = " ".join(cli("nodes", "verifications", "a100-0").split())
     assert "verified" in history and "cuda" in history, history

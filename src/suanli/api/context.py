@@ -54,6 +54,10 @@ class ServerContext:
     proxy_domain: str = DEFAULT_PROXY_DOMAIN
     #: served over TLS (``--tls-cert``): responses carry HSTS and cookies are ``Secure``
     tls: bool = False
+    #: the command a node's verification job runs instead of ``suanli verify --json``
+    #: (``control.verify_jobs``; ``$SUANLI_VERIFY_COMMAND``): it must leave the report in
+    #: ``verify-report.json``; the tests stand in a recorded GPU for a physical one with it
+    verify_command: str | None = None
     #: seals workloads' secrets (``control.secrets``); its key file is outside the database
     keyring: Keyring = field(kw_only=True)
 

@@ -95,6 +95,28 @@ class VerificationOut(VerifiedMark):
     report: dict[str, Any] | None = None
 
 
+class VerifyRunIn(Strict):
+    """Verify a node by a job pinned to it, in its own container (operators)."""
+
+    uncordon: bool = Field(default=False, description="make the node ready again if it passes and is cordoned")
+    quick: bool = Field(default=False, description="`suanli verify --quick`: small sizes, few repeats")
+    image: str | None = Field(default=None, max_length=200, description="catalog image [default: `verify`, else the default]")
+
+
+class VerifyRunOut(BaseModel):
+    """One verification run: its job, and once the job ended, the result it recorded or why none."""
+
+    id: int
+    node: str
+    job_id: int
+    job_state: str
+    state: str = Field(description="waiting (the job has not ended) | recorded | failed (error says why; nothing recorded)")
+    error: str = ""
+    uncordon: bool
+    actor: str
+    verification: VerificationOut | None = Field(default=None, description="the result recorded (state recorded)")
+
+
 class ExecRequest(Strict):
     command: Text = Field(min_length=1, max_length=100_000)
     timeout_s: Finite = Field(default=60.0, gt=0, le=3600)
@@ -393,7 +415,7 @@ class WaitingOut(BaseModel):
     """Why a pending instance or queued job waits (``control.waiting``)."""
 
     code: str = Field(
-        description="capacity | gang | quota | balance | price-above-bid | dependency | never-fits: "
+        description="capacity | gang | pinned-node | quota | balance | price-above-bid | dependency | never-fits: "
         "what it waits for, for scripts to branch on"
     )
     detail: str = Field(description="the specifics, for people (the filter that ruled out every node, the quota, the price)")

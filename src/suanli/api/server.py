@@ -153,6 +153,7 @@ def build(
         audit_retention_days=audit_retention_days,
         tls=tls,
         keyring=keyring,
+        verify_command=os.environ.get("SUANLI_VERIFY_COMMAND") or None,
     )
     ctx.loop = ControlLoop(
         db,

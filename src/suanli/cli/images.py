@@ -90,7 +90,7 @@ def rm(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON
 
 @app.command("build")
 def build(
-    names: list[str] = typer.Argument(..., help="Built-in images to build: python, tiny, jupyter."),
+    names: list[str] = typer.Argument(..., help="Built-in images to build: python, tiny, jupyter, verify."),
     engine: str = typer.Option(None, "--engine", help="podman or docker [default: the one this host has]."),
     data_dir: Path = typer.Option(
         None, "--data-dir", help="Keeps the downloaded .debs under cache/ [default: ./.suanli or $SUANLI_DATA_DIR]."

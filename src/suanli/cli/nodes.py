@@ -150,36 +150,102 @@ def verify(
     quick: bool = typer.Option(False, "--quick", help="Small sizes and few repeats."),
     uncordon: bool = typer.Option(False, "--uncordon", help="Make the node ready again if it passes."),
     report_file: Path = typer.Option(
-        None, "--report", exists=True, dir_okay=False, help="Record this `suanli verify --json` output instead of measuring here."
+        None, "--report", exists=True, dir_okay=False, help="Record this `suanli verify --json` output instead of measuring."
     ),
+    here: bool = typer.Option(False, "--here", help="Measure on this machine (a shell on node NAME), not as a job there."),
+    image: str = typer.Option(
+        None, "--image", help="Catalog image of the job (default: `verify` where offered, else the default image)."
+    ),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait for the job's result, or only queue it."),
+    timeout: float = typer.Option(3600.0, "--timeout", min=1, help="Seconds to wait for the result."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Run `suanli verify` here, on node NAME, and record the result (operators): a node that
-    fails is cordoned with the reasons; --uncordon makes a cordoned node that passes ready."""
+    """Verify node NAME and record the result (operators): a job pinned to NAME takes the
+    whole node (every GPU, CPU and memory; it runs even on a node cordoned for failing) and
+    runs `suanli verify --json` in its own container, so it measures what a renter gets.
+    A node that fails is cordoned with the reasons; --uncordon makes a cordoned node that
+    passes ready. --report FILE records a report made elsewhere; --here measures this machine."""
     import json
 
-    if report_file is not None:
-        try:
-            report = json.loads(report_file.read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            err_console.print(
-                f"[red]error[/red]: {report_file} is not a `suanli verify --json` report: {exc}", highlight=False, soft_wrap=True
-            )
-            raise typer.Exit(1) from None
-    else:
+    if report_file is not None or here:
+        if report_file is not None:
+            try:
+                report = json.loads(report_file.read_text("utf-8"))
+            except (OSError, ValueError) as exc:
+                err_console.print(
+                    f"[red]error[/red]: {report_file} is not a `suanli verify --json` report: {exc}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                raise typer.Exit(1) from None
+        else:
+            with api_errors():
+                node = next((n for n in client().nodes() if n["name"] == name), None)
+            if node is None:
+                err_console.print(f"[red]error[/red] (not_found): no node {name!r}")
+                raise typer.Exit(1)
+            report = _measure_here(node["gpu_model"], quick)
         with api_errors():
-            node = next((n for n in client().nodes() if n["name"] == name), None)
-        if node is None:
-            err_console.print(f"[red]error[/red] (not_found): no node {name!r}")
-            raise typer.Exit(1)
-        report = _measure_here(node["gpu_model"], quick)
+            row = client().add_verification(name, report, uncordon=uncordon)
+        if as_json:
+            return print_json(row)
+        _say_result(name, row)
+        raise typer.Exit(0 if row["status"] != "failed" else 1)
     with api_errors():
-        row = client().add_verification(name, report, uncordon=uncordon)
+        run = client().start_verify_run(name, uncordon=uncordon, quick=quick, image=image)
+        if wait:
+            run = _wait_run(name, run, timeout)
     if as_json:
-        return print_json(row)
-    mark = verified_mark(row)
-    typer.echo(f"{name}: {mark} (node {row['node_state']})")
-    raise typer.Exit(0 if row["status"] != "failed" else 1)
+        print_json(run)
+    elif run["state"] == "waiting":
+        typer.echo(
+            f"{name}: verification run {run['id']} queued as job {run['job_id']} (`suanli nodes verify-run {name} {run['id']}`)"
+        )
+    elif run["state"] == "failed":
+        err_console.print(
+            f"[red]error[/red]: {name}: verification run {run['id']} failed: {run['error']}", highlight=False, soft_wrap=True
+        )
+    else:
+        _say_result(name, run["verification"], f" job {run['job_id']}")
+    if run["state"] == "failed" or (run["state"] == "recorded" and run["verification"]["status"] == "failed"):
+        raise typer.Exit(1)
+    if run["state"] == "waiting" and wait:
+        err_console.print(
+            f"[red]error[/red]: {name}: no result after {timeout:g} s; job {run['job_id']} still {run['job_state']}"
+        )
+        raise typer.Exit(1)
+
+
+def _say_result(name: str, row: dict, job: str = "") -> None:
+    typer.echo(f"{name}: {verified_mark(row)} (node {row['node_state']}{',' if job else ''}{job})")
+
+
+def _wait_run(name: str, run: dict, timeout: float) -> dict:
+    """Poll the run until its job ended and it was settled, or ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    pause = 0.2
+    with err_console.status(f"verifying {name}: job {run['job_id']}") as status:
+        while run["state"] == "waiting" and time.monotonic() < deadline:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 5.0)
+            run = client().verify_run(name, run["id"])
+            status.update(f"verifying {name}: job {run['job_id']} {run['job_state']}")
+    return run
+
+
+@app.command("verify-run")
+def verify_run(name: str, run_id: int, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """A verification run of node NAME (`suanli nodes verify NAME --no-wait` starts one)."""
+    with api_errors():
+        run = client().verify_run(name, run_id)
+    if as_json:
+        return print_json(run)
+    if run["state"] == "recorded":
+        _say_result(name, run["verification"], f" job {run['job_id']}")
+    else:
+        typer.echo(f"{name}: run {run['id']} {run['state']} (job {run['job_id']} {run['job_state']}) {run['error']}".rstrip())
 
 
 def _measure_here(model: str, quick: bool) -> dict:

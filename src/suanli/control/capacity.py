@@ -55,14 +55,17 @@ def to_sched_allocation(row: Allocation, node_name: str) -> SchedAllocation:
 def snapshot(session: Session, backends: Iterable[str]) -> Snapshot:
     """Nodes and active allocations as a ``ClusterState``. Nodes that are not
     ready, or whose backend this server does not run, keep their allocations
-    but get no new work."""
+    but get no new work (cordoned ones: none but work pinned there that ignores
+    the cordon)."""
     nodes = list(session.scalars(select(Node).order_by(Node.id)))
     state = ClusterState([to_sched_node(n) for n in nodes])
     names = {n.id: n.name for n in nodes}
     usable = set(backends)
     for n in nodes:
         if n.state != "ready" or n.backend not in usable:
-            state.set_schedulable(n.name, False)
+            # a cordoned node this server runs still takes work pinned to it that ignores
+            # the cordon (its re-verification: ``Request.ignore_cordon``)
+            state.set_schedulable(n.name, False, cordoned=n.state == "cordoned" and n.backend in usable)
     for a in session.scalars(select(Allocation).where(Allocation.ended_at.is_(None))):
         state.bind(to_sched_allocation(a, names[a.node_id]))
     return Snapshot(

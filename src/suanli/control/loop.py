@@ -7,7 +7,9 @@ this order, each in a module of its own:
    it and from agents' heartbeats, every ``health_interval_s``;
 2. **reconcile** (``reconcile``): the backends' view of running work: exits every
    ``poll_interval_s`` and at once when a backend says a task ended (``ReportsExits``),
-   stop and cancel requests every tick;
+   stop and cancel requests every tick; then (2b, when work ended or every
+   ``poll_interval_s``) **verify runs** (``verify_jobs``): the report a node's
+   verification job left is recorded;
 3. **failover** (``failover``): work on a down node requeued from its checkpoint;
 4. **notices** (``expiry``): work whose notice ran out evicted and requeued (spot
    victims), or stopped and requeued (a tenant out of funds);
@@ -48,7 +50,7 @@ from pathlib import Path
 
 from suanli.backends.base import Backend, ReportsExits
 from suanli.clock import SYSTEM, Clock
-from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, sizing, workloads
+from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, sizing, verify_jobs, workloads
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
@@ -197,6 +199,8 @@ class ControlLoop:
                     self.plane.clock,
                 )
             )
+            if ended or poll:
+                self._guarded(verify_jobs.collect, self.plane)  # 2b
             reclaiming = bool(self._guarded(self._reclaim_due))
             if reclaiming:
                 ended |= bool(self._guarded(failover, self.plane))  # 3

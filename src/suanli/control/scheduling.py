@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from suanli.control import workloads
 from suanli.control.capacity import Snapshot, snapshot, take
 from suanli.control.lifecycle import record_event
-from suanli.control.waiting import CAPACITY, GANG, Reason
+from suanli.control.waiting import CAPACITY, GANG, PINNED, Reason
 from suanli.db.models import Instance, Job
 from suanli.db.session import Database
 from suanli.scheduler import Allocation, ClusterState, PriorityClass, Request, Scheduler, gang
@@ -65,7 +65,7 @@ class PassMemo:
 
 def fingerprint(state: ClusterState) -> bytes:
     h = hashlib.blake2b(digest_size=16)
-    for arr in (state.cpu_free, state.mem_free, state.gpu_free, state.schedulable):
+    for arr in (state.cpu_free, state.mem_free, state.gpu_free, state.schedulable, state.cordoned):
         h.update(arr.tobytes())
     h.update(str(state.gpu_free.shape).encode())
     return h.digest()
@@ -80,6 +80,7 @@ class PassResult:
 
 
 def to_request(row: Instance | Job) -> Request:
+    pinned = frozenset(row.pin_nodes or ()) if isinstance(row, Job) else frozenset()
     return Request(
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
@@ -88,6 +89,8 @@ def to_request(row: Instance | Job) -> Request:
         gpu_models=frozenset(row.gpu_models or ()),
         priority=PriorityClass(row.priority),
         name=f"{'instance' if isinstance(row, Instance) else 'job'}-{row.id}",
+        pin_nodes=pinned,
+        ignore_cordon=bool(pinned) and isinstance(row, Job) and bool(row.ignore_cordon),
     )
 
 
@@ -108,10 +111,45 @@ def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allo
     ``sched.state`` on success; leaves it unchanged otherwise (``gang.bind_gang``)."""
     allocs = gang.bind_gang(sched.state, sched.policy, replace(req, nodes=num_nodes), sched.ranks)
     if allocs is None:
+        if req.pin_nodes:
+            return None, Reason(PINNED, pinned_detail(sched.state, req))
         if feasible_mask(sched.state, req).any():
             return None, Reason(GANG, f"gang: fewer than {num_nodes} nodes fit")
         return None, Reason(CAPACITY, failure_reason(sched.state, req))
     return allocs, None
+
+
+def pinned_detail(state: ClusterState, req: Request) -> str:
+    """Why none of the nodes ``req`` is pinned to takes it now, node by node:
+    ``a100-0: busy (gpu)`` (the free-capacity filter it fails), ``cordoned``, ``down or
+    not run by this server``, ``not registered``."""
+    member = replace(req, nodes=1)
+    parts = []
+    for name in sorted(req.pin_nodes):
+        i = state.index.get(name)
+        if i is None:
+            why = "not registered"
+        elif state.schedulable[i] or (state.cordoned[i] and req.ignore_cordon):
+            one = state.node_mask([name])
+            fits = feasible_mask(state, member) & one
+            why = "free (the gang needs more nodes)" if fits.any() else f"busy ({_busy_filter(state, member, i)})"
+        elif state.cordoned[i]:
+            why = "cordoned"
+        else:
+            why = "down or not run by this server"
+        parts.append(f"{name}: {why}")
+    return "; ".join(parts)
+
+
+def _busy_filter(state: ClusterState, req: Request, i: int) -> str:
+    """The first free-capacity filter node ``i`` fails for ``req``, as ``failure_reason`` names it."""
+    if req.gpu_models and not state.model_mask(req.gpu_models)[i]:
+        return "gpu_model"
+    if state.cpu_free[i] < req.cpu_milli:
+        return "cpu"
+    if state.mem_free[i] < req.memory_mib:
+        return "memory"
+    return "gpu"
 
 
 def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, owner: str) -> bool:

@@ -104,7 +104,7 @@ def _ratios(v: object) -> dict:
     return {k: getattr(v, k) for k in ("tflops_ratio", "memory_ratio", "bandwidth_ratio")}
 
 
-def _node(s: Session, name: str) -> Node:
+def node_named(s: Session, name: str) -> Node:
     node = s.scalar(select(Node).where(Node.name == name))
     if node is None:
         raise NotFound(f"no node {name!r}")
@@ -120,46 +120,52 @@ def record(
     who.require("admin", "operator")
     limits = limits or thresholds_from_env()
     with db.transaction() as s:
-        node = _node(s, name)
-        j = judge_report(report, node.gpu_model, node.gpu_count, limits)
-        assert isinstance(report, dict)
-        row = NodeVerification(
-            node_id=node.id,
-            measured_at=str(report.get("measured_at") or "")[:40],
-            actor=who.name,
-            status=j.status,
-            device=str(report["device"]),
-            gpu_count=len(report["gpus"]),
-            tflops_ratio=j.tflops_ratio,
-            memory_ratio=j.memory_ratio,
-            bandwidth_ratio=j.bandwidth_ratio,
-            reasons=j.reasons,
-            report={**report, "judged": {"thresholds": limits.as_dict(), "model": node.gpu_model, "gpus": j.gpus}},
+        return record_in(s, who.name, node_named(s, name), report, limits, uncordon)
+
+
+def record_in(
+    s: Session, actor: str, node: Node, report: object, limits: Thresholds, uncordon: bool = False, job_id: int | None = None
+) -> tuple[NodeVerification, str]:
+    """``record`` in the caller's transaction (a verification job's outcome is recorded
+    with its run's state, ``control.verify_jobs``); ``Invalid`` for a bad report, and
+    then nothing is written."""
+    j = judge_report(report, node.gpu_model, node.gpu_count, limits)
+    assert isinstance(report, dict)
+    row = NodeVerification(
+        node_id=node.id,
+        measured_at=str(report.get("measured_at") or "")[:40],
+        actor=actor,
+        status=j.status,
+        device=str(report["device"]),
+        gpu_count=len(report["gpus"]),
+        tflops_ratio=j.tflops_ratio,
+        memory_ratio=j.memory_ratio,
+        bandwidth_ratio=j.bandwidth_ratio,
+        reasons=j.reasons,
+        report={
+            **report,
+            "judged": {"thresholds": limits.as_dict(), "model": node.gpu_model, "gpus": j.gpus},
+            **({"job_id": job_id} if job_id is not None else {}),
+        },
+    )
+    s.add(row)
+    if j.status == "failed" and node.state == "ready":
+        message = "; ".join(j.reasons)[:1000]
+        s.add(Event(kind="node", object_id=node.id, from_state="ready", to_state="cordoned", message=message))
+        node.state = "cordoned"
+    elif j.status == "passed" and uncordon and node.state == "cordoned":
+        s.add(
+            Event(kind="node", object_id=node.id, from_state="cordoned", to_state="ready", message=f"verify passed, by {actor}")
         )
-        s.add(row)
-        if j.status == "failed" and node.state == "ready":
-            message = "; ".join(j.reasons)[:1000]
-            s.add(Event(kind="node", object_id=node.id, from_state="ready", to_state="cordoned", message=message))
-            node.state = "cordoned"
-        elif j.status == "passed" and uncordon and node.state == "cordoned":
-            s.add(
-                Event(
-                    kind="node",
-                    object_id=node.id,
-                    from_state="cordoned",
-                    to_state="ready",
-                    message=f"verify passed, by {who.name}",
-                )
-            )
-            node.state = "ready"
-        s.flush()
-        return row, node.state
+        node.state = "ready"
+    s.flush()
+    return row, node.state
 
 
 def history(db: Database, name: str, limit: int = 50) -> list[NodeVerification]:
     """Node ``name``'s results, newest first."""
     with db.sessions() as s:
-        node = _node(s, name)
+        node = node_named(s, name)
         return list(
             s.scalars(
                 select(NodeVerification)
@@ -168,6 +174,16 @@ def history(db: Database, name: str, limit: int = 50) -> list[NodeVerification]:
                 .limit(max(1, min(limit, 500)))
             )
         )
+
+
+def by_id(db: Database, verification_id: int) -> tuple[NodeVerification, str]:
+    """Result ``verification_id`` and its node's state now."""
+    with db.sessions() as s:
+        row = s.get(NodeVerification, verification_id)
+        if row is None:
+            raise NotFound(f"no verification {verification_id}")
+        node = s.get(Node, row.node_id)
+        return row, node.state if node is not None else ""
 
 
 def latest(s: Session) -> dict[int, NodeVerification]:

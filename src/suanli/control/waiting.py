@@ -13,6 +13,9 @@ Codes:
   ruled out every node: ``gpu``, ``cpu``, ``memory``, ``gpu_model``,
   ``unschedulable``); it starts when capacity frees up.
 - ``gang``: one member fits somewhere, but not ``num_nodes`` of them at once.
+- ``pinned-node``: the work is pinned to nodes (an operator's node verification) and
+  none of them can take it now (detail: each node and why: ``busy (gpu)``,
+  ``cordoned``, ``down or not run by this server``, ``not registered``).
 - ``quota``: the tenant's grants do not admit it now.
 - ``balance``: the tenant's prepaid balance or budget does not cover it.
 - ``price-above-bid``: a spot bid below the spot price now.
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 CAPACITY = "capacity"
 GANG = "gang"
+PINNED = "pinned-node"
 QUOTA = "quota"
 BALANCE = "balance"
 PRICE_ABOVE_BID = "price-above-bid"
@@ -35,7 +39,7 @@ DEPENDENCY = "dependency"
 NEVER_FITS = "never-fits"
 SCHEDULING = "scheduling"
 
-CODES = (CAPACITY, GANG, QUOTA, BALANCE, PRICE_ABOVE_BID, DEPENDENCY, NEVER_FITS, SCHEDULING)
+CODES = (CAPACITY, GANG, PINNED, QUOTA, BALANCE, PRICE_ABOVE_BID, DEPENDENCY, NEVER_FITS, SCHEDULING)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class Reason:
         """The sentence shown as a workload's ``reason`` while it waits."""
         if self.code in (CAPACITY, GANG):
             return f"waiting for capacity ({self.detail})"
+        if self.code == PINNED:
+            return f"waiting for its pinned node ({self.detail})"
         if self.code == DEPENDENCY:
             return self.detail
         return f"waiting: {self.detail}"

@@ -161,6 +161,29 @@ class NodeVerification(Base):
     report: Mapped[dict] = mapped_column(JSON, default=dict)
 
 
+class NodeVerifyRun(Base):
+    """One ``suanli nodes verify NAME``: a job pinned to the node runs ``suanli verify
+    --json`` in its own container; when it ends the report it left is recorded
+    (``control.verify_jobs``). ``state``: waiting (the job has not ended), recorded
+    (``verification_id`` is the result), failed (``error`` says why; nothing recorded)."""
+
+    __tablename__ = "node_verify_runs"
+    __table_args__ = (
+        CheckConstraint("state IN ('waiting', 'recorded', 'failed')", name="ck_node_verify_runs_state"),
+        Index("ix_node_verify_runs_state", "state"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    actor: Mapped[str] = mapped_column(String(100), default="")
+    uncordon: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(20), default="waiting")
+    error: Mapped[str] = mapped_column(Text, default="")
+    verification_id: Mapped[int | None] = mapped_column(ForeignKey("node_verifications.id"), nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, default=None)
+
+
 class Gpu(Base):
     __tablename__ = "gpus"
     __table_args__ = (
@@ -266,6 +289,11 @@ class Job(SpotNotice, Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     #: the pipeline or sweep it was submitted in (``control.pipelines``); "" for none
     group_name: Mapped[str] = mapped_column(String(120), default="")
+    #: node names it must run on (``Request.pin_nodes``); empty: any. Set only by the
+    #: control plane for an operator's node verification (``control.verify_jobs``)
+    pin_nodes: Mapped[list] = mapped_column(JSON, default=list)
+    #: it may land on a cordoned pinned node (re-verifying a node cordoned for failing)
+    ignore_cordon: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class JobDependency(Base):

@@ -14,6 +14,11 @@ filters before it, so the largest value named is one that would really fit
 together with the rest of the request. Requests carry no hard topology
 constraint (NVLink islands and IB leaves are preferences of the gang planner,
 ``gang``), so topology never makes a request infeasible.
+
+A request pinned to nodes (``Request.pin_nodes``) is judged against those nodes
+only: a name that is not registered is refused by name, and otherwise the same
+walk runs over the pinned nodes, its answer prefixed with them ("pinned to
+a100-0: at most 8 × GPU per node; 9 never fit on one node").
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ def never_fits_in(state: ClusterState, req: Request) -> str | None:
     requests against one inventory); ``state`` must hold no allocation."""
     if not state.num_nodes:
         return "no nodes are registered"
+    if req.pin_nodes:
+        return _never_fits_pinned(state, req)
     member = replace(req, nodes=1)
     fit = feasible_mask(state, member)
     if int(fit.sum()) >= req.nodes:
@@ -95,6 +102,17 @@ def never_fits_in(state: ClusterState, req: Request) -> str | None:
         return f"no {kind} has {mib_text(req.memory_mib)} of memory; the largest has {mib_text(most)}"
     count = int(fit.sum())
     return f"a gang of {req.nodes} nodes never fits: at most {count} nodes can each hold one member"
+
+
+def _never_fits_pinned(state: ClusterState, req: Request) -> str | None:
+    """``never_fits_in`` for a pinned request: unknown names, else the walk over the
+    pinned nodes alone (a cordon is no reason here: every node counts as empty)."""
+    unknown = sorted(n for n in req.pin_nodes if n not in state.index)
+    if unknown:
+        return f"no node named {', '.join(unknown)} is registered (the request is pinned to it)"
+    pinned = [state.nodes[state.index[n]] for n in sorted(req.pin_nodes)]
+    why = never_fits_in(ClusterState(pinned), replace(req, pin_nodes=frozenset(), ignore_cordon=False))
+    return None if why is None else f"pinned to {', '.join(n.name for n in pinned)}: {why}"
 
 
 __all__ = ["cpu_text", "fits_empty", "mib_text", "never_fits", "never_fits_in"]

@@ -25,8 +25,9 @@ from suanli.scheduler.policy import Policy
 from suanli.scheduler.state import ClusterState
 
 #: Failure reasons, in the order filters are applied; a pod that fails is counted
-#: under the first filter that leaves no node.
-REASONS = ("unschedulable", "gpu_model", "cpu", "memory", "gpu")
+#: under the first filter that leaves no node. ``pinned``: no node the request is
+#: pinned to is schedulable now (it is cordoned, down, or not registered).
+REASONS = ("unschedulable", "pinned", "gpu_model", "cpu", "memory", "gpu")
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,19 @@ class Placement:
         return self.allocation is not None
 
 
+def open_nodes(state: ClusterState, req: Request) -> np.ndarray:
+    """Nodes that take new work from ``req`` at all: the schedulable ones (plus the
+    cordoned ones for ``ignore_cordon``), narrowed to ``pin_nodes`` when pinned (the
+    k8s NodeUnschedulable and NodeName filters)."""
+    if not req.pin_nodes:
+        return state.schedulable
+    usable = state.schedulable | state.cordoned if req.ignore_cordon else state.schedulable
+    return usable & state.node_mask(req.pin_nodes)
+
+
 def feasible_mask(state: ClusterState, req: Request) -> np.ndarray:
     """Nodes that can host ``req`` now (the k8s NodeResourcesFit + GPU filters)."""
-    mask = state.schedulable & (state.cpu_free >= req.cpu_milli) & (state.mem_free >= req.memory_mib)
+    mask = open_nodes(state, req) & (state.cpu_free >= req.cpu_milli) & (state.mem_free >= req.memory_mib)
     if req.gpu_models:
         mask &= state.model_mask(req.gpu_models)
     if req.milli_per_gpu:
@@ -55,9 +66,14 @@ def feasible_mask(state: ClusterState, req: Request) -> np.ndarray:
 
 def failure_reason(state: ClusterState, req: Request) -> str:
     """Name the first filter that rules out every node."""
-    mask = state.schedulable.copy()
-    if not mask.any():
-        return "unschedulable"
+    if req.pin_nodes:
+        mask = open_nodes(state, req)
+        if not mask.any():
+            return "pinned"
+    else:
+        mask = state.schedulable.copy()
+        if not mask.any():
+            return "unschedulable"
     if req.gpu_models:
         mask &= state.model_mask(req.gpu_models)
         if not mask.any():

@@ -63,6 +63,12 @@ class Request:
     GPUs, or neither (CPU only). ``gpu_models`` restricts the GPU model (empty:
     any). ``nodes`` > 1 makes a gang of identical per-node requests (placed by the
     gang planner, not by a single cycle).
+
+    ``pin_nodes`` names the nodes it must run on (empty: any); the scheduler only
+    filters by it, who may set it is the control plane's decision (operators' node
+    verification, ``control.verify_jobs``). ``ignore_cordon`` lets a pinned request
+    land on a cordoned node (re-verifying a node cordoned for failing its check);
+    it needs ``pin_nodes``, so it never spreads to nodes it did not name.
     """
 
     cpu_milli: int = 0
@@ -73,8 +79,12 @@ class Request:
     priority: PriorityClass = PriorityClass.ON_DEMAND
     nodes: int = 1
     name: str = ""
+    pin_nodes: frozenset[str] = field(default_factory=frozenset)
+    ignore_cordon: bool = False
 
     def __post_init__(self) -> None:
+        if self.ignore_cordon and not self.pin_nodes:
+            raise ValueError("ignore_cordon needs pin_nodes: only a request pinned to named nodes may land on a cordoned one")
         if self.cpu_milli < 0 or self.memory_mib < 0:
             raise ValueError("cpu_milli and memory_mib must be >= 0")
         if self.gpu_count < 0:

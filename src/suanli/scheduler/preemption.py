@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from suanli.scheduler.framework import open_nodes
 from suanli.scheduler.model import Allocation, PriorityClass, Request
 from suanli.scheduler.state import ClusterState
 
@@ -139,7 +140,7 @@ def plan_preemption(
     for c in running:
         if c.priority is PriorityClass.SPOT and c.priority.rank < req.priority.rank:
             by_node.setdefault(state.index[c.allocation.node], []).append(c)
-    model_ok = state.model_mask(req.gpu_models) & state.schedulable
+    model_ok = state.model_mask(req.gpu_models) & open_nodes(state, req)
     best = None
     for i, cands in by_node.items():
         if not model_ok[i]:

@@ -51,6 +51,9 @@ class ClusterState:
         self.gpu_free = self.gpu_total.copy()
         #: False for cordoned or down nodes: they keep their allocations but get no new work.
         self.schedulable = np.ones(n, dtype=bool)
+        #: True for nodes that are unschedulable only because they are cordoned: a request
+        #: pinned to them with ``ignore_cordon`` (a node's re-verification) may still land.
+        self.cordoned = np.zeros(n, dtype=bool)
         #: Bumped on every change of a node, so policies can cache per-node scores.
         self.version = np.zeros(n, dtype=np.int64)
         #: GPU workloads per node by class ("share", "1-gpu", "8-gpu", ...): the
@@ -121,16 +124,25 @@ class ClusterState:
             self.classes[cls] = np.zeros(self.num_nodes, dtype=np.int32)
         return self.classes[cls]
 
-    def set_schedulable(self, node: str, schedulable: bool) -> None:
+    def node_mask(self, names: Iterable[str]) -> np.ndarray:
+        """Nodes named in ``names`` (names not registered match nothing)."""
+        mask = np.zeros(self.num_nodes, dtype=bool)
+        mask[[self.index[n] for n in names if n in self.index]] = True
+        return mask
+
+    def set_schedulable(self, node: str, schedulable: bool, cordoned: bool = False) -> None:
+        """``cordoned``: unschedulable because of a cordon only (not down, not a backend
+        this server lacks), so requests with ``ignore_cordon`` pinned to it may land."""
         i = self.index[node]
         self.schedulable[i] = schedulable
+        self.cordoned[i] = cordoned and not schedulable
         self.version[i] = next(_versions)
 
     def copy(self) -> ClusterState:
         """An independent copy for what-if planning (the node list is shared, immutable)."""
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
-        for name in ("cpu_free", "mem_free", "gpu_free", "schedulable", "version"):
+        for name in ("cpu_free", "mem_free", "gpu_free", "schedulable", "cordoned", "version"):
             setattr(other, name, getattr(self, name).copy())
         other.classes = {k: v.copy() for k, v in self.classes.items()}
         return other

@@ -7,12 +7,12 @@ from fastapi import APIRouter, Depends, Query
 from suanli.api.context import ServerContext
 from suanli.api.convert import gpu_model_out, node_out
 from suanli.api.deps import context, principal
-from suanli.api.params import NamePath
-from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate, VerificationIn, VerificationOut
+from suanli.api.params import IdPath, NamePath
+from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate, VerificationIn, VerificationOut, VerifyRunIn, VerifyRunOut
 from suanli.backends.local import discover_gpus
 from suanli.billing.offers import offers
 from suanli.control import heartbeat as heartbeat_mod
-from suanli.control import nodes, verification
+from suanli.control import nodes, verification, verify_jobs
 from suanli.control.auth import Principal
 from suanli.db.models import NodeVerification
 from suanli.inventory import Inventory
@@ -99,3 +99,43 @@ def list_verifications(
 ) -> list[VerificationOut]:
     """A node's `suanli verify` results, newest first (`full`: with each whole report)."""
     return [_verification_out(v, name, report=full) for v in verification.history(ctx.db, name, limit)]
+
+
+def _run_out(ctx: ServerContext, run: verify_jobs.RunView) -> VerifyRunOut:
+    recorded = None
+    if run.verification_id is not None:
+        row, state = verification.by_id(ctx.db, run.verification_id)
+        recorded = _verification_out(row, run.node, state, report=True)
+    return VerifyRunOut(
+        id=run.id,
+        node=run.node,
+        job_id=run.job_id,
+        job_state=run.job_state,
+        state=run.state,
+        error=run.error,
+        uncordon=run.uncordon,
+        actor=run.actor,
+        verification=recorded,
+    )
+
+
+@router.post("/nodes/{name}/verify-runs", response_model=VerifyRunOut, status_code=202)
+def start_verify_run(
+    name: NamePath, body: VerifyRunIn, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> VerifyRunOut:
+    """Verify a node where renters run (operators): a job pinned to the node takes all of
+    it (every GPU, CPU and memory; it may run on a node cordoned for failing) and runs
+    `suanli verify --json` in its own container; when it ends, its report is recorded as
+    a `POST .../verifications` would (cordon on failure, `uncordon` on a pass). Poll
+    `GET .../verify-runs/{id}` for the outcome."""
+    run = verify_jobs.submit(ctx.db, who, name, body.uncordon, body.quick, body.image, ctx.verify_command)
+    ctx.wake()
+    return _run_out(ctx, verify_jobs.view(ctx.db, run))
+
+
+@router.get("/nodes/{name}/verify-runs/{run_id}", response_model=VerifyRunOut)
+def get_verify_run(
+    name: NamePath, run_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+) -> VerifyRunOut:
+    """A verification run: waiting, recorded (with the result) or failed (with why)."""
+    return _run_out(ctx, verify_jobs.get(ctx.db, who, name, run_id))

@@ -13,6 +13,11 @@ filesystem assembled from Debian's packages and handed to the engine with
   pip, OpenSSH server and a few tools; about two minutes (less with the .deb cache).
 - ``jupyter``: ``python`` plus JupyterLab from PyPI, built ``FROM`` the python image
   so the two share its layer.
+- ``verify``: ``python`` plus this host's ``suanli`` package (the copy that builds it)
+  and PyTorch, for ``suanli nodes verify NAME``: its job runs ``suanli verify --json``
+  in the container a renter would get. torch is the host's version where it has one
+  (found through ``$PIP_FIND_LINKS`` too, e.g. a CPU wheel), else the ``torch`` extra's
+  ``torch==2.13.0`` from the index (CUDA-enabled on x86-64 Linux).
 
 The engine binary is a parameter (``podman`` or ``docker``); everything goes through
 its CLI, the same small surface the runtime adapter uses.
@@ -266,6 +271,66 @@ def _build_jupyter(b: Builder) -> None:
     b.run(argv + [str(b.work)])
 
 
+#: what ``suanli verify`` imports beyond the standard library (the CLI, NVML, the kernels)
+VERIFY_REQUIREMENTS = ("typer", "rich", "numpy", "nvidia-ml-py", "torch")
+#: the ``torch`` extra of pyproject.toml: used where this host has no torch to match
+VERIFY_TORCH = "torch==2.13.0"
+#: the image's ``suanli``: this package from /opt/suanli, nothing else of the server
+VERIFY_ENTRY = '#!/usr/bin/python3\nimport sys\nsys.path.insert(0, "/opt/suanli")\nfrom suanli.cli import main\nmain()\n'
+
+
+def verify_requirements() -> list[str]:
+    """``VERIFY_REQUIREMENTS`` pinned to this host's versions (the container runs the
+    same code as the server), torch to ``VERIFY_TORCH`` where the host has none."""
+    from importlib import metadata
+
+    out = []
+    for name in VERIFY_REQUIREMENTS:
+        try:
+            out.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            out.append(VERIFY_TORCH if name == "torch" else name)
+    return out
+
+
+def _build_verify(b: Builder) -> None:
+    """``FROM`` the python image: this host's ``suanli`` package copied to /opt/suanli, a
+    ``suanli`` command for it, and ``VERIFY_REQUIREMENTS`` from pip (the host's CA bundle,
+    ``$PIP_INDEX_URL`` and the ``$PIP_FIND_LINKS`` directories as the jupyter build uses them)."""
+    recipe, base = RECIPES["verify"], RECIPES["python"]
+    podman = Path(b.engine).name == "podman"
+    package = Path(__file__).resolve().parents[2]  # .../suanli (backends/local/imagebuild.py)
+    shutil.copytree(package, b.work / "suanli", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (b.work / "suanli-entry").write_text(VERIFY_ENTRY)
+    host_ca = Path(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt")
+    use_ca = podman and host_ca.is_file()
+    links = [d for d in os.environ.get("PIP_FIND_LINKS", "").split() if Path(d).is_dir()]
+    reqs = " ".join(f"'{r}'" for r in verify_requirements())
+    (b.work / "Containerfile").write_text(
+        f"FROM {base.ref}\n"
+        "ARG PIP_INDEX_URL\n"
+        "ARG PIP_FIND_LINKS\n"
+        "COPY suanli /opt/suanli/suanli\n"
+        "COPY suanli-entry /usr/local/bin/suanli\n"
+        f"RUN {'PIP_CERT=/run/host-ca.crt ' if use_ca else ''}pip install --no-cache-dir {reqs}"
+        " && chmod 755 /usr/local/bin/suanli && suanli verify --help >/dev/null\n"
+        'CMD ["/bin/bash"]\n'
+        f"LABEL io.suanli.recipe={recipe.name}\n"
+    )
+    argv = [b.engine, "build", "--network", "host", "-t", b.ref]
+    if podman:
+        argv += list(PODMAN_RUN_FLAGS)
+    if use_ca:
+        argv += ["--volume", f"{host_ca.resolve()}:/run/host-ca.crt:ro"]
+    for d in links:
+        argv += ["--volume", f"{Path(d).resolve()}:{d}:ro"]
+    if links:
+        argv += ["--build-arg", f"PIP_FIND_LINKS={' '.join(links)}"]
+    if os.environ.get("PIP_INDEX_URL"):
+        argv += ["--build-arg", f"PIP_INDEX_URL={os.environ['PIP_INDEX_URL']}"]
+    b.run(argv + [str(b.work)])
+
+
 def _du_mib(root: Path) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(root):
@@ -294,6 +359,15 @@ RECIPES: dict[str, Recipe] = {
             builder=_build_tiny,
             description="BusyBox only (sh and the core utilities): a few MB, for tests and smoke checks",
             contents={"python": None, "cuda": None, "jupyterlab": False, "sshd": False},
+        ),
+        Recipe(
+            name="verify",
+            ref="localhost/suanli/verify:1",
+            builder=_build_verify,
+            seeded=False,
+            needs=("python",),
+            description="The python image plus suanli and PyTorch: `suanli nodes verify` runs `suanli verify` in it",
+            contents={"python": "3.11", "cuda": None, "jupyterlab": False, "sshd": True},
         ),
         Recipe(
             name="jupyter",

@@ -92,6 +92,7 @@ function gpuDesc(o) {
 // here, and the detail); a row that does not wait shows its last reason
 function waitingCode(code) {
   const names = { capacity: t("waiting for capacity"), gang: t("waiting for nodes for the whole gang"),
+    "pinned-node": t("waiting for its pinned node"),
     quota: t("waiting for quota"), balance: t("waiting for funds"), "price-above-bid": t("spot price above the bid"),
     dependency: t("waiting for a dependency"), "never-fits": t("never fits"), scheduling: t("not yet scheduled") };
   return names[code] || code;
@@ -616,7 +617,12 @@ async function viewNodes() {
   const actions = (n) => isOperator() && el("span", {},
     n.state === "ready"
       ? el("button", { class: "plain", onclick: () => act(t("{name} cordoned.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "cordoned" })) }, t("Cordon"))
-      : el("button", { class: "plain", onclick: () => act(t("{name} ready.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "ready" })) }, t("Make ready")));
+      : el("button", { class: "plain", onclick: () => act(t("{name} ready.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "ready" })) }, t("Make ready")),
+    // `suanli nodes verify NAME`: a whole-node job pinned there (it runs on a cordoned node
+    // too); a cordoned node that passes is made ready
+    n.state !== "down" && el("button", { class: "plain verify", title: t("run suanli verify there as a job in its own container"),
+      onclick: () => act(t("Verification of {name} queued.", { name: n.name }),
+        () => api("POST", `/v1/nodes/${n.name}/verify-runs`, { uncordon: n.state === "cordoned" })) }, t("Verify")));
   return el("section", {}, el("h2", {}, t("Nodes")),
     table(["NAME", "STATE", "BACKEND", "GPU", "FREE", "CPU used/total", "MEM GiB used/total", "ZONE", "HEARTBEAT", "KIND", "VERIFIED", ""],
       nodes.map((n) => [n.name, stateCell(n.state), n.backend, `${n.gpu_model} × ${n.gpu_count}`, num(n.gpus_free),
