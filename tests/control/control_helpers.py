@@ -293,7 +293,7 @@ class LiveServer(_Served):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.db_url is None:
             self.db_url = migrated_sqlite_url(self.data_dir / "suanli.db")
-        opts = {"interval_s": 0.1, "stop_grace_s": 2.0, **(self.options or {})}
+        opts = {"interval_s": 0.25, "stop_grace_s": 2.0, **(self.options or {})}  # as start_server's
         self.ctx, boot = build(self.data_dir, self.db_url, start_loop=False, **opts)
         self.proxy_port = self.proxy_port or free_port()
         ctx = self.ctx
