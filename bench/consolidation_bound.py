@@ -65,7 +65,7 @@ def one(traces: Path, trace: str, policy: str, seed: int) -> dict:
                 failed_whole.append(req)
             continue
         if req.is_sharing:
-            shares.setdefault((state.index[alloc.node], alloc.gpus[0]), []).append(alloc.milli_per_gpu)
+            shares.setdefault((state.index[alloc.node], alloc.gpu_indices[0]), []).append(alloc.milli_per_gpu)
     used_before = state.used_gpu_milli
     per_node: dict[int, list[tuple[int, list[int]]]] = {}
     for (n, g), milli in shares.items():

@@ -50,15 +50,15 @@ mix is the target, learned online for ``suanli_online``; never the trace's name)
 * a CPU-bound mix (``cpu_demand_ratio`` > ``CPU_BOUND``) drops keys 2 and 3: CPU-only
   work takes the CPU next to idle GPUs anyway, and key 3 alone cost allocation on the
   CPU-bound traces (cpu300, g-cpu3);
-* a mix with node-sized requests (multi-GPU requests for every GPU of the largest
-  nodes, ``node_sized_share`` > 0) drops key 2 for whole-GPU pods: on g-multigpu10
-  (the default trace plus a few 8-GPU pods) that part of key 2 cost 0.16 points
-  against FGD while it gained on the default trace, which has no 8-GPU shape in its
-  95 % mix;
-* when node-sized requests ask for more than ``NODE_SIZED_FGD`` of the mix's GPU
-  milli, keys 2 and 3 are dropped: whole free nodes are what such a mix needs, and
-  each of keys 2 and 3 cost 0.04-0.07 points on g-multigpu50 (0.39), while all
-  keys together still gained 0.04 on multigpu40 (0.27).
+* when node-sized requests (multi-GPU requests for every GPU of the largest nodes)
+  ask for more than ``NODE_SIZED_FGD`` of the mix's GPU milli (``node_sized_share``),
+  keys 2 and 3 are dropped: whole free nodes are what such a mix needs, and each of
+  keys 2 and 3 cost 0.04-0.07 points on g-multigpu50 (0.39), while all keys together
+  still gained 0.04 on multigpu40 (0.27).
+
+Dropping key 2 for whole-GPU pods whenever the mix holds node-sized requests was
+tried and rejected: +0.16 points on g-multigpu10, but -0.34 against FGD on gpuspec05
+(+0.17 with the key, seeds 42-43; issue 16, BENCHMARKS.md).
 
 Key 1 always applies (it does nothing without restricted requests). The thresholds
 were chosen on the tune side of ``bench/gen_traces.py``'s split (issue 16,
@@ -154,9 +154,8 @@ class SuanliPolicy(FGD):
 
     def active_keys(self, state: ClusterState) -> frozenset[str]:
         """The keys in use for the mix the policy has now (see the module docstring):
-        a CPU-bound mix drops keys 2 and 3, a mix with node-sized requests drops key 2
-        for whole-GPU pods, and one where they ask for over ``NODE_SIZED_FGD`` of the
-        GPU milli drops keys 2 and 3."""
+        a CPU-bound mix, or one where node-sized requests ask for over
+        ``NODE_SIZED_FGD`` of the GPU milli, drops keys 2 and 3."""
         self.model_keys(state)
         return self._active
 
@@ -187,8 +186,6 @@ class SuanliPolicy(FGD):
             node_sized = self.node_sized_share(state)
             if self.cpu_demand_ratio(state) > CPU_BOUND or node_sized > NODE_SIZED_FGD:
                 active -= {"cpu", "cpu_gpu", "usable"}
-            if node_sized > 0:
-                active.discard("cpu_gpu")
             self._active = frozenset(active)
         return self._ratio, self._pressure_level
 
