@@ -273,12 +273,12 @@ def test_suanli_leaves_a_mix_of_mostly_node_sized_requests_to_fgd():
     assert _choices("suanli", cluster(*nodes), pod, few) == {"rich"}
     assert _choices("suanli", cluster(*nodes), pod, many) == _choices("fgd", cluster(*nodes), pod, many) == {"poor", "rich"}
     state = ClusterState(nodes)
-    for mix, share, active in (
+    for mix, expected, active in (
         ([whole(1, cpu=8000)], 0.0, KEYS),
         (few, 4 / 43, KEYS),
         (many, 16 / 22, KEYS - {"cpu", "cpu_gpu", "usable"}),
     ):
         policy = SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0))
-        assert abs(policy.node_sized_share(state) - share) < 1e-9
-        assert (share > NODE_SIZED_FGD) is (active != KEYS)
-        assert policy.active_keys(state) == active, (share, policy.active_keys(state))
+        assert abs(policy.node_sized_share(state) - expected) < 1e-9
+        assert (expected > NODE_SIZED_FGD) is (active != KEYS)
+        assert policy.active_keys(state) == active, (expected, policy.active_keys(state))
