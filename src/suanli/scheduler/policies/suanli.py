@@ -207,8 +207,8 @@ class SuanliPolicy(FGD):
         cpu_after = state.cpu_free[idx] - req.cpu_milli
         if not req.milli_per_gpu:
             if "cpu" not in self._active:
-                # CPU-bound mix: the mix's CPU exceeds the cluster's, so CPU kept next
-                # to idle GPUs will be taken anyway; key 2 only moves work off FGD's order.
+                # Key 2 off (a CPU-bound or mostly node-sized mix, see active_keys):
+                # FGD's score alone, ties to the node order.
                 return primary * _SPAN, gpu
             surplus = cpu_after >= ratio[model] * idle
             cpu_level = np.where(idle == 0, 2, surplus.astype(np.int64))
