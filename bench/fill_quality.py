@@ -32,11 +32,26 @@ PAPER_NAMES = {
 ALL_POLICIES = "random,dot_product,gpu_clustering,gpu_packing,best_fit,fgd,suanli,suanli_online"
 
 
+def register_ablations() -> None:
+    """Make ``suanli-no-KEY`` and ``suanli_online-no-KEY`` (one tie-break key off,
+    ``policies/suanli.py``) and ``suanli-only-KEY`` known to ``make_policy``, for
+    experiments that ask which key a trace gains or loses by."""
+    from suanli.scheduler.policies import POLICIES
+    from suanli.scheduler.policies.suanli import KEYS, SuanliPolicy
+
+    for key in KEYS:
+        off = KEYS - {key}
+        POLICIES[f"suanli-no-{key}"] = lambda target, seed, keys=off: SuanliPolicy(target, keys)
+        POLICIES[f"suanli_online-no-{key}"] = lambda target, seed, keys=off: SuanliPolicy(None, keys)
+        POLICIES[f"suanli-only-{key}"] = lambda target, seed, keys=frozenset({key}): SuanliPolicy(target, keys)
+
+
 def run_one(traces: str, trace: str, policy: str, seed: int) -> dict:
     from suanli.sim.fill import run_fill
     from suanli.sim.metrics import summary
     from suanli.sim.traces import load_nodes, load_pods
 
+    register_ablations()
     nodes = load_nodes(Path(traces) / "openb_node_list_gpu_node.csv")
     pods = [p.request for p in load_pods(Path(traces) / f"openb_pod_list_{trace}.csv")]
     s = summary(run_fill(nodes, pods, policy, seed))

@@ -54,6 +54,30 @@ SPLIT = {
     "report": ("multigpu", "generated", "sizes"),
 }
 
+#: The second round (``policies/suanli.py``'s ``active_keys``: keys 2-3 off for
+#: CPU-bound mixes and above ``NODE_SIZED_FGD``): tuned on the traces the first round had seen lose (cpu300,
+#: g-cpu3, g-multigpu10, g-multigpu50) and on the shipped multigpu family; reported on
+#: the generated traces no policy change had looked at, and the gpuspec family (it
+#: rejected a third rule, see BENCHMARKS.md).
+SPLIT_2 = {
+    "tune": ("cpu300", "g-cpu3", "g-multigpu10", "g-multigpu50", "multigpu20", "multigpu30", "multigpu40", "default"),
+    "report": (
+        "g-multigpu25",
+        "g-multigpu35",
+        "g-gpuspec15",
+        "g-gpuspec50",
+        "g-cpu1.25",
+        "g-gpushare30",
+        "g-gpushare70",
+        "g-mix-spec20-cpu2",
+        "g-mix-share60-spec20",
+        "gpuspec05",
+        "gpuspec10",
+        "gpuspec20",
+        "gpuspec25",
+    ),
+}
+
 
 def main(argv: list[str] | None = None) -> int:
     from suanli.sim import tracegen

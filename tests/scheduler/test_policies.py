@@ -192,3 +192,93 @@ def test_suanli_drops_the_cpu_key_when_the_mix_is_cpu_bound():
             assert (key2 == 0).all(), scores  # key 2 off: FGD's score alone
         else:
             assert key2[1] > key2[0], scores  # roomy keeps a surplus, tight does not
+
+
+def test_suanli_leaves_shared_pods_to_fgd_when_the_mix_is_cpu_bound():
+    # The cluster and pod of test_suanli_does_not_strand_a_node_with_a_shared_pod, where
+    # key 3 picks "rich". Add CPU-only pods that ask for more CPU than the cluster has at
+    # full GPU allocation (ratio > CPU_BOUND): CPU-only work will take the CPU next to the
+    # idle milli anyway, so key 3 is off and suanli ties exactly where FGD ties (cpu300,
+    # g-cpu3: key 3 alone cost allocation there; issue 16, BENCHMARKS.md).
+    from suanli.scheduler import ClusterState, TargetWorkload
+    from suanli.scheduler.policies.suanli import CPU_BOUND, SuanliPolicy
+
+    nodes = [node("poor", gpus=1, cpu=6000), node("rich", gpus=1, cpu=12_000)]
+    gpu_mix = [whole(1)] * 49 + [share(500, cpu=4000)]
+    cpu_mix = gpu_mix + [Request(cpu_milli=10_000)] * 50
+    policy = SuanliPolicy(TargetWorkload.from_requests(cpu_mix, coverage=1.0))
+    assert policy.cpu_demand_ratio(ClusterState(nodes)) > CPU_BOUND
+    pod = share(500, cpu=4000)
+    assert _choices("suanli", cluster(*nodes), pod, gpu_mix) == {"rich"}
+    assert _choices("suanli", cluster(*nodes), pod, cpu_mix) == _choices("fgd", cluster(*nodes), pod, cpu_mix) == {"poor", "rich"}
+
+
+def test_suanli_keys_can_be_switched_off_one_by_one():
+    # Each key off alone gives back FGD's tie on the hand-built case that key decides;
+    # an unknown key name is refused.
+    import pytest
+
+    from suanli.scheduler import Scheduler, TargetWorkload
+    from suanli.scheduler.policies.suanli import KEYS, SuanliPolicy
+
+    cases = {
+        "cpu": (
+            cluster(node("idle", gpus=1, cpu=4000), node("full", gpus=1, cpu=4000), used={"full": [1000]}),
+            Request(cpu_milli=1000),
+            [whole(1, cpu=2000)],
+        ),
+        "cpu_gpu": (
+            cluster(node("poor", gpus=4, cpu=20_000), node("rich", gpus=4, cpu=40_000)),
+            whole(1, cpu=4000),
+            [whole(1, cpu=8000)],
+        ),
+        "pressure": (
+            cluster(node("v100", gpus=2, model="V100"), node("t4", gpus=2, model="T4")),
+            whole(1),
+            [Request(cpu_milli=1000, gpu_count=1, gpu_models=frozenset({"V100"}))] + [whole(1)] * 49,
+        ),
+        "usable": (
+            cluster(node("poor", gpus=1, cpu=6000), node("rich", gpus=1, cpu=12_000)),
+            share(500, cpu=4000),
+            [whole(1)] * 49 + [share(500, cpu=4000)],
+        ),
+    }
+    for key, (state, pod, mix) in cases.items():
+        target = TargetWorkload.from_requests(mix, coverage=1.0)
+        chosen = {}
+        for keys in (KEYS, KEYS - {key}):
+            seen = set()
+            for seed in range(12):
+                s = Scheduler(SuanliPolicy(target, keys), state, seed=seed)
+                seen.add(s.place(pod).allocation.node)
+            chosen[keys] = seen
+        assert len(chosen[KEYS]) == 1 and len(chosen[KEYS - {key}]) == 2, (key, chosen)
+    with pytest.raises(ValueError, match="unknown keys"):
+        SuanliPolicy(None, frozenset({"cpu", "spread"}))
+
+
+def test_suanli_leaves_a_mix_of_mostly_node_sized_requests_to_fgd():
+    # The case of test_suanli_keeps_cpu_next_to_idle_gpus (4-GPU nodes; key 2 sends a
+    # 1-GPU pod to "rich"). With a few 4-GPU requests (they need a whole node) in the
+    # mix key 2 still applies; when they ask for more than NODE_SIZED_FGD of the mix's
+    # GPU milli, keys 2 and 3 are off and the tie FGD leaves goes to the node order
+    # (g-multigpu50: each key cost allocation there; issue 16, BENCHMARKS.md).
+    from suanli.scheduler import ClusterState, TargetWorkload
+    from suanli.scheduler.policies.suanli import KEYS, NODE_SIZED_FGD, SuanliPolicy
+
+    nodes = [node("poor", gpus=4, cpu=20_000), node("rich", gpus=4, cpu=40_000)]
+    pod = whole(1, cpu=4000)
+    few = [whole(1, cpu=8000)] * 39 + [whole(4, cpu=8000)]  # 4 / (39 + 4) of the milli
+    many = [whole(1, cpu=8000)] * 6 + [whole(4, cpu=8000)] * 4  # 16 / 22
+    assert _choices("suanli", cluster(*nodes), pod, few) == {"rich"}
+    assert _choices("suanli", cluster(*nodes), pod, many) == _choices("fgd", cluster(*nodes), pod, many) == {"poor", "rich"}
+    state = ClusterState(nodes)
+    for mix, expected, active in (
+        ([whole(1, cpu=8000)], 0.0, KEYS),
+        (few, 4 / 43, KEYS),
+        (many, 16 / 22, KEYS - {"cpu", "cpu_gpu", "usable"}),
+    ):
+        policy = SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0))
+        assert abs(policy.node_sized_share(state) - expected) < 1e-9
+        assert (expected > NODE_SIZED_FGD) is (active != KEYS)
+        assert policy.active_keys(state) == active, (expected, policy.active_keys(state))

@@ -26,12 +26,12 @@ the seeded node order, which keeps FGD's packing.
    surplus, then the rest. A whole-GPU pod prefers a node that keeps a surplus. On the
    Alibaba nodes CPU per GPU ranges from 12 cores (8-GPU G2) to 52 (2-GPU T4), so the
    first-fit order of FGD's tie-break otherwise spends the CPU of CPU-poor nodes and
-   strands their last free GPUs. The key is off when the mix is CPU-bound: when the
-   CPU it asks for at full GPU allocation exceeds ``CPU_BOUND`` (1.1) times the
-   cluster's CPU (``cpu_demand_ratio``, from the mix the policy has, learned online
-   for ``suanli_online``), the CPU kept next to idle GPUs will be taken by CPU-only
-   work anyway, and the key only moved work off FGD's order (cpu300: -0.68 points
-   against fgd with it, -0.17 without; issue 16, BENCHMARKS.md).
+   strands their last free GPUs. The part for CPU-only pods is key "cpu", the part
+   for whole-GPU pods key "cpu_gpu" (they gain and lose on different mixes). Both
+   are off when the mix is CPU-bound: when the CPU it asks for at full GPU
+   allocation exceeds ``CPU_BOUND`` (1.1) times the cluster's CPU, the CPU kept next
+   to idle GPUs will be taken by CPU-only work anyway, and the key only moved work
+   off FGD's order (cpu300: -0.68 points against fgd with it, -0.17 without).
 
 3. **Idle GPUs left usable** (sharing requests). A sharing pod may go to any GPU with
    room, and FGD scores every such GPU of a node. Among the GPUs (and nodes) tied on
@@ -43,6 +43,26 @@ the seeded node order, which keeps FGD's packing.
    above key 1 for sharing pods. At the end of the fill almost all idle capacity is
    gaps on shared GPUs, so it matters most on mixes with few CPU-only and many
    multi-GPU pods (multigpu40), where keys 1 and 2 have little to work with.
+
+**Which keys apply depends on the mix the policy plans for** (``active_keys``; the
+mix is the target, learned online for ``suanli_online``; never the trace's name):
+
+* a CPU-bound mix (``cpu_demand_ratio`` > ``CPU_BOUND``) drops keys 2 and 3: CPU-only
+  work takes the CPU next to idle GPUs anyway, and key 3 alone cost allocation on the
+  CPU-bound traces (cpu300, g-cpu3);
+* when node-sized requests (multi-GPU requests for every GPU of the largest nodes)
+  ask for more than ``NODE_SIZED_FGD`` of the mix's GPU milli (``node_sized_share``),
+  keys 2 and 3 are dropped: whole free nodes are what such a mix needs, and each of
+  keys 2 and 3 cost 0.04-0.07 points on g-multigpu50 (0.39), while all keys together
+  still gained 0.04 on multigpu40 (0.27).
+
+Dropping key 2 for whole-GPU pods whenever the mix holds node-sized requests was
+tried and rejected: +0.16 points on g-multigpu10, but -0.34 against FGD on gpuspec05
+(+0.17 with the key, seeds 42-43; issue 16, BENCHMARKS.md).
+
+Key 1 always applies (it does nothing without restricted requests). The thresholds
+were chosen on the tune side of ``bench/gen_traces.py``'s split (issue 16,
+BENCHMARKS.md says which traces were looked at).
 
 A CPU-surplus key (key 2) for sharing pods lost allocation in the experiments (it
 pulls them off the packed nodes); key 3 only separates placements that leave the node
@@ -70,6 +90,13 @@ _CPU_LEVELS = 4
 #: cluster's CPU (``cpu_demand_ratio``). Chosen on the cpu family (issue 16's split):
 #: key 2 gains on cpu235 (ratio 1.03) and loses on cpu300 (1.19).
 CPU_BOUND = 1.1
+#: Keys 2 and 3 are off when requests that need whole nodes ask for more than this
+#: share of the mix's GPU milli (``node_sized_share``). Chosen on the multigpu family
+#: (issue 16's second split): multigpu40 (0.27) gains with them, g-multigpu50 (0.39) loses.
+NODE_SIZED_FGD = 1 / 3
+#: The tie-break keys, by the number the module docstring gives them.
+#: Key 2 is two keys here: "cpu" for CPU-only pods, "cpu_gpu" for whole-GPU pods.
+KEYS = frozenset({"pressure", "cpu", "cpu_gpu", "usable"})
 
 
 def usable_after_share(state: ClusterState, req: Request, idx: np.ndarray, t: TargetArrays) -> np.ndarray:
@@ -93,12 +120,16 @@ def usable_after_share(state: ClusterState, req: Request, idx: np.ndarray, t: Ta
 class SuanliPolicy(FGD):
     name = "suanli"
 
-    def __init__(self, target: TargetWorkload | None) -> None:
+    def __init__(self, target: TargetWorkload | None, keys: frozenset[str] = KEYS) -> None:
         super().__init__(target)
+        if not keys <= KEYS:
+            raise ValueError(f"unknown keys {sorted(keys - KEYS)}; choose from {sorted(KEYS)}")
+        #: The keys in use (ablations in bench/ switch some off; the shipped policy uses all).
+        self.keys = keys
         self._model_keys_of: TargetArrays | None = None
         self._ratio = np.zeros(0)
         self._pressure_level = np.zeros(0, np.int64)
-        self._cpu_bound = False
+        self._active = keys
 
     def cpu_demand_ratio(self, state: ClusterState) -> float:
         """CPU the mix asks for when the cluster's GPUs are fully allocated, over the
@@ -110,6 +141,23 @@ class SuanliPolicy(FGD):
         if gpu <= 0 or cpu_total <= 0:
             return 0.0
         return float((t.weights * t.cpu).sum()) / gpu * state.total_gpu_milli / cpu_total
+
+    def node_sized_share(self, state: ClusterState) -> float:
+        """The share of the mix's GPU milli asked for by multi-GPU requests that need
+        every GPU of the cluster's largest nodes (8-GPU pods on the Alibaba cluster)."""
+        t = self.arrays(state)
+        demand = t.weights * t.milli * t.gpus
+        total = float(demand.sum())
+        if total <= 0:
+            return 0.0
+        return float(demand[t.gpus >= max(2, state.gpu_total.shape[1])].sum()) / total
+
+    def active_keys(self, state: ClusterState) -> frozenset[str]:
+        """The keys in use for the mix the policy has now (see the module docstring):
+        a CPU-bound mix, or one where node-sized requests ask for over
+        ``NODE_SIZED_FGD`` of the GPU milli, drops keys 2 and 3."""
+        self.model_keys(state)
+        return self._active
 
     def model_keys(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """Per GPU model: CPU milli per GPU milli of the mix's GPU requests allowed on it,
@@ -131,12 +179,19 @@ class SuanliPolicy(FGD):
                     pressure[t.model_ok[k]] += demand[k] / room
             levels = np.unique(np.round(pressure, 9))
             level = len(levels) - 1 - np.searchsorted(levels, np.round(pressure, 9))
+            if "pressure" not in self.keys:
+                level = np.zeros_like(level)
             self._model_keys_of, self._ratio, self._pressure_level = t, ratio, level.astype(np.int64)
-            self._cpu_bound = self.cpu_demand_ratio(state) > CPU_BOUND
+            active = set(self.keys)
+            node_sized = self.node_sized_share(state)
+            if self.cpu_demand_ratio(state) > CPU_BOUND or node_sized > NODE_SIZED_FGD:
+                active -= {"cpu", "cpu_gpu", "usable"}
+            self._active = frozenset(active)
         return self._ratio, self._pressure_level
 
     def _score(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if not req.is_sharing:
+        self.model_keys(state)
+        if not req.is_sharing or "usable" not in self._active:
             return super()._score(state, req, idx)
         # Per GPU: FGD's score, then key 3 (2 * score + usable); the node takes its best GPU.
         delta, fit = self.fragmentation_change(state, req, idx)
@@ -150,16 +205,16 @@ class SuanliPolicy(FGD):
         model = state.model_id[idx]
         idle = state.gpu_free[idx].sum(axis=1).astype(np.int64)
         cpu_after = state.cpu_free[idx] - req.cpu_milli
-        if self._cpu_bound and not req.is_sharing:
-            # CPU-bound mix: the mix's CPU exceeds the cluster's, so CPU kept next to
-            # idle GPUs will be taken anyway; key 2 only moves work off FGD's order.
-            return primary * _SPAN + (0 if not req.milli_per_gpu else pressure_level[model] * _CPU_LEVELS), gpu
         if not req.milli_per_gpu:
+            if "cpu" not in self._active:
+                # Key 2 off (a CPU-bound or mostly node-sized mix, see active_keys):
+                # FGD's score alone, ties to the node order.
+                return primary * _SPAN, gpu
             surplus = cpu_after >= ratio[model] * idle
             cpu_level = np.where(idle == 0, 2, surplus.astype(np.int64))
             return primary * _SPAN + cpu_level, gpu
         secondary = pressure_level[model] * _CPU_LEVELS
-        if not req.is_sharing:
+        if not req.is_sharing and "cpu_gpu" in self._active:
             idle_after = idle - req.total_gpu_milli
             secondary = secondary + (cpu_after >= ratio[model] * idle_after).astype(np.int64)
         return primary * _SPAN + secondary, gpu
