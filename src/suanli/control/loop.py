@@ -52,6 +52,7 @@ from suanli.control import admission, funds, health, heartbeat, pipelines, recon
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
+from suanli.control.loop_report import Counters, Publisher
 from suanli.control.outbid import outbid
 from suanli.control.plane import Plane, ReclaimSettings
 from suanli.control.preempt import preempt
@@ -77,7 +78,7 @@ class LoopStats:
     last_tick_s: float = 0.0
     #: why each waiting row the last pass saw waits (``control.waiting``)
     unplaced: dict[tuple[str, int], Reason] = field(default_factory=dict)
-    #: (code, when it was first seen) per waiting row; in memory: restarts with the server
+    #: (code, when it was first seen) per waiting row; carried over a restart (``loop_report``)
     since: dict[tuple[str, int], tuple[str, datetime]] = field(default_factory=dict)
 
     def note(self, unplaced: dict[tuple[str, int], Reason], now: datetime) -> None:
@@ -147,6 +148,8 @@ class ControlLoop:
         #: killed predecessor are recognisably someone else's.
         self.owner = f"{uuid.uuid4().hex[:12]}"
         self.stats = LoopStats()
+        #: writes the counters and the waiting reasons where API processes read them
+        self.report = Publisher(db)
         #: the inventory the last admit phase judged waiting work against (``sizing.inventory_fingerprint``)
         self._inventory: tuple | None = None
         self._wake = threading.Event()
@@ -227,9 +230,18 @@ class ControlLoop:
             self.stats.policy_errors += result.policy_errors
             self.stats.note(result.unplaced or {}, utcnow())
             self.stats.last_tick_s = time.perf_counter() - t0
+            self._guarded(self.publish)
             if result.conflicts:
                 self._wake.set()  # stale snapshot: try again at once
             return result
+
+    def publish(self, force: bool = False) -> None:
+        """The counters and waiting reasons, to the database (``loop_report``)."""
+        st = self.stats
+        counters = Counters(
+            self.owner, st.ticks, st.launched, st.conflicts, st.policy_errors, st.last_tick_s, len(st.unplaced), None
+        )
+        self.report.publish(counters, st.unplaced, st.since, force)
 
     @staticmethod
     def _guarded(phase: Callable[..., object], *args: object) -> object:
@@ -302,6 +314,10 @@ class ControlLoop:
             self.recover()
         except Exception:
             log.exception("recovery failed")
+        try:
+            self.stats.since = self.report.load_since()  # a restarted worker's rows keep waiting since then
+        except Exception:
+            log.exception("reading the previous waiting reasons failed")
         while not self._halt.is_set():
             try:
                 self.tick(wait_launches=False)
