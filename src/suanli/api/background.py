@@ -55,9 +55,7 @@ class Background:
     stop: Callable[[], None]
 
 
-def background(
-    ctx: ServerContext, start_proxy: Callable[[], object] | None = None, *, wakes: bool = False
-) -> list[Background]:
+def background(ctx: ServerContext, start_proxy: Callable[[], object] | None = None, *, wakes: bool = False) -> list[Background]:
     """The server's threads in start order; ``start_proxy`` (in-process servers) starts the
     port proxy's listener and returns its uvicorn server; ``wakes``: listen for the API
     processes' wakes (the worker process)."""
@@ -68,7 +66,11 @@ def background(
         Background("control loop", ctx.loop.start, ctx.loop.stop),
         Background("billing", ctx.billing.start, ctx.billing.stop),
         *(
-            [Background("port proxy", lambda: proxy.append(start_proxy()), lambda: [setattr(p, "should_exit", True) for p in proxy])]
+            [
+                Background(
+                    "port proxy", lambda: proxy.append(start_proxy()), lambda: [setattr(p, "should_exit", True) for p in proxy]
+                )
+            ]
             if start_proxy is not None
             else []
         ),

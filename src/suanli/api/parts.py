@@ -111,6 +111,32 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def ready() -> None:
+    """Tell the supervisor this part is up (``api.supervisor``): once, on the fd it gave."""
+    fd = os.environ.pop("SUANLI_READY_FD", None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), b"1")
+        os.close(int(fd))
+    except OSError:
+        pass
+
+
+def _serve(config) -> None:  # type: ignore[no-untyped-def]
+    """``uvicorn.run``'s own steps, with ``ready`` once the port is bound (a port in use
+    exits here, before it): one process, or ``config.workers`` sharing the socket."""
+    from uvicorn import Server
+    from uvicorn.supervisors import Multiprocess
+
+    sock = config.bind_socket()
+    ready()
+    if config.workers > 1:
+        Multiprocess(config, sockets=[sock]).run()
+    else:
+        Server(config).run(sockets=[sock])
+
+
 def _context(cfg: PartConfig, background_work: bool):  # type: ignore[no-untyped-def]
     from suanli.api.server import build
 
@@ -138,6 +164,7 @@ def run_worker(cfg: PartConfig) -> None:
         signal.signal(sig, lambda *_: halt.set())
     threads = background(ctx, wakes=True)
     start_all(threads)
+    ready()
     log.info("worker: %s running", ", ".join(t.name for t in threads))
     try:
         while not halt.wait(1.0):
@@ -167,14 +194,16 @@ def run_api(cfg: PartConfig) -> None:
         shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
         Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(mode=0o700, parents=True)
         os.environ["SUANLI_PART_UVICORN_CHILD"] = "1"  # uvicorn's workers' parent is this process
-    uvicorn.run(
-        "suanli.api.parts:api_app",
-        factory=True,
-        host=cfg.host,
-        port=cfg.port,
-        workers=cfg.workers,
-        log_level="warning",
-        **(tls.uvicorn_options() if tls else {}),
+    _serve(
+        uvicorn.Config(
+            "suanli.api.parts:api_app",
+            factory=True,
+            host=cfg.host,
+            port=cfg.port,
+            workers=cfg.workers,
+            log_level="warning",
+            **(tls.uvicorn_options() if tls else {}),
+        )
     )
 
 
@@ -186,7 +215,7 @@ def run_proxy(cfg: PartConfig) -> None:
     tls = cfg.tls()
     ctx = _context(cfg, background_work=False)
     app = create_proxy_app(ctx)
-    uvicorn.run(app, host=cfg.host, port=cfg.proxy_port, log_level="warning", **(tls.uvicorn_options() if tls else {}))
+    _serve(uvicorn.Config(app, host=cfg.host, port=cfg.proxy_port, log_level="warning", **(tls.uvicorn_options() if tls else {})))
 
 
 def main() -> None:

@@ -313,9 +313,7 @@ def serve(
             )
         )
     url = f"{'https' if tls else 'http'}://{host}:{port}"
-    echo(
-        f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {ctx.data_dir}, db {urls.masked(ctx.db.url)})"
-    )
+    echo(f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {ctx.data_dir}, db {urls.masked(ctx.db.url)})")
     echo(f"secrets: sealed with AES-256-GCM, key file {ctx.keyring.path} (key {ctx.keyring.active_id})")
     if tls is None and (warning := plain_warning(host)):
         echo(warning)

@@ -6,9 +6,10 @@ Python process, and under load the health check waited seconds for the GIL. Apar
 API's workers only serve requests; they coordinate with the worker through the database
 (as the loop's own threads always did) and wake it by datagram (``control.wakeup``).
 
-A part that exits on its first start within ``FIRST_START_S`` (a port in use, a bad
-setting) stops the server with its exit code: restarting it would only repeat the error.
-Later, a part that dies is restarted after a backoff that doubles from ``BACKOFF_S`` to
+A part says it is ready (its port bound, its threads started) by writing a byte on a
+pipe the supervisor gave it (``READY_FD_ENV``, ``api.parts.ready``). A part that exits
+on its first start before it is ready (a port in use, a bad setting) stops the server
+with its exit code: restarting it would only repeat the error. Later, a part that dies is restarted after a backoff that doubles from ``BACKOFF_S`` to
 ``MAX_BACKOFF_S`` and starts over once it has run ``STEADY_S``; each restart is logged.
 On SIGTERM or SIGINT every part gets SIGTERM and ``STOP_GRACE_S`` to finish (the worker
 lets in-flight launches end, as the single process did), then SIGKILL.
@@ -27,7 +28,8 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("suanli.supervisor")
 
-FIRST_START_S = 3.0
+#: the environment variable naming the fd a part writes one byte to once it is ready
+READY_FD_ENV = "SUANLI_READY_FD"
 BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 STEADY_S = 60.0
@@ -45,6 +47,21 @@ class Part:
     backoff_s: float = BACKOFF_S
     restart_at: float | None = None  #: when a dead part starts again
     exits: list[int] = field(default_factory=list)
+    ready: bool = False  #: said so since its last start
+    _ready_pipe: int | None = None
+
+    def poll_ready(self) -> bool:
+        if not self.ready and self._ready_pipe is not None:
+            try:
+                self.ready = bool(os.read(self._ready_pipe, 1))
+            except BlockingIOError:
+                pass
+        return self.ready
+
+    def close_pipe(self) -> None:
+        if self._ready_pipe is not None:
+            os.close(self._ready_pipe)
+            self._ready_pipe = None
 
 
 class Supervisor:
@@ -53,7 +70,16 @@ class Supervisor:
         self._stopping = False
 
     def _start(self, part: Part) -> None:
-        part.proc = subprocess.Popen(part.argv, env=part.env, stdin=subprocess.DEVNULL)
+        part.close_pipe()
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        try:
+            part.proc = subprocess.Popen(
+                part.argv, env={**part.env, READY_FD_ENV: str(write)}, stdin=subprocess.DEVNULL, pass_fds=(write,)
+            )
+        finally:
+            os.close(write)
+        part._ready_pipe, part.ready = read, False
         part.started_at, part.restart_at = time.monotonic(), None
         part.starts += 1
         log.info("%s started (pid %d)", part.name, part.proc.pid)
@@ -88,13 +114,14 @@ class Supervisor:
                 continue
             assert part.proc is not None
             code = part.proc.poll()
+            ready = part.poll_ready()
             if code is None:
                 if now - part.started_at >= STEADY_S:
                     part.backoff_s = BACKOFF_S
                 continue
             part.exits.append(code)
             ran = now - part.started_at
-            if part.starts == 1 and ran < FIRST_START_S:
+            if part.starts == 1 and not ready:
                 self.echo(f"suanli server: the {part.name} process exited at start (code {code}); stopping")
                 return code or 1
             log.warning("%s exited with code %s after %.0f s; restarting in %.1f s", part.name, code, ran, part.backoff_s)
@@ -119,6 +146,8 @@ class Supervisor:
                 log.warning("pid %d did not stop in %.0f s: killed", proc.pid, STOP_GRACE_S)
                 proc.kill()
                 proc.wait()
+        for p in self.parts:
+            p.close_pipe()
 
 
 def part(name: str, config_json: str, extra_env: dict[str, str] | None = None) -> Part:

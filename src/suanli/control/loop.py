@@ -81,11 +81,10 @@ class LoopStats:
     #: (code, when it was first seen) per waiting row; carried over a restart (``loop_report``)
     since: dict[tuple[str, int], tuple[str, datetime]] = field(default_factory=dict)
 
-    def note(self, unplaced: dict[tuple[str, int], Reason], now: datetime) -> None:
-        """Take a pass's reasons, keeping ``since`` for rows that wait for the same code."""
+    def since_for(self, unplaced: dict[tuple[str, int], Reason], now: datetime) -> dict[tuple[str, int], tuple[str, datetime]]:
+        """A pass's ``since``: kept for rows that wait for the same code, ``now`` for the rest."""
         old = self.since
-        self.since = {k: (r.code, old[k][1] if k in old and old[k][0] == r.code else now) for k, r in unplaced.items()}
-        self.unplaced = unplaced
+        return {k: (r.code, old[k][1] if k in old and old[k][0] == r.code else now) for k, r in unplaced.items()}
 
     def waiting(self, key: tuple[str, int]) -> tuple[Reason, datetime | None] | None:
         r = self.unplaced.get(key)
@@ -228,20 +227,22 @@ class ControlLoop:
             self.stats.launched += len(result.claimed)
             self.stats.conflicts += result.conflicts
             self.stats.policy_errors += result.policy_errors
-            self.stats.note(result.unplaced or {}, utcnow())
+            unplaced = result.unplaced or {}
+            since = self.stats.since_for(unplaced, utcnow())
             self.stats.last_tick_s = time.perf_counter() - t0
-            self._guarded(self.publish)
+            self._guarded(self.publish, unplaced, since)  # first: what the API reads is never behind ``stats``
+            self.stats.unplaced, self.stats.since = unplaced, since
             if result.conflicts:
                 self._wake.set()  # stale snapshot: try again at once
             return result
 
-    def publish(self, force: bool = False) -> None:
-        """The counters and waiting reasons, to the database (``loop_report``)."""
+    def publish(self, unplaced: dict[tuple[str, int], Reason], since: dict[tuple[str, int], tuple[str, datetime]]) -> None:
+        """The counters and this pass's waiting reasons, to the database (``loop_report``)."""
         st = self.stats
         counters = Counters(
-            self.owner, st.ticks, st.launched, st.conflicts, st.policy_errors, st.last_tick_s, len(st.unplaced), None
+            self.owner, st.ticks, st.launched, st.conflicts, st.policy_errors, st.last_tick_s, len(unplaced), None
         )
-        self.report.publish(counters, st.unplaced, st.since, force)
+        self.report.publish(counters, unplaced, since)
 
     @staticmethod
     def _guarded(phase: Callable[..., object], *args: object) -> object:
