@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from suanli.api.context import ServerContext
@@ -343,28 +346,35 @@ def serve(
             else f"; *.{proxy_domain} must resolve to this server)"
         )
     )
+    api_sock = parts.listen(host, port, "API")
+    proxy_sock = parts.listen(host, proxy_port, "port proxy (choose another port with --proxy-port)")
     echo(f"processes: a worker (control loop, billing, metrics, alerts), {workers} API worker(s), the port proxy")
+    ctx.db.dispose()  # the parts open their own; nothing of the supervisor's crosses the fork
+    if workers > 1:  # every API worker's request metrics in one scrape (``api.metrics``)
+        metrics_dir = ctx.data_dir / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(mode=0o700)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+        if "prometheus_client.values" in sys.modules:  # imported before the variable was set
+            from prometheus_client import values
+
+            values.ValueClass = values.get_value_class()
+    import suanli.api.app  # noqa: F401  imported once here, shared by every forked part
+    import suanli.api.proxy_app  # noqa: F401
+
     config = parts.PartConfig(
-        host=host,
-        port=port,
-        proxy_port=proxy_port,
-        proxy_domain=proxy_domain,
-        data_dir=str(ctx.data_dir),
-        db_url=db_url,
-        workers=workers,
-        tls_cert=str(tls.cert) if tls else None,
-        tls_key=str(tls.key) if tls else None,
-        options=parts.options_json(
-            {"slurm_conf": slurm_conf, "notice_s": notice_s, "heartbeat_timeout_s": heartbeat_timeout_s, **options}
-        ),
-    ).to_env()
-    ctx.db.dispose()
-    metrics_dir = {"PROMETHEUS_MULTIPROC_DIR": str(ctx.data_dir / "prometheus")} if workers > 1 else {}
+        ctx.data_dir,
+        db_url,
+        proxy_port,
+        proxy_domain,
+        tls,
+        {"slurm_conf": slurm_conf, "notice_s": notice_s, "heartbeat_timeout_s": heartbeat_timeout_s, **options},
+    )
     status = supervisor.Supervisor(
         [
-            supervisor.part("worker", config),
-            supervisor.part("api", config, metrics_dir),
-            supervisor.part("proxy", config),
+            supervisor.Part("worker", partial(parts.run_worker, config)),
+            *(supervisor.Part(f"api-{n + 1}", partial(parts.run_api, config, api_sock)) for n in range(workers)),
+            supervisor.Part("proxy", partial(parts.run_proxy, config, proxy_sock)),
         ],
         echo,
     ).run()
