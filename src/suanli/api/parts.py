@@ -37,6 +37,8 @@ Ready = Callable[[], None]
 class PartConfig:
     """What every part needs to build its share of the server."""
 
+    #: ``api.server.build`` (passed down: the server module starts the parts)
+    build: Callable[..., tuple[Any, Any]]
     data_dir: Path
     db_url: str | None
     proxy_port: int
@@ -47,9 +49,7 @@ class PartConfig:
 
 
 def _context(cfg: PartConfig, background_work: bool):  # type: ignore[no-untyped-def]
-    from suanli.api.server import build
-
-    ctx, _ = build(
+    ctx, _ = cfg.build(
         cfg.data_dir,
         cfg.db_url,
         start_loop=False,

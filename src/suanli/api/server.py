@@ -363,6 +363,7 @@ def serve(
     import suanli.api.proxy_app  # noqa: F401
 
     config = parts.PartConfig(
+        build,
         ctx.data_dir,
         db_url,
         proxy_port,

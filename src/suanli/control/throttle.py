@@ -31,9 +31,7 @@ class Throttled(DomainError):
 
 
 class Throttle:
-    def __init__(
-        self, db: Database, scope: str, limit: int, window_s: float, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, db: Database, scope: str, limit: int, window_s: float, clock: Callable[[], float] = time.time) -> None:
         """``scope``: which throttle a row belongs to (``bad_tokens``, ``sign_ins``);
         ``clock``: Unix seconds (shared by every process, unlike a monotonic clock)."""
         self.db, self.scope, self.limit, self.window_s, self.clock = db, scope, limit, window_s, clock
