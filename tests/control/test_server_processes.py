@@ -80,6 +80,15 @@ def test_the_server_runs_its_parts_apart_restarts_the_worker_and_stops_them_all(
         first = wait_until(lambda: http.get("/healthz").json()["loop_ticks"], 60)
         assert wait_until(lambda: http.get("/healthz").json()["loop_ticks"] > first, 30)
 
+        # /metrics, whichever API worker answers, counts every worker's requests, and the loop's ticks
+        for _ in range(20):
+            http.get("/healthz")
+        for _ in range(3):
+            text = http.get("/metrics").text
+            served = [line for line in text.splitlines() if line.startswith("suanli_http_requests_total") and "/healthz" in line]
+            assert served and float(served[0].split()[-1]) >= 22, served
+            assert "\nsuanli_control_ticks " in text
+
         # a create wakes the worker's loop: scheduled and running
         blocker = http.post("/v1/jobs", json={"resources": {"accelerators": "Ascend-910B:8"}, "run": "sleep 300"})
         assert blocker.status_code == 201, blocker.text
