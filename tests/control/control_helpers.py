@@ -211,7 +211,11 @@ class ServerProcess(_Served):
             cwd=self.cwd,
             env=env,
         )
-        wait_until(self._healthy, 60, 0.2)
+        try:
+            wait_until(self._healthy, 60, 0.2)
+        except BaseException:
+            self.stop()  # a server slow to start must not outlive the test (nor its parts, api.supervisor)
+            raise
         return self
 
     def _healthy(self) -> bool:

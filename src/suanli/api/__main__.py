@@ -16,8 +16,11 @@ def main() -> None:
     p.add_argument("--data-dir", type=Path, default=None)
     p.add_argument("--db", default=None)
     p.add_argument("--no-audit", action="store_true", help="do not record state changes (only to measure the audit's cost)")
+    p.add_argument("--workers", type=int, default=None, help="API worker processes [default: one per core]")
     a = p.parse_args()
-    serve(a.host, a.port, a.data_dir or default_data_dir(), a.db, audit=not a.no_audit)
+    if a.workers is not None and a.workers < 1:
+        p.error("--workers must be at least 1")
+    serve(a.host, a.port, a.data_dir or default_data_dir(), a.db, audit=not a.no_audit, workers=a.workers)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,10 @@
-"""What every request handler needs, built once per server (or per test)."""
+"""What every request handler needs, built once per server process (or per test).
+
+The control loop and the billing worker are in this process only when a test builds
+the server in-process (``api.server.build``); ``suanli server`` runs them in a worker
+process of their own (``api.supervisor``), and what the API needs of them crosses
+processes: wakes by a datagram (``control.wakeup``), the loop's counters and waiting
+reasons through the database (``control.loop_report``)."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from suanli.backends.base import Backend
+from suanli.control import loop_report, wakeup
 from suanli.control.access import DEFAULT_PROXY_DOMAIN, port_url
 from suanli.control.auth import TokenCache
 from suanli.control.autostop import AutostopSettings
@@ -32,11 +39,14 @@ class ServerContext:
     metrics: Collector | None = None
     #: idle auto-stop: the platform's default window, the minimum, the activity thresholds
     autostop: AutostopSettings = field(default_factory=AutostopSettings)
+    #: verified tokens, per process: a token revoked through another API worker stops
+    #: working here within the cache's window (``TokenCache.ttl_s``)
     tokens: TokenCache = field(default_factory=TokenCache)
-    #: bad bearer tokens per source address: 20 a minute, then 429 until the oldest leaves the window
-    bad_tokens: Throttle = field(default_factory=lambda: Throttle(20, 60.0))
+    #: bad bearer tokens per source address: 20 a minute, then 429 until the oldest leaves the
+    #: window; in the database, one count for every API worker (``control.throttle``)
+    bad_tokens: Throttle = field(init=False)
     #: failed sign-ins per user name and per source address: 10 in 15 minutes
-    bad_sign_ins: Throttle = field(default_factory=lambda: Throttle(10, 900.0))
+    bad_sign_ins: Throttle = field(init=False)
     #: every state-changing call is recorded (``api.audit``); off only to measure its cost
     audit: bool = True
     #: audit records older than this are deleted (seed 004 keeps seven years)
@@ -60,6 +70,12 @@ class ServerContext:
     verify_command: str | None = None
     #: seals workloads' secrets (``control.secrets``); its key file is outside the database
     keyring: Keyring = field(kw_only=True)
+    #: wakes the loop and billing in the worker process (None: they are in this process, or none runs)
+    waker: wakeup.Sender | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        self.bad_tokens = Throttle(self.db, "bad_tokens", 20, 60.0)
+        self.bad_sign_ins = Throttle(self.db, "sign_ins", 10, 900.0)
 
     def port_url(self, request_base: str, instance_id: int, port: int) -> str:
         """The URL of a published port, in the scheme the caller reached this server with."""
@@ -72,19 +88,27 @@ class ServerContext:
             port,
         )
 
-    def waiting(self, kind: str, workload_id: int) -> tuple[Reason, datetime | None] | None:
-        """Why the last scheduling pass (or admission) left this row waiting, and since
-        when it waits for that code, if the pass saw it (``control.waiting``)."""
-        if self.loop is None:
-            return None
-        return self.loop.stats.waiting((kind, workload_id))
+    def waiting(self, kind: str, workload_ids: list[int]) -> dict[int, tuple[Reason, datetime | None]]:
+        """Why the last scheduling pass (or admission) left these rows waiting, and since
+        when each waits for that code, for the rows the pass saw (``control.waiting``):
+        one query, whichever process the loop runs in."""
+        return loop_report.waiting(self.db, kind, workload_ids)
 
     def waiting_reason(self, kind: str, workload_id: int) -> str | None:
-        """The same, as the sentence shown as a waiting row's ``reason``."""
-        got = self.waiting(kind, workload_id)
+        """The same for one row, as the sentence shown as a waiting row's ``reason``."""
+        got = self.waiting(kind, [workload_id]).get(workload_id)
         return got[0].text() if got else None
 
     def wake(self) -> None:
         """New or changed work: let the control loop act now rather than next tick."""
         if self.loop is not None:
             self.loop.wake()
+        elif self.waker is not None:
+            self.waker.send(wakeup.LOOP)
+
+    def wake_billing(self) -> None:
+        """Balances or budgets changed: let the billing worker run now."""
+        if self.billing is not None:
+            self.billing.wake()
+        elif self.waker is not None:
+            self.waker.send(wakeup.BILLING)

@@ -2,14 +2,19 @@
 from the database at scrape time (so they are right on every server replica).
 
 Each app gets its own registry, so several apps in one test process do not clash.
+With several API worker processes (``suanli server --workers N``) the supervisor sets
+``PROMETHEUS_MULTIPROC_DIR`` and a scrape, whichever worker answers it, sums every
+worker's request counts and latencies (prometheus-client's multiprocess mode); the
+control loop's counters come from the database (``control.loop_report``).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from fastapi import FastAPI, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 
@@ -75,7 +80,7 @@ def workload_families(db: Database) -> list[GaugeMetricFamily]:
 class ClusterCollector:
     def __init__(self, db: Database, loop_stats=None) -> None:  # type: ignore[no-untyped-def]
         self.db = db
-        self.loop_stats = loop_stats  #: callable returning LoopStats, or None
+        self.loop_stats = loop_stats  #: callable returning ``loop_report.Counters``, or None
 
     def collect(self):  # type: ignore[no-untyped-def]
         total = GaugeMetricFamily("suanli_gpu_milli_total", "GPU capacity in milli-GPU", labels=["model", "virtual"])
@@ -103,7 +108,10 @@ class ClusterCollector:
             yield from workload_families(self.db)
         except Exception:
             pass
-        stats = self.loop_stats() if self.loop_stats else None
+        try:
+            stats = self.loop_stats() if self.loop_stats else None
+        except Exception:
+            stats = None
         if stats is not None:
             for name, doc, value in (
                 ("suanli_control_ticks", "Control loop ticks since start", stats.ticks),
@@ -111,7 +119,7 @@ class ClusterCollector:
                 ("suanli_control_conflicts", "Allocation conflicts (stale snapshots) since start", stats.conflicts),
                 ("suanli_control_policy_errors", "Placements the policy failed on (done by the fallback)", stats.policy_errors),
                 ("suanli_control_last_tick_seconds", "Duration of the last control loop tick", stats.last_tick_s),
-                ("suanli_control_waiting", "Work the last pass could not place", len(stats.unplaced)),
+                ("suanli_control_waiting", "Work the last pass could not place", stats.waiting),
             ):
                 g = GaugeMetricFamily(name, doc)
                 g.add_metric([], value)
@@ -155,7 +163,11 @@ def install(app: FastAPI, ctx: ServerContext, loop_stats=None) -> CollectorRegis
     registry = CollectorRegistry()
     requests = Counter("suanli_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry)
     latency = Histogram("suanli_http_request_seconds", "HTTP request latency", ["method", "route"], registry=registry)
-    registry.register(ClusterCollector(db, loop_stats))
+    scraped = registry
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # several worker processes: every one's counts
+        scraped = CollectorRegistry()
+        multiprocess.MultiProcessCollector(scraped)
+    scraped.register(ClusterCollector(db, loop_stats))
 
     app.add_middleware(_Measure, requests=requests, latency=latency)
 
@@ -163,6 +175,6 @@ def install(app: FastAPI, ctx: ServerContext, loop_stats=None) -> CollectorRegis
     def metrics(request: Request) -> Response:
         if bearer(request) is not None or source(request) not in LOOPBACK:
             principal(request, ctx).require("admin", "operator")
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(scraped), media_type=CONTENT_TYPE_LATEST)
 
     return registry

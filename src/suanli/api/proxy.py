@@ -72,7 +72,7 @@ from suanli.control.access import (
     proxy_path,
     token_owner,
 )
-from suanli.control.auth import Principal, authenticate
+from suanli.control.auth import Principal, authenticate, hash_token
 from suanli.db.models import Instance
 from suanli.db.session import Database
 from suanli.errors import Conflict, DomainError, Forbidden, NotFound, Unauthorized
@@ -290,6 +290,8 @@ def _principal(ctx: Any, cred: Credential | None, target: Target, method: str, s
 
 def _who(ctx: Any, cred: Credential, source: str) -> Principal:
     if cred.token is not None:
+        if (cached := ctx.tokens.get(hash_token(cred.token))) is not None:
+            return cached
         ctx.bad_tokens.check(source, "bad tokens")
         try:
             return authenticate(ctx.db, cred.token, ctx.tokens)

@@ -1,18 +1,21 @@
 """Wire a server together: data dir, database (migrated), bootstrap, backends,
-control loop, app — and run it under uvicorn.
+control loop, app — and run it as processes (``serve``: a supervisor, ``api.supervisor``,
+over the parts of ``api.parts``).
 
-``build`` is separate from ``serve`` so tests get the same wiring in-process.
+``build`` is separate from ``serve`` so tests get the same wiring in-process, and each
+part builds its share with it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from suanli.api.app import create_app
-from suanli.api.background import background, start_all, stop_all
 from suanli.api.context import ServerContext
 from suanli.api.tls import Tls, plain_warning
 from suanli.backends.base import Backend
@@ -108,6 +111,8 @@ def build(
     tls: bool = False,
     metrics: MetricsSettings | None = None,
     autostop: AutostopSettings | None = None,
+    prepare: bool = True,
+    background_work: bool = True,
 ) -> tuple[ServerContext, Bootstrap]:
     """``slurm_conf``: also drive that Slurm cluster (its nodes are registered on the first
     start, when the database has none); ``notice_s``: the spot reclaim notice;
@@ -119,11 +124,16 @@ def build(
     ``secret_key_file``: the operator's key file (default ``$SUANLI_SECRET_KEY_FILE``, else
     ``<data-dir>/secret-key``); ``tls``: the listeners serve HTTPS (HSTS, ``Secure`` cookies);
     ``metrics``: the usage collector's interval and retention (``control.metrics``);
-    ``autostop``: idle auto-stop's default window, minimum and thresholds (``control.autostop``)."""
+    ``autostop``: idle auto-stop's default window, minimum and thresholds (``control.autostop``);
+    ``prepare``: migrate the database, bootstrap and seed images (a ``suanli server`` part
+    skips it: the supervisor did it before starting the parts); ``background_work``: make the
+    control loop, billing worker and metrics collector (an API process has none: they run in
+    the worker process, ``api.supervisor``)."""
     data_dir = private_dir(Path(data_dir).expanduser().resolve())  # tasks run with other working directories
     keyring = Keyring.load(data_dir, secret_key_file)  # before the database: a bad key file changes nothing
     db = Database(db_url or default_sqlite_url(data_dir))
-    db.migrate()
+    if prepare:
+        db.migrate()
     runtime = runtime or os.environ.get("SUANLI_RUNTIME") or "auto"
     if allow_process_runtime is None:
         allow_process_runtime = os.environ.get("SUANLI_ALLOW_PROCESS_RUNTIME", "") not in ("", "0", "false")
@@ -138,10 +148,12 @@ def build(
             tag_prefix=slurm_tag_prefix(data_dir),
         )
         backends["slurm"] = slurm
-        if inventory is None and not nodes.list_nodes(db):
+        if prepare and inventory is None and not nodes.list_nodes(db):
             inventory = slurm.discover_inventory()
-    boot = bootstrap(db, data_dir, inventory)
-    images.seed_defaults(db, local.containers.engine.image_exists if local.containers else lambda ref: False)
+    boot = Bootstrap(None, [], False)
+    if prepare:
+        boot = bootstrap(db, data_dir, inventory)
+        images.seed_defaults(db, local.containers.engine.image_exists if local.containers else lambda ref: False)
     ctx = ServerContext(
         db=db,
         backends=backends,
@@ -155,6 +167,9 @@ def build(
         keyring=keyring,
         verify_command=os.environ.get("SUANLI_VERIFY_COMMAND") or None,
     )
+    ctx.autostop = autostop or AutostopSettings()
+    if not background_work:
+        return ctx, boot
     ctx.loop = ControlLoop(
         db,
         backends,
@@ -167,7 +182,6 @@ def build(
         keyring=keyring,
     )
     ctx.metrics = Collector(db, backends, metrics)  # started with the server's other threads (api.background)
-    ctx.autostop = autostop or AutostopSettings()
     plane, stop_rules = ctx.loop.plane, ctx.autostop
     ctx.metrics.after.append(lambda got, now: autostop_check(plane, stop_rules, got, now))
     ctx.billing = BillingWorker(db)  # started with the server's other threads (api.background)
@@ -238,6 +252,15 @@ def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "l
     return server
 
 
+def default_workers() -> int:
+    """One API worker per core this process may run on (one on a single core)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores)
+
+
 def serve(
     host: str,
     port: int,
@@ -251,16 +274,24 @@ def serve(
     proxy_port: int | None = None,
     proxy_domain: str = "localhost",
     tls: Tls | None = None,
+    workers: int | None = None,
     **options,
 ) -> None:
-    """``proxy_port``: where instances' published ports are served [default: ``port`` + 1],
+    """Prepare the server (database migrated, bootstrap, default image), then run its
+    parts as processes under a supervisor (``api.supervisor``, ``api.parts``): the
+    worker (control loop, billing, metrics, alerts, audit retention), the API under
+    uvicorn with ``workers`` processes [default: one per core], and the port proxy.
+    ``proxy_port``: where instances' published ports are served [default: ``port`` + 1],
     each at ``ID-PORT.proxy_domain``; ``tls``: both listeners serve HTTPS with it;
     ``options``: the rest of ``build``'s (runtime, ssh, upload size, key file)."""
-    import uvicorn
+    from suanli.api import parts, supervisor
 
     os.umask(0o077)  # every file and directory the server (and its workloads) makes is its user's alone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    workers = workers or default_workers()
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
     ctx, boot = build(
         data_dir,
         db_url,
@@ -268,6 +299,7 @@ def serve(
         notice_s=notice_s,
         heartbeat_timeout_s=heartbeat_timeout_s,
         start_loop=False,
+        background_work=False,
         tls=tls is not None,
         **options,
     )
@@ -285,9 +317,7 @@ def serve(
             )
         )
     url = f"{'https' if tls else 'http'}://{host}:{port}"
-    echo(
-        f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {data_dir.resolve()}, db {urls.masked(ctx.db.url)})"
-    )
+    echo(f"suanli server: {url}  (web console {url}/, API docs {url}/docs, data {ctx.data_dir}, db {urls.masked(ctx.db.url)})")
     echo(f"secrets: sealed with AES-256-GCM, key file {ctx.keyring.path} (key {ctx.keyring.active_id})")
     if tls is None and (warning := plain_warning(host)):
         echo(warning)
@@ -308,13 +338,47 @@ def serve(
     echo(f"next: suanli login --url {url} --token $(cat {data_dir / 'admin-token'})")
     if not ctx.audit:
         echo("WARNING: auditing is OFF (--no-audit): state changes are not recorded in the audit log")
-    app = create_app(ctx)
-    threads = background(
-        ctx, lambda: start_proxy(ctx, host, proxy_port if proxy_port is not None else port + 1, echo, proxy_domain, tls)
+    proxy_port = proxy_port if proxy_port is not None else port + 1
+    echo(
+        f"port proxy: {'https' if tls else 'http'}://ID-PORT.{proxy_domain}:{proxy_port}/ (instances' published ports, one origin each"
+        + (
+            "; browsers on this machine only: renters elsewhere need --proxy-domain with wildcard DNS)"
+            if proxy_domain == "localhost"
+            else f"; *.{proxy_domain} must resolve to this server)"
+        )
     )
-    start_all(threads)
-    try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", **(tls.uvicorn_options() if tls else {}))
-    finally:
-        stop_all(threads)
-        ctx.db.dispose()
+    api_sock = parts.listen(host, port, "API")
+    proxy_sock = parts.listen(host, proxy_port, "port proxy (choose another port with --proxy-port)")
+    echo(f"processes: a worker (control loop, billing, metrics, alerts), {workers} API worker(s), the port proxy")
+    ctx.db.dispose()  # the parts open their own; nothing of the supervisor's crosses the fork
+    if workers > 1:  # every API worker's request metrics in one scrape (``api.metrics``)
+        metrics_dir = ctx.data_dir / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(mode=0o700)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+        if "prometheus_client.values" in sys.modules:  # imported before the variable was set
+            from prometheus_client import values
+
+            values.ValueClass = values.get_value_class()
+    import suanli.api.app  # noqa: F401  imported once here, shared by every forked part
+    import suanli.api.proxy_app  # noqa: F401
+
+    config = parts.PartConfig(
+        build,
+        ctx.data_dir,
+        db_url,
+        proxy_port,
+        proxy_domain,
+        tls,
+        {"slurm_conf": slurm_conf, "notice_s": notice_s, "heartbeat_timeout_s": heartbeat_timeout_s, **options},
+    )
+    status = supervisor.Supervisor(
+        [
+            supervisor.Part("worker", partial(parts.run_worker, config)),
+            *(supervisor.Part(f"api-{n + 1}", partial(parts.run_api, config, api_sock)) for n in range(workers)),
+            supervisor.Part("proxy", partial(parts.run_proxy, config, proxy_sock)),
+        ],
+        echo,
+    ).run()
+    if status:
+        raise SystemExit(status)

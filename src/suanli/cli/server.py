@@ -1,5 +1,6 @@
-"""``suanli server``: run the API server with its control loop; ``suanli server
-rotate-key``: a new secret key, every stored secret resealed, while the server runs."""
+"""``suanli server``: run the API server with its control loop (a supervisor over a
+worker process, the API's worker processes and the port proxy's: ``api.supervisor``);
+``suanli server rotate-key``: a new secret key, every stored secret resealed, while the server runs."""
 
 from __future__ import annotations
 
@@ -127,6 +128,13 @@ def server(
     autostop_min: str = typer.Option(
         "5m", "--autostop-min", help="The shortest idle auto-stop window a renter may ask for (e.g. 5m)."
     ),
+    workers: int = typer.Option(
+        None,
+        "--workers",
+        min=1,
+        help="API worker processes (the control loop, billing and metrics run in a worker process of their own) "
+        "[default: one per core].",
+    ),
 ) -> None:
     """Start the control plane: API, scheduler loop, local backend (and a Slurm cluster with --backend slurm)."""
     if ctx.invoked_subcommand is not None:
@@ -179,6 +187,7 @@ def server(
         secret_key_file=secret_key_file,
         metrics=MetricsSettings(interval_s=metrics_interval, retention_days=metrics_retention_days),
         autostop=_autostop(autostop_default, autostop_min),
+        workers=workers,
     )
 
 

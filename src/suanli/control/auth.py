@@ -105,7 +105,8 @@ class TokenCache:
     """Recently verified tokens (by hash) for a few seconds: saves a query per
     request under load. Only successes are cached, never past the token's expiry;
     whatever revokes a token or disables a user clears the cache (``forget``), so a
-    revoked token stops working at once on this server."""
+    revoked token stops working at once in this process, and in the server's other API
+    worker processes (each has its own cache) within ``ttl_s``."""
 
     def __init__(self, ttl_s: float = 10.0, size: int = 10_000) -> None:
         self.ttl_s, self.size = ttl_s, size

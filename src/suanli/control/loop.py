@@ -54,6 +54,7 @@ from suanli.control import admission, funds, health, heartbeat, pipelines, recon
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
+from suanli.control.loop_report import Counters, Publisher
 from suanli.control.outbid import outbid
 from suanli.control.plane import Plane, ReclaimSettings
 from suanli.control.preempt import preempt
@@ -79,14 +80,13 @@ class LoopStats:
     last_tick_s: float = 0.0
     #: why each waiting row the last pass saw waits (``control.waiting``)
     unplaced: dict[tuple[str, int], Reason] = field(default_factory=dict)
-    #: (code, when it was first seen) per waiting row; in memory: restarts with the server
+    #: (code, when it was first seen) per waiting row; carried over a restart (``loop_report``)
     since: dict[tuple[str, int], tuple[str, datetime]] = field(default_factory=dict)
 
-    def note(self, unplaced: dict[tuple[str, int], Reason], now: datetime) -> None:
-        """Take a pass's reasons, keeping ``since`` for rows that wait for the same code."""
+    def since_for(self, unplaced: dict[tuple[str, int], Reason], now: datetime) -> dict[tuple[str, int], tuple[str, datetime]]:
+        """A pass's ``since``: kept for rows that wait for the same code, ``now`` for the rest."""
         old = self.since
-        self.since = {k: (r.code, old[k][1] if k in old and old[k][0] == r.code else now) for k, r in unplaced.items()}
-        self.unplaced = unplaced
+        return {k: (r.code, old[k][1] if k in old and old[k][0] == r.code else now) for k, r in unplaced.items()}
 
     def waiting(self, key: tuple[str, int]) -> tuple[Reason, datetime | None] | None:
         r = self.unplaced.get(key)
@@ -149,6 +149,8 @@ class ControlLoop:
         #: killed predecessor are recognisably someone else's.
         self.owner = f"{uuid.uuid4().hex[:12]}"
         self.stats = LoopStats()
+        #: writes the counters and the waiting reasons where API processes read them
+        self.report = Publisher(db)
         #: the inventory the last admit phase judged waiting work against (``sizing.inventory_fingerprint``)
         self._inventory: tuple | None = None
         self._wake = threading.Event()
@@ -229,11 +231,22 @@ class ControlLoop:
             self.stats.launched += len(result.claimed)
             self.stats.conflicts += result.conflicts
             self.stats.policy_errors += result.policy_errors
-            self.stats.note(result.unplaced or {}, utcnow())
+            unplaced = result.unplaced or {}
+            since = self.stats.since_for(unplaced, utcnow())
             self.stats.last_tick_s = time.perf_counter() - t0
+            self._guarded(self.publish, unplaced, since)  # first: what the API reads is never behind ``stats``
+            self.stats.unplaced, self.stats.since = unplaced, since
             if result.conflicts:
                 self._wake.set()  # stale snapshot: try again at once
             return result
+
+    def publish(self, unplaced: dict[tuple[str, int], Reason], since: dict[tuple[str, int], tuple[str, datetime]]) -> None:
+        """The counters and this pass's waiting reasons, to the database (``loop_report``)."""
+        st = self.stats
+        counters = Counters(
+            self.owner, st.ticks, st.launched, st.conflicts, st.policy_errors, st.last_tick_s, len(unplaced), None
+        )
+        self.report.publish(counters, unplaced, since)
 
     @staticmethod
     def _guarded(phase: Callable[..., object], *args: object) -> object:
@@ -306,6 +319,10 @@ class ControlLoop:
             self.recover()
         except Exception:
             log.exception("recovery failed")
+        try:
+            self.stats.since = self.report.load_since()  # a restarted worker's rows keep waiting since then
+        except Exception:
+            log.exception("reading the previous waiting reasons failed")
         while not self._halt.is_set():
             try:
                 self.tick(wait_launches=False)

@@ -4,8 +4,9 @@ Every pending instance and queued job the control loop could not start carries a
 ``Reason``: a ``code`` a script can branch on and a ``detail`` for people. The
 scheduling pass (``scheduling.schedule_pass``) and admission (``admission``) make
 them; pipelines add ``dependency``. ``since`` (when the row first waited for this
-code) is kept in memory by the loop (``LoopStats.since``): it restarts with the
-server, and a reason that changes code starts a new ``since``.
+code) is kept by the loop (``LoopStats.since``) and written with the reason to the
+database, where the API's processes read both (``loop_report``); a reason that changes
+code starts a new ``since``.
 
 Codes:
 

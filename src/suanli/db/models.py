@@ -490,3 +490,44 @@ class AlertCursor(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     last_event_id: Mapped[int] = mapped_column(BigInteger, default=0)
     last_notice_id: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class LoopStatus(Base):
+    """The control loop's counters (one row, id 1), written by the loop's process so API
+    processes can show them (``/healthz``, ``/metrics``): ``control.loop_report``."""
+
+    __tablename__ = "loop_status"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(40), default="")  #: the loop's claim owner (a fresh one per start)
+    ticks: Mapped[int] = mapped_column(BigInteger, default=0)
+    launched: Mapped[int] = mapped_column(BigInteger, default=0)
+    conflicts: Mapped[int] = mapped_column(BigInteger, default=0)
+    policy_errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_tick_s: Mapped[float] = mapped_column(Float, default=0.0)
+    waiting: Mapped[int] = mapped_column(Integer, default=0)  #: rows the last pass could not place
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WaitingReason(Base):
+    """Why a waiting instance or job waits, as the last scheduling pass (or admission)
+    said (``control.waiting``), and since when for that code: written by the loop's
+    process, read by the API's (``control.loop_report``)."""
+
+    __tablename__ = "waiting_reasons"
+    kind: Mapped[str] = mapped_column(String(10), primary_key=True)  #: instance | job
+    workload_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    code: Mapped[str] = mapped_column(String(30))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    since: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class AuthFailure(Base):
+    """One failed attempt (a bad token, a failed sign-in) by key, for the throttles that
+    every API process shares (``control.throttle.DbThrottle``); ``at``: Unix seconds."""
+
+    __tablename__ = "auth_failures"
+    __table_args__ = (Index("ix_auth_failures_key", "scope", "key", "at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    scope: Mapped[str] = mapped_column(String(20))  #: bad_tokens | sign_ins
+    key: Mapped[str] = mapped_column(String(300))
+    at: Mapped[float] = mapped_column(Float)

@@ -175,8 +175,7 @@ def set_terms(body: TermsIn, ctx: ServerContext = Depends(context), who: Princip
         storage_debt_limit=body.storage_debt_limit,
     )
     ctx.wake()  # held work may start now
-    if ctx.billing is not None:
-        ctx.billing.wake()
+    ctx.wake_billing()
     with ctx.db.sessions() as s:
         return funds.terms_doc(s, tid)
 
@@ -230,8 +229,7 @@ def topup(body: TopUp, ctx: ServerContext = Depends(context), who: Principal = D
     who.require(*OPERATOR)
     posted, bal = store.topup(ctx.db, body.tenant, body.amount, body.key, body.memo)
     ctx.wake()  # held work may start now
-    if ctx.billing is not None:
-        ctx.billing.wake()  # and the hard cap's notice clears
+    ctx.wake_billing()  # and the hard cap's notice clears
     return {"posted": posted, "balance_micros": bal, "balance": float(bal) / 1_000_000}
 
 

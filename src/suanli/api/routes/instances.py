@@ -25,9 +25,9 @@ def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[In
     access = access_for(ctx, rows, str(request.base_url))
     costs = costs_for(ctx.db, rows)
     samples = metrics_for(ctx.db, rows)
+    waits = ctx.waiting("instance", [r.id for r in rows])
     return [
-        instance_out(r, allocs.get(r.id, []), ctx.waiting("instance", r.id), access[r.id], costs.get(r.id), samples.get(r.id))
-        for r in rows
+        instance_out(r, allocs.get(r.id, []), waits.get(r.id), access[r.id], costs.get(r.id), samples.get(r.id)) for r in rows
     ]
 
 

@@ -31,11 +31,12 @@ def _out(ctx: ServerContext, rows: list[Job]) -> list[JobOut]:
     with ctx.db.sessions() as s:
         deps = pipelines.depends_on(s, [r.id for r in rows])
         held = pipelines.waiting_reasons(s, [r.id for r in rows if r.state == "queued" and r.id in deps])
+    waits = ctx.waiting("job", [r.id for r in rows])
     return [
         job_out(
             r,
             allocs.get(r.id, []),
-            (Reason(DEPENDENCY, held[r.id]), None) if r.id in held else ctx.waiting("job", r.id),
+            (Reason(DEPENDENCY, held[r.id]), None) if r.id in held else waits.get(r.id),
             costs.get(r.id),
             samples.get(r.id),
             deps.get(r.id),

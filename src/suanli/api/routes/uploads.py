@@ -73,7 +73,8 @@ async def upload(request: Request, ctx: ServerContext = Depends(context), who: P
     writer = uploads.Writer(ctx.data_dir, who.tenant_id, cap)
     try:
         async for chunk in request.stream():
-            writer.write(chunk)  # raises TooLarge (and drops the file) once past the cap
+            # raises TooLarge (and drops the file) once past the cap; a disk write: off the event loop
+            await run_in_threadpool(writer.write, chunk)
     except ClientDisconnect:
         writer.abort()
         raise Invalid("the upload was cut off before its end") from None

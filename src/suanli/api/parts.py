@@ -1,0 +1,123 @@
+"""The processes ``suanli server`` runs, each forked by the supervisor (``api.supervisor``),
+which restarts one that dies:
+
+- **worker**: every background thread of ``api.background`` (control loop, billing,
+  metrics and idle auto-stop, alerts, audit retention) and the listener of the API's
+  wakes (``control.wakeup``); it owns every side effect on workloads.
+- **api-1** .. **api-N**: the HTTP API, one uvicorn server per process on one listening
+  socket the supervisor bound (the kernel spreads connections among them); they only serve
+  requests, and reach the worker through the database and wake datagrams.
+- **proxy**: the port proxy (``api.proxy_app``), renters' published ports. It gets a
+  process of its own rather than a place in either: its connections are renters' own
+  traffic, long-lived (WebSockets, downloads) and unbounded in volume, so in the worker
+  they would take the GIL from the control loop and in the API from the health check;
+  and a process apart is restarted apart.
+
+Each part builds its own share of the server with ``api.server.build`` (no migration,
+no bootstrap: the supervisor did both before forking).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Ready = Callable[[], None]
+
+
+@dataclass
+class PartConfig:
+    """What every part needs to build its share of the server."""
+
+    #: ``api.server.build`` (passed down: the server module starts the parts)
+    build: Callable[..., tuple[Any, Any]]
+    data_dir: Path
+    db_url: str | None
+    proxy_port: int
+    proxy_domain: str
+    tls: Any = None  #: ``api.tls.Tls`` or None
+    #: ``build``'s keyword options (runtime, ssh, upload size, key file, settings)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _context(cfg: PartConfig, background_work: bool):  # type: ignore[no-untyped-def]
+    ctx, _ = cfg.build(
+        cfg.data_dir,
+        cfg.db_url,
+        start_loop=False,
+        prepare=False,
+        background_work=background_work,
+        tls=cfg.tls is not None,
+        **cfg.options,
+    )
+    ctx.proxy_port, ctx.proxy_domain = cfg.proxy_port, cfg.proxy_domain
+    return ctx
+
+
+def run_worker(cfg: PartConfig, ready: Ready) -> None:
+    """The worker: the background threads until SIGTERM or SIGINT, then stopped in reverse
+    (the loop lets its in-flight launches end first, as a single-process server did)."""
+    from suanli.api.background import background, start_all, stop_all
+
+    halt = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: halt.set())
+    ctx = _context(cfg, background_work=True)
+    threads = background(ctx, wakes=True)
+    start_all(threads)
+    log.info("worker: %s running", ", ".join(t.name for t in threads))
+    ready()
+    try:
+        while not halt.wait(1.0):
+            pass
+    finally:
+        stop_all(threads)
+        ctx.db.dispose()
+
+
+def _serve(app: Any, sock: socket.socket, cfg: PartConfig, ready: Ready) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", **(cfg.tls.uvicorn_options() if cfg.tls else {}))
+    ready()
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def run_api(cfg: PartConfig, sock: socket.socket, ready: Ready) -> None:
+    """One API worker: the app on the shared socket; wakes go to the worker by datagram."""
+    from suanli.api.app import create_app
+    from suanli.control import wakeup
+
+    ctx = _context(cfg, background_work=False)
+    ctx.waker = wakeup.Sender(wakeup.socket_path(ctx.data_dir))
+    _serve(create_app(ctx), sock, cfg, ready)
+
+
+def run_proxy(cfg: PartConfig, sock: socket.socket, ready: Ready) -> None:
+    from suanli.api.proxy_app import create_proxy_app
+
+    _serve(create_proxy_app(_context(cfg, background_work=False)), sock, cfg, ready)
+
+
+def listen(host: str, port: int, what: str) -> socket.socket:
+    """A listening socket the API's (or the proxy's) processes share, bound before any
+    part starts: a port in use is said at once, by the supervisor."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"the {what} cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
