@@ -30,7 +30,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
 
     @app.get("/healthz", tags=["system"])
     def healthz() -> dict:
-        with ctx.db.sessions() as s:
+        with ctx.db.reads() as s:  # on SQLite: not queued behind the control loop's writes
             s.execute(text("SELECT 1"))
         loop = ctx.loop
         return {"ok": True, "loop_ticks": loop.stats.ticks if loop else None}

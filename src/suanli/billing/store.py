@@ -76,10 +76,23 @@ def ensure_book(s: Session) -> None:
 
 
 def versions(s: Session) -> list[tuple[int, int, PriceBook]]:
-    """(id, effective_ms, book), oldest first."""
-    ensure_book(s)
-    rows = s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars()
-    return [(r.id, r.effective_ms, _book(r.id, r.book)) for r in rows]
+    """(id, effective_ms, book), oldest first. Read once per transaction: one request
+    asks for the book several times (its costs, the spot market, the rater's estimate),
+    and each read loads every version; ``set_price`` forgets the transaction's copy."""
+    memo = s.info.get(_VERSIONS)
+    if memo is not None and memo[0] is s.get_transaction():
+        return list(memo[1])
+    rows = list(s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars())
+    if not rows:  # the seed book, written on the first read (bootstrap writes it first on a server)
+        ensure_book(s)
+        rows = list(s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars())
+    got = [(r.id, r.effective_ms, _book(r.id, r.book)) for r in rows]
+    s.info[_VERSIONS] = (s.get_transaction(), got)  # a later transaction of this session reads again
+    return list(got)
+
+
+#: the key of a session's price versions in ``Session.info``
+_VERSIONS = "suanli_price_versions"
 
 
 _BOOKS: dict[str, PriceBook] = {}
@@ -133,6 +146,7 @@ def set_price(
         )
         s.add(row)
         s.flush()
+        s.info.pop(_VERSIONS, None)
         return row.id
 
 

@@ -120,7 +120,7 @@ def create(
 def list_(db: Database, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> list[Instance]:
     """``who``'s instances (an operator's: everyone's) by id; ``page``: one page of them
     (``db.keyset``: one row more than asked when more follow)."""
-    with db.sessions() as s:
+    with db.reads() as s:
         q = select(Instance)
         if not who.sees_all:
             q = q.where(Instance.tenant_id == who.tenant_id)

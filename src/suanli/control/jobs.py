@@ -101,7 +101,7 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
 def list_(db: Database, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> list[Job]:
     """``who``'s jobs (an operator's: everyone's) by id; ``page``: one page of them
     (``db.keyset``: one row more than asked when more follow)."""
-    with db.sessions() as s:
+    with db.reads() as s:
         q = select(Job)
         if not who.sees_all:
             q = q.where(Job.tenant_id == who.tenant_id)
