@@ -116,9 +116,7 @@ def test_a_cursor_is_not_a_capability(server: Server) -> None:
         ({"cursor": base64.urlsafe_b64encode(b'{"l":"instances","k":[99999999999999999999]}').decode().rstrip("=")}, "damaged"),
     ],
 )
-def test_a_bad_limit_or_cursor_is_refused_with_a_message_and_changes_nothing(
-    server: Server, params: dict, says: str
-) -> None:
+def test_a_bad_limit_or_cursor_is_refused_with_a_message_and_changes_nothing(server: Server, params: dict, says: str) -> None:
     ids = [create(server) for _ in range(2)]
     r = get(server, "/v1/instances", **params)
     assert r.status_code == 422, r.text

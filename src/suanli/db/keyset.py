@@ -17,10 +17,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Select, and_, or_
+from sqlalchemy.orm import QueryableAttribute
 
 #: JSON values a key may hold (it travels in a cursor)
 KeyValue = int | str
+#: a sort column: a mapped attribute (``Instance.id``) or a column expression
+Column = QueryableAttribute[Any] | ColumnElement[Any]
 T = TypeVar("T")
+S = TypeVar("S", bound=Select)  # any statement, whatever it selects
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Page:
     after: tuple[KeyValue, ...] | None = None
 
 
-def after(columns: Sequence[ColumnElement[Any]], key: Sequence[KeyValue], descending: bool = False) -> ColumnElement[bool]:
+def after(columns: Sequence[Column], key: Sequence[KeyValue], descending: bool = False) -> ColumnElement[bool]:
     """Rows whose ``columns`` come strictly after ``key`` in (lexicographic) sort order.
     Written as ``a > x OR (a = x AND b > y)`` rather than a row-value comparison: the
     same SQL on SQLite and PostgreSQL, and both use an index on the leading column."""
@@ -44,9 +48,7 @@ def after(columns: Sequence[ColumnElement[Any]], key: Sequence[KeyValue], descen
     return or_(*clauses)
 
 
-def select_page(
-    stmt: Select[Any], columns: Sequence[ColumnElement[Any]], page: Page | None, descending: bool = False
-) -> Select[Any]:
+def select_page(stmt: S, columns: Sequence[Column], page: Page | None, descending: bool = False) -> S:
     """``stmt`` ordered by ``columns`` (the last one the id), from ``page.after``, one row
     more than ``page.limit``; ``page`` None: every row, in that order."""
     order = [c.desc() if descending else c.asc() for c in columns]
