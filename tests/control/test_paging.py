@@ -143,6 +143,9 @@ LISTS = [
     "/v1/tenants",
     "/v1/users",
     "/v1/alerts",
+    "/v1/billing/grants",
+    "/v1/billing/subscriptions",
+    "/v1/billing/budget/changes",
 ]
 
 
