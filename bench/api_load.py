@@ -319,7 +319,8 @@ def one_server(args: argparse.Namespace, db: str, clients: int, profiler: Profil
             try:
                 phases[name] = asyncio.run(drive(url, tokens, args.seconds, ops))
             except httpx.TransportError as exc:
-                raise Aborted(server_died(server, log_path) or f"the server stopped answering ({exc!r})") from None
+                why = server_died(server, log_path) or f"the server stopped answering ({exc!r})"
+                raise Aborted(f"{name} phase: {why}") from None
             finally:
                 profiler.wait()
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60) as c:
