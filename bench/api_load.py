@@ -42,7 +42,6 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -261,14 +260,16 @@ def suanli_command() -> list[str]:
     return [str(entry)] if entry.exists() else [sys.executable, "-c", "from suanli.cli import main; main()"]
 
 
-@dataclass
 class Profiler:
-    """py-spy recording the server's processes through one phase (``--profile``)."""
+    """py-spy recording the server's processes through one phase (``--profile``). A plain
+    class: the cleanup test loads this file without registering it as a module, which a
+    dataclass needs."""
 
-    out_dir: Path | None
-    #: py-spy's --format: flamegraph (.svg), speedscope (.json) or raw (collapsed stacks, .txt)
-    format: str = "flamegraph"
-    procs: list[subprocess.Popen] = field(default_factory=list)
+    def __init__(self, out_dir: Path | None, format: str = "flamegraph") -> None:
+        self.out_dir = out_dir
+        #: py-spy's --format: flamegraph (.svg), speedscope (.json) or raw (collapsed stacks, .txt)
+        self.format = format
+        self.procs: list[subprocess.Popen] = []
 
     def start(self, pid: int, name: str, seconds: float) -> None:
         if self.out_dir is None:
