@@ -95,6 +95,23 @@ class SuanliClient:
         _check(r)
         return r.json() if r.content else None
 
+    def pages(self, path: str, params: dict[str, Any] | None = None, limit: int = 1000) -> list[dict]:
+        """Every row of a paged list: page after page, following ``X-Next-Cursor``
+        (the server's ``api.paging``) until a page comes without one."""
+        rows: list[dict] = []
+        query: dict[str, Any] = {**(params or {}), "limit": limit}
+        while True:
+            try:
+                r = self.http.request("GET", path, headers=self._headers(), params=query)
+            except httpx.TransportError as exc:
+                raise ApiError(0, "unreachable", f"cannot reach {self.url}: {exc}") from None
+            _check(r)
+            rows.extend(r.json())
+            cursor = r.headers.get("x-next-cursor")
+            if not cursor:
+                return rows
+            query["cursor"] = cursor
+
     # -- API ---------------------------------------------------------------------------
     def me(self) -> dict:
         return self.request("GET", "/v1/me")
@@ -103,7 +120,7 @@ class SuanliClient:
         return self.request("GET", "/v1/gpus")
 
     def nodes(self) -> list[dict]:
-        return self.request("GET", "/v1/nodes")
+        return self.pages("/v1/nodes")
 
     def add_nodes(self, inventory: dict) -> list[dict]:
         return self.request("POST", "/v1/nodes", json=inventory)
@@ -149,11 +166,12 @@ class SuanliClient:
         """``kind``: ``instances`` or ``jobs``; ``since``: epoch seconds (default: the last hour)."""
         return self.request("GET", f"/v1/{kind}/{workload_id}/metrics", params={"since": since} if since is not None else None)
 
-    def alerts(self, tenant: str | None = None) -> list[dict]:
-        return self.request("GET", "/v1/alerts", params={"tenant": tenant} if tenant else None)
+    def alerts(self, tenant: str | None = None, limit: int = 200) -> list[dict]:
+        """The latest ``limit`` alerts (at most 1000), oldest first."""
+        return self.request("GET", "/v1/alerts", params={"tenant": tenant, "limit": limit} if tenant else {"limit": limit})
 
     def instances(self, include_deleted: bool = False) -> list[dict]:
-        return self.request("GET", "/v1/instances", params={"all": include_deleted})
+        return self.pages("/v1/instances", {"all": include_deleted})
 
     def instance(self, instance_id: int) -> dict:
         return self.request("GET", f"/v1/instances/{instance_id}")
@@ -181,7 +199,7 @@ class SuanliClient:
         return self.request("POST", "/v1/pipelines", json={"name": name, "jobs": jobs})
 
     def jobs(self, state: str | None = None) -> list[dict]:
-        return self.request("GET", "/v1/jobs", params={"state": state} if state else None)
+        return self.pages("/v1/jobs", {"state": state} if state else None)
 
     def job(self, job_id: int) -> dict:
         return self.request("GET", f"/v1/jobs/{job_id}")
@@ -192,15 +210,16 @@ class SuanliClient:
     def job_logs(self, job_id: int, tail_bytes: int | None = None) -> str:
         return self.request("GET", f"/v1/jobs/{job_id}/logs", params=_tail(tail_bytes))["text"]
 
-    def events(self, kind: str | None = None, object_id: int | None = None) -> list[dict]:
-        params = {k: v for k, v in {"kind": kind, "object_id": object_id}.items() if v is not None}
+    def events(self, kind: str | None = None, object_id: int | None = None, limit: int = 200) -> list[dict]:
+        """The latest ``limit`` events (at most 1000), oldest first."""
+        params = {k: v for k, v in {"kind": kind, "object_id": object_id, "limit": limit}.items() if v is not None}
         return self.request("GET", "/v1/events", params=params)
 
     def create_user(self, name: str, role: str = "member", tenant: str | None = None, password: str | None = None) -> dict:
         return self.request("POST", "/v1/users", json={"name": name, "role": role, "tenant": tenant, "password": password})
 
     def users(self, tenant: str | None = None) -> list[dict]:
-        return self.request("GET", "/v1/users", params={"tenant": tenant} if tenant else None)
+        return self.pages("/v1/users", {"tenant": tenant} if tenant else None)
 
     def change_user(self, user: str, **body: Any) -> dict:
         """Admins: ``disabled``, ``password``, ``reset_2fa``."""
@@ -210,7 +229,7 @@ class SuanliClient:
         return self.request("POST", "/v1/tenants", json={"name": name, "require_2fa": require_2fa})
 
     def tenants(self) -> list[dict]:
-        return self.request("GET", "/v1/tenants")
+        return self.pages("/v1/tenants")
 
     def change_tenant(self, tenant: str, require_2fa: bool) -> dict:
         return self.request("PATCH", f"/v1/tenants/{tenant}", json={"require_2fa": require_2fa})
@@ -220,7 +239,7 @@ class SuanliClient:
         return self.request("POST", "/v1/tokens", json=body)
 
     def tokens(self, everyone: bool = False) -> list[dict]:
-        return self.request("GET", "/v1/tokens", params={"all": "true"} if everyone else None)
+        return self.pages("/v1/tokens", {"all": "true"} if everyone else None)
 
     def revoke_token(self, token_id: int) -> dict:
         return self.request("DELETE", f"/v1/tokens/{token_id}")
@@ -250,7 +269,7 @@ class SuanliClient:
         return self.request("POST", "/v1/keys", json={"public_key": public_key, "name": name})
 
     def keys(self) -> list[dict]:
-        return self.request("GET", "/v1/keys")
+        return self.pages("/v1/keys")
 
     def remove_key(self, key_id: int | str) -> dict:
         from urllib.parse import quote  # a fingerprint holds '/' and '+'
@@ -295,7 +314,8 @@ class SuanliClient:
         return r.json()
 
     def images(self) -> list[dict]:
-        return self.request("GET", "/v1/images")
+        """The catalog, the default image first, then by name."""
+        return sorted(self.pages("/v1/images"), key=lambda r: (not r.get("default"), r["name"]))
 
     def add_image(self, name: str, ref: str, description: str = "", contents: dict | None = None, default: bool = False) -> dict:
         body = {"name": name, "ref": ref, "description": description, "contents": contents or {}, "default": default}

@@ -62,8 +62,8 @@ def test_allocation_is_the_held_share_of_each_bucket_and_spend_is_per_day(server
         _usage(s, tenant, 5, datetime(2026, 11, 30, 8, 0, tzinfo=UTC), 9_000_000)  # outside a 2-day window
 
     with db.sessions() as s:
-        board = dashboard(s, tenant, "CNY", 2, True, lambda kind, wid: None, now=NOW)
-        member = dashboard(s, other.id, "CNY", 2, False, lambda kind, wid: None, now=NOW)
+        board = dashboard(s, tenant, "CNY", 2, True, lambda kind, ids: {}, now=NOW)
+        member = dashboard(s, other.id, "CNY", 2, False, lambda kind, ids: {}, now=NOW)
     assert board.spend.starts == ["2026-12-02", "2026-12-03"]
     assert board.spend.values["spend"] == [1_000_000, 3_000_000]
     assert member.spend.values["spend"] == [0, 7_000_000] and member.cluster is None

@@ -184,7 +184,7 @@ def test_seed_defaults_fills_only_an_empty_catalog(db_url: str) -> None:
         with db.transaction() as s:
             for r in s.scalars(select(Image)):
                 s.delete(r)
-        assert images.seed_defaults(db, lambda ref: True) == ["python", "tiny", "jupyter"]
+        assert images.seed_defaults(db, lambda ref: True) == ["python", "tiny", "verify", "jupyter"]
     finally:
         db.dispose()
 

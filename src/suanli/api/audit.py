@@ -71,7 +71,7 @@ def _tenant_of(db: Database, obj: str, asked: str | None) -> int | None:
     """The tenant whose object it is: an instance's or job's, else the one the body named."""
     kind, _, ident = obj.partition("/")
     model = {"instance": Instance, "job": Job}.get(kind)
-    with db.sessions() as s:
+    with db.reads() as s:
         if model is not None and (n := parse_id(ident)) is not None:
             return s.scalar(select(model.tenant_id).where(model.id == n))
         if asked:

@@ -94,10 +94,9 @@ class ServerContext:
         one query, whichever process the loop runs in."""
         return loop_report.waiting(self.db, kind, workload_ids)
 
-    def waiting_reason(self, kind: str, workload_id: int) -> str | None:
-        """The same for one row, as the sentence shown as a waiting row's ``reason``."""
-        got = self.waiting(kind, [workload_id]).get(workload_id)
-        return got[0].text() if got else None
+    def waiting_reasons(self, kind: str, workload_ids: list[int]) -> dict[int, str]:
+        """The same as the sentences shown as waiting rows' ``reason``."""
+        return {i: reason.text() for i, (reason, _) in self.waiting(kind, workload_ids).items()}
 
     def wake(self) -> None:
         """New or changed work: let the control loop act now rather than next tick."""

@@ -23,20 +23,24 @@ from suanli.db.session import Database
 
 
 def allocations_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, list[schemas.AllocationOut]]:
-    """Active allocations of many rows in one query, keyed by row id."""
+    """Active allocations of many rows and their nodes' names in one query, keyed by row id."""
     if not rows:
         return {}
     is_job = isinstance(rows[0], Job)
     col = Allocation.job_id if is_job else Allocation.instance_id
     out: dict[int, list[schemas.AllocationOut]] = {}
-    with db.sessions() as s:
-        names = dict(s.execute(select(Node.id, Node.name)).all())
-        q = select(Allocation).where(Allocation.ended_at.is_(None), col.in_([r.id for r in rows])).order_by(Allocation.node_rank)
-        for a in s.scalars(q):
+    with db.reads() as s:
+        q = (
+            select(Allocation, Node.name)
+            .outerjoin(Node, Node.id == Allocation.node_id)
+            .where(Allocation.ended_at.is_(None), col.in_([r.id for r in rows]))
+            .order_by(Allocation.node_rank)
+        )
+        for a, node in s.execute(q):
             owner = a.job_id if is_job else a.instance_id
             out.setdefault(owner, []).append(  # type: ignore[arg-type]
                 schemas.AllocationOut(
-                    node=names.get(a.node_id, "?"),
+                    node=node or "?",
                     node_rank=a.node_rank,
                     gpu_model=a.gpu_model,
                     gpu_indices=[int(i) for i in a.gpu_indices],
@@ -135,7 +139,7 @@ def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[
     the host ports behind them."""
     local = ctx.backends.get("local")
     current = getattr(local, "runtime", "process")
-    with ctx.db.sessions() as s:
+    with ctx.db.reads() as s:
         contents = {i.name: i.contents or {} for i in s.scalars(select(Image))}
     out: dict[int, Access] = {}
     for r in rows:

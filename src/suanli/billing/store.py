@@ -35,6 +35,7 @@ from suanli.billing.tables import (
 )
 from suanli.bounds import parse_id
 from suanli.clock import SYSTEM
+from suanli.db import keyset
 from suanli.db.models import Node, Tenant
 from suanli.db.session import Database
 from suanli.errors import Conflict, Forbidden, Invalid, NotFound
@@ -76,10 +77,23 @@ def ensure_book(s: Session) -> None:
 
 
 def versions(s: Session) -> list[tuple[int, int, PriceBook]]:
-    """(id, effective_ms, book), oldest first."""
-    ensure_book(s)
-    rows = s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars()
-    return [(r.id, r.effective_ms, _book(r.id, r.book)) for r in rows]
+    """(id, effective_ms, book), oldest first. Read once per transaction: one request
+    asks for the book several times (its costs, the spot market, the rater's estimate),
+    and each read loads every version; ``set_price`` forgets the transaction's copy."""
+    memo = s.info.get(_VERSIONS)
+    if memo is not None and memo[0] is s.get_transaction():
+        return list(memo[1])
+    rows = list(s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars())
+    if not rows:  # the seed book, written on the first read (bootstrap writes it first on a server)
+        ensure_book(s)
+        rows = list(s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars())
+    got = [(r.id, r.effective_ms, _book(r.id, r.book)) for r in rows]
+    s.info[_VERSIONS] = (s.get_transaction(), got)  # a later transaction of this session reads again
+    return list(got)
+
+
+#: the key of a session's price versions in ``Session.info``
+_VERSIONS = "suanli_price_versions"
 
 
 _BOOKS: dict[str, PriceBook] = {}
@@ -133,6 +147,7 @@ def set_price(
         )
         s.add(row)
         s.flush()
+        s.info.pop(_VERSIONS, None)
         return row.id
 
 
@@ -258,12 +273,13 @@ def grant_model(s: Session, name: str | None) -> str | None:
     return hit
 
 
-def list_grants(db: Database, tenant_id: int | None = None) -> list[Grant]:
+def list_grants(db: Database, tenant_id: int | None = None, page: keyset.Page | None = None) -> list[Grant]:
+    """Grants in force by id; ``page``: one page (``db.keyset``: one more when more follow)."""
     with db.sessions() as s:
-        q = select(Grant).where(Grant.revoked.is_(False)).order_by(Grant.id)
+        q = select(Grant).where(Grant.revoked.is_(False))
         if tenant_id is not None:
             q = q.where(Grant.tenant_id == tenant_id)
-        return list(s.scalars(q))
+        return list(s.scalars(keyset.select_page(q, [Grant.id], page)))
 
 
 def revoke_grant(db: Database, grant_id: int) -> None:
@@ -349,9 +365,11 @@ def set_budget(
         return row
 
 
-def budget_changes(db: Database, tenant_id: int) -> list[BudgetChange]:
+def budget_changes(db: Database, tenant_id: int, page: keyset.Page | None = None) -> list[BudgetChange]:
+    """A tenant's budget changes by id; ``page``: one page (``db.keyset``)."""
     with db.sessions() as s:
-        return list(s.scalars(select(BudgetChange).where(BudgetChange.tenant_id == tenant_id).order_by(BudgetChange.id)))
+        q = select(BudgetChange).where(BudgetChange.tenant_id == tenant_id)
+        return list(s.scalars(keyset.select_page(q, [BudgetChange.id], page)))
 
 
 def get_budget(db: Database, tenant_id: int) -> BudgetRow | None:
@@ -464,10 +482,12 @@ def cancel_subscription(db: Database, sub_id: int, tenant_id: int | None, at_ms:
         return row
 
 
-def list_subscriptions(db: Database, tenant_id: int | None) -> list[Subscription]:
+def list_subscriptions(db: Database, tenant_id: int | None, page: keyset.Page | None = None) -> list[Subscription]:
+    """Subscriptions by id; ``page``: one page (``db.keyset``)."""
     with db.sessions() as s:
-        q = select(Subscription).order_by(Subscription.id)
-        return list(s.scalars(q if tenant_id is None else q.where(Subscription.tenant_id == tenant_id)))
+        q = select(Subscription)
+        q = q if tenant_id is None else q.where(Subscription.tenant_id == tenant_id)
+        return list(s.scalars(keyset.select_page(q, [Subscription.id], page)))
 
 
 def record_transfer(db: Database, tenant: str | int, gib: str, ts_ms: int | None = None, note: str = "") -> Transfer:

@@ -81,15 +81,16 @@ def costs(
     db: Database, kind: Kind, ids: Iterable[int], at_ms: int | None = None, period_ms: int = metering.DEFAULT_PERIOD_MS
 ) -> dict[int, WorkloadCost]:
     """Cost so far and rate now of workloads ``ids`` of ``kind``, keyed by id; ids that
-    do not exist are left out. Reads only (in a transaction: the first read of prices
-    may write the seed price version)."""
+    do not exist are left out. Reads only, in a read session (``Database.reads``: on
+    SQLite it does not wait for writers); the seed price version it may write on a
+    database no server bootstrapped is written when no other writer holds the lock."""
     wanted = sorted(set(ids))
     if not wanted:
         return {}
     for attempt in range(3):
         at = now_ms() if at_ms is None else at_ms
         try:
-            with db.transaction() as s:
+            with db.reads() as s:
                 return _costs(s, kind, wanted, at, period_ms)
         except metering.MeteringError:
             # work that started after ``at`` was taken (its commit came between) reads as

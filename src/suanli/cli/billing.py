@@ -217,7 +217,7 @@ def topup(
 def grants_list(tenant: str = typer.Option(None), as_json: bool = typer.Option(False, "--json")) -> None:
     """Grants (yours; operators: every tenant's)."""
     with api_errors():
-        rows = _req("GET", "/v1/billing/grants", params=_params(tenant=tenant))
+        rows = client().pages("/v1/billing/grants", _params(tenant=tenant))
     if as_json:
         return print_json(rows)
     table(
@@ -302,7 +302,7 @@ def budget_set(
 def budget_changes(tenant: str = typer.Option(None), as_json: bool = typer.Option(False, "--json")) -> None:
     """Who changed the budget, when, from what to what."""
     with api_errors():
-        rows = _req("GET", "/v1/billing/budget/changes", params=_params(tenant=tenant))
+        rows = client().pages("/v1/billing/budget/changes", _params(tenant=tenant))
     if as_json:
         return print_json(rows)
     table("Budget changes", ["AT", "BY", "ROLE", "AFTER"], [[r["at"], r["user"], r["role"], r["after"]] for r in rows])
@@ -356,7 +356,7 @@ def terms_set(
 @subs_app.command("list")
 def subs_list(tenant: str = typer.Option(None), as_json: bool = typer.Option(False, "--json")) -> None:
     with api_errors():
-        rows = _req("GET", "/v1/billing/subscriptions", params=_params(tenant=tenant))
+        rows = client().pages("/v1/billing/subscriptions", _params(tenant=tenant))
     if as_json:
         return print_json(rows)
     table(

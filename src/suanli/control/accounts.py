@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from suanli.billing.store import tenant_id_of
 from suanli.bounds import parse_id
 from suanli.control.auth import ROLES, Principal, TokenCache, mint
+from suanli.db import keyset
 from suanli.db.clock import utcnow
 from suanli.db.models import ApiToken, Tenant, User
 from suanli.db.session import Database
@@ -71,10 +72,10 @@ def create_tenant(db: Database, who: Principal, name: str, require_2fa: bool = F
         raise Conflict(f"tenant {name!r} exists", code="exists") from None
 
 
-def list_tenants(db: Database, who: Principal) -> list[Tenant]:
+def list_tenants(db: Database, who: Principal, page: keyset.Page | None = None) -> list[Tenant]:
     who.require("admin")
     with db.sessions() as s:
-        return list(s.scalars(select(Tenant).order_by(Tenant.id)))
+        return list(s.scalars(keyset.select_page(select(Tenant), [Tenant.id], page)))
 
 
 def set_tenant_2fa(db: Database, who: Principal, tenant: str, required: bool) -> Tenant:
@@ -123,13 +124,13 @@ def create_user(
         raise Conflict(f"user {name!r} exists", code="exists") from None
 
 
-def list_users(db: Database, who: Principal, tenant: str | None = None) -> list[User]:
+def list_users(db: Database, who: Principal, tenant: str | None = None, page: keyset.Page | None = None) -> list[User]:
     who.require("admin", "operator")
     with db.sessions() as s:
-        stmt = select(User).order_by(User.id)
+        stmt = select(User)
         if tenant:
             stmt = stmt.where(User.tenant_id == _tenant(s, tenant).id)
-        return list(s.scalars(stmt))
+        return list(s.scalars(keyset.select_page(stmt, [User.id], page)))
 
 
 def _user(s: Session, user: str) -> User:

@@ -51,6 +51,7 @@ from sqlalchemy.orm import Session
 from suanli.billing.tables import Notice as BillingNotice
 from suanli.control.auth import Principal
 from suanli.control.secrets import Keyring
+from suanli.db import keyset
 from suanli.db.clock import utcnow
 from suanli.db.models import Alert, AlertCursor, Allocation, Event, Instance, Job, Node, Tenant, TenantWebhook, User
 from suanli.db.session import Database
@@ -159,14 +160,15 @@ def remove_webhook(db: Database, who: Principal, tenant: str) -> bool:
         return True
 
 
-def list_alerts(db: Database, who: Principal, tenant: str | None = None, limit: int = 200) -> list[Alert]:
+def list_alerts(db: Database, who: Principal, tenant: str | None, page: keyset.Page) -> list[Alert]:
+    """One page of alerts, newest first (``db.keyset``: one more than asked when more follow)."""
     with db.sessions() as s:
-        q = select(Alert).order_by(Alert.id.desc()).limit(limit)
+        q = select(Alert)
         if tenant is not None:
             q = q.where(Alert.tenant_id == _tenant_for(s, who, tenant).id)
         elif not who.sees_all:
             q = q.where(Alert.tenant_id == who.tenant_id)
-        return list(s.scalars(q))[::-1]
+        return list(s.scalars(keyset.select_page(q, [Alert.id], page, descending=True)))
 
 
 # -- scan -------------------------------------------------------------------------------------

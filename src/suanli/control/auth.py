@@ -141,7 +141,7 @@ def authenticate(db: Database, token: str | None, cache: TokenCache | None = Non
 
 
 def _lookup(db: Database, token_hash: str) -> tuple[Principal, float | None]:
-    with db.sessions() as s:
+    with db.reads() as s:
         row = s.execute(
             select(User, ApiToken).join(ApiToken, ApiToken.user_id == User.id).where(ApiToken.token_hash == token_hash, usable())
         ).first()

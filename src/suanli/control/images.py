@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import JOB_ACTIVE
+from suanli.db import keyset
 from suanli.db.models import Event, Image, Instance, Job
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
@@ -49,6 +50,13 @@ def list_images(db: Database) -> list[Image]:
     """The catalog, default first, then by name."""
     with db.sessions() as s:
         return _list(s)
+
+
+def list_page(db: Database, page: keyset.Page) -> list[Image]:
+    """One page of the catalog by name (``db.keyset``): a page cannot put the default
+    first, since which image is the default changes while a renter pages."""
+    with db.sessions() as s:
+        return list(s.scalars(keyset.select_page(select(Image), [Image.name, Image.id], page)))
 
 
 def _list(s: Session) -> list[Image]:

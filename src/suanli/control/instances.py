@@ -23,6 +23,7 @@ from suanli.control.lifecycle import record_event, transition
 from suanli.control.secrets import Keyring
 from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import check_max_price
+from suanli.db import keyset
 from suanli.db.models import Instance
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
@@ -116,14 +117,16 @@ def create(
         return row
 
 
-def list_(db: Database, who: Principal, include_deleted: bool = False) -> list[Instance]:
-    with db.sessions() as s:
-        q = select(Instance).order_by(Instance.id)
+def list_(db: Database, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> list[Instance]:
+    """``who``'s instances (an operator's: everyone's) by id; ``page``: one page of them
+    (``db.keyset``: one row more than asked when more follow)."""
+    with db.reads() as s:
+        q = select(Instance)
         if not who.sees_all:
             q = q.where(Instance.tenant_id == who.tenant_id)
         if not include_deleted:
             q = q.where(Instance.state != "deleted")
-        return list(s.scalars(q))
+        return list(s.scalars(keyset.select_page(q, [Instance.id], page)))
 
 
 def get(db: Database, who: Principal, instance_id: int) -> Instance:

@@ -15,6 +15,7 @@ from suanli.control.lifecycle import JOB_FINAL, record_event
 from suanli.control.secrets import Keyring
 from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import Task
+from suanli.db import keyset
 from suanli.db.models import Job
 from suanli.db.session import Database
 from suanli.errors import Invalid, NotFound
@@ -97,14 +98,16 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
         return row
 
 
-def list_(db: Database, who: Principal, state: str | None = None) -> list[Job]:
-    with db.sessions() as s:
-        q = select(Job).order_by(Job.id)
+def list_(db: Database, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> list[Job]:
+    """``who``'s jobs (an operator's: everyone's) by id; ``page``: one page of them
+    (``db.keyset``: one row more than asked when more follow)."""
+    with db.reads() as s:
+        q = select(Job)
         if not who.sees_all:
             q = q.where(Job.tenant_id == who.tenant_id)
         if state:
             q = q.where(Job.state == state)
-        return list(s.scalars(q))
+        return list(s.scalars(keyset.select_page(q, [Job.id], page)))
 
 
 def get(db: Database, who: Principal, job_id: int) -> Job:

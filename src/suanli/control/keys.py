@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from suanli.backends.base import Backend, Handle, SupportsSsh
 from suanli.bounds import parse_id
 from suanli.control.auth import Principal
+from suanli.db import keyset
 from suanli.db.models import Instance, SshKey
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
@@ -136,10 +137,10 @@ def add(db: Database, who: Principal, text: str, name: str = "", on_change: Call
     return row
 
 
-def list_(db: Database, who: Principal) -> list[SshKey]:
+def list_(db: Database, who: Principal, page: keyset.Page | None = None) -> list[SshKey]:
     """``who``'s own keys: a key opens only its owner's instances, so nobody else needs to see it."""
     with db.sessions() as s:
-        return list(s.scalars(select(SshKey).where(SshKey.user_id == who.user_id).order_by(SshKey.id)))
+        return list(s.scalars(keyset.select_page(select(SshKey).where(SshKey.user_id == who.user_id), [SshKey.id], page)))
 
 
 def remove(db: Database, who: Principal, key: int | str, on_change: Callable[[int], None] | None = None) -> SshKey:

@@ -51,7 +51,7 @@ class Publisher:
 
     def load_since(self) -> dict[Key, tuple[str, datetime]]:
         """The reasons a previous loop (a restarted worker's) wrote: their ``since`` carries on."""
-        with self.db.sessions() as s:
+        with self.db.reads() as s:
             rows = s.scalars(select(WaitingReason)).all()
         self._written = {(r.kind, r.workload_id): (r.code, r.detail, r.since) for r in rows}
         self._loaded = True
@@ -101,7 +101,7 @@ def _chunks(keys: list[Key], n: int) -> Iterable[list[Key]]:
 
 def counters(db: Database) -> Counters | None:
     """The loop's counters as it last wrote them (None: no loop has run on this database)."""
-    with db.sessions() as s:
+    with db.reads() as s:
         row = s.get(LoopStatus, 1)
         if row is None:
             return None
@@ -116,7 +116,7 @@ def waiting(db: Database, kind: str, ids: Iterable[int]) -> dict[int, tuple[Reas
     if not wanted:
         return {}
     got: dict[int, tuple[Reason, datetime | None]] = {}
-    with db.sessions() as s:
+    with db.reads() as s:
         for i in range(0, len(wanted), 500):
             rows = s.scalars(
                 select(WaitingReason).where(WaitingReason.kind == kind, WaitingReason.workload_id.in_(wanted[i : i + 500]))

@@ -206,7 +206,7 @@ def latest(db: Database, keys: Sequence[Key]) -> dict[Key, WorkloadMetric]:
     by_kind: dict[str, list[int]] = defaultdict(list)
     for kind, wid in keys:
         by_kind[kind].append(wid)
-    with db.sessions() as s:
+    with db.reads() as s:
         for kind, ids in by_kind.items():
             newest = (
                 select(func.max(WorkloadMetric.id))

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.local.nvml import DiscoveredGpu, short_model_name
 from suanli.control.auth import Principal
+from suanli.db import keyset
 from suanli.db.models import Event, Gpu, Node
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
@@ -187,11 +188,16 @@ def host_inventory(gpus: list[DiscoveredGpu]) -> Inventory:
     )
 
 
-def list_nodes(db: Database) -> list[tuple[Node, list[Gpu]]]:
+def list_nodes(db: Database, page: keyset.Page | None = None) -> list[tuple[Node, list[Gpu]]]:
+    """Nodes by name with their GPUs, in two queries; ``page``: one page of them
+    (``db.keyset``: one node more than asked when more follow)."""
     with db.sessions() as s:
-        nodes = list(s.scalars(select(Node).order_by(Node.name)))
+        nodes = list(s.scalars(keyset.select_page(select(Node), [Node.name, Node.id], page)))
+        q = select(Gpu).order_by(Gpu.node_id, Gpu.index)
+        if page is not None:
+            q = q.where(Gpu.node_id.in_([n.id for n in nodes]))
         gpus: dict[int, list[Gpu]] = {}
-        for g in s.scalars(select(Gpu).order_by(Gpu.node_id, Gpu.index)):
+        for g in s.scalars(q):
             gpus.setdefault(g.node_id, []).append(g)
         return [(n, gpus.get(n.id, [])) for n in nodes]
 

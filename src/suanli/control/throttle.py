@@ -39,7 +39,7 @@ class Throttle:
     def check(self, key: str, what: str = "failed attempts") -> None:
         """Raise ``Throttled`` while ``key`` is over its limit."""
         now = self.clock()
-        with self.db.sessions() as s:
+        with self.db.reads() as s:
             recent = s.scalars(
                 select(AuthFailure.at)
                 .where(AuthFailure.scope == self.scope, AuthFailure.key == key[:300], AuthFailure.at > now - self.window_s)

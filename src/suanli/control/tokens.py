@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from suanli.billing.store import find_tenant
 from suanli.control.auth import Principal, TokenCache, mint, usable
+from suanli.db import keyset
 from suanli.db.clock import utcnow
 from suanli.db.models import ApiToken, User
 from suanli.db.session import Database
@@ -83,7 +84,7 @@ def _pin(s: Session, who: Principal, tenant: str | None) -> int | None:
     return tid
 
 
-def listing(db: Database, who: Principal, everyone: bool = False) -> list[tuple[ApiToken, str]]:
+def listing(db: Database, who: Principal, everyone: bool = False, page: keyset.Page | None = None) -> list[tuple[ApiToken, str]]:
     """Your tokens (an admin: everyone's, with ``everyone``), newest first, with their users' names."""
     if everyone:
         who.require("admin")
@@ -91,7 +92,7 @@ def listing(db: Database, who: Principal, everyone: bool = False) -> list[tuple[
     if not everyone:
         stmt = stmt.where(ApiToken.user_id == who.user_id)
     with db.sessions() as s:
-        return [(t, n) for t, n in s.execute(stmt.order_by(ApiToken.id.desc()))]
+        return [(t, n) for t, n in s.execute(keyset.select_page(stmt, [ApiToken.id], page, descending=True))]
 
 
 def revoke(db: Database, who: Principal, token_id: int, cache: TokenCache | None = None) -> ApiToken:

@@ -70,7 +70,10 @@ class Tenant(Base):
 
 class User(Base):
     __tablename__ = "users"
-    __table_args__ = (CheckConstraint("role IN ('admin', 'operator', 'member')", name="ck_users_role"),)
+    __table_args__ = (
+        CheckConstraint("role IN ('admin', 'operator', 'member')", name="ck_users_role"),
+        Index("ix_users_tenant", "tenant_id", "id"),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     name: Mapped[str] = mapped_column(String(100), unique=True)
@@ -95,6 +98,7 @@ class ApiToken(Base):
     ``tenant_id`` pins an operator's token to one tenant's objects."""
 
     __tablename__ = "api_tokens"
+    __table_args__ = (Index("ix_api_tokens_user", "user_id", "id"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
@@ -218,6 +222,7 @@ class SpotNotice:
 
 class Instance(SpotNotice, Base):
     __tablename__ = "instances"
+    __table_args__ = (Index("ix_instances_tenant", "tenant_id", "id"),)  # a renter's listing, by id
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
@@ -256,7 +261,7 @@ class Instance(SpotNotice, Base):
 
 class Job(SpotNotice, Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_state", "state"),)
+    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_tenant", "tenant_id", "id"))
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
@@ -348,6 +353,8 @@ class Allocation(Base):
     __table_args__ = (
         CheckConstraint("(job_id IS NULL) <> (instance_id IS NULL)", name="ck_alloc_owner"),
         Index("ix_alloc_active", "ended_at"),
+        Index("ix_alloc_instance", "instance_id"),  # a listing's allocations, by workload
+        Index("ix_alloc_job", "job_id"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))

@@ -4,7 +4,9 @@ On SQLite every transaction starts with ``BEGIN IMMEDIATE``: it takes the write
 lock up front (waiting up to ``busy_timeout``) instead of failing when a read
 transaction later tries to write, which is what makes concurrent API threads
 and the control loop safe on the embedded database. WAL lets readers proceed
-while the loop writes.
+while the loop writes, but only readers that did not ask for the write lock:
+``Database.reads`` sessions, for work that only reads (listings, the health
+check), begin with a plain ``BEGIN`` and so never queue behind a writer.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ def default_sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{(data_dir / 'suanli.db').resolve()}"
 
 
+#: the execution option of ``Database.reads``' connections
+READ_ONLY = "suanli_read_only"
+
+
 def make_engine(url: str, pool_size: int = 10) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
@@ -37,7 +43,7 @@ def make_engine(url: str, pool_size: int = 10) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn):  # type: ignore[no-untyped-def]
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
     # No pre-ping (a round trip per checkout, measurable under load); connections
@@ -55,6 +61,10 @@ class Database:
             private_sqlite(path)
         self.engine = make_engine(url, pool_size)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: sessions for work that only reads: on SQLite they do not take the write lock
+        #: (a plain ``BEGIN``), so a listing never waits for the control loop's writes.
+        #: A write in one may fail with "database is locked": use ``transaction`` to write.
+        self.reads = sessionmaker(self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
 
     @property
     def is_sqlite(self) -> bool:

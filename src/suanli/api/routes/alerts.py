@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request, Response
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import NamePath, TextQuery
 from suanli.api.schemas import AlertOut, AutostopSet, TenantOut, WebhookOut, WebhookSet
 from suanli.control import accounts, alerts
@@ -14,11 +15,19 @@ from suanli.control.auth import Principal
 router = APIRouter(prefix="/v1", tags=["alerts"])
 
 
-@router.get("/alerts", response_model=list[AlertOut])
+@router.get("/alerts", response_model=list[AlertOut], responses=PAGED)
 def list_alerts(
-    tenant: TextQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    request: Request,
+    response: Response,
+    tenant: TextQuery = None,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
 ) -> list[AlertOut]:
-    """Your tenant's alerts (an operator: everyone's, or ``tenant``'s), oldest first, with their delivery."""
+    """Your tenant's latest alerts (an operator: everyone's, or ``tenant``'s) with their
+    delivery, oldest first within a page; the next page is the one before it (back in time)."""
+    page = paged.page("alerts", (int,))
+    rows = respond(request, response, "alerts", alerts.list_alerts(ctx.db, who, tenant, page), page, lambda a: (a.id,))
     return [
         AlertOut(
             id=a.id,
@@ -31,7 +40,7 @@ def list_alerts(
             attempts=a.attempts,
             last_error=a.last_error,
         )
-        for a in alerts.list_alerts(ctx.db, who, tenant)
+        for a in reversed(rows)
     ]
 
 

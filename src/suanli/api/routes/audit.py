@@ -6,11 +6,12 @@ import json
 from collections.abc import Iterator
 from datetime import datetime
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdQuery, TextQuery
 from suanli.api.schemas import AuditOut, AuditVerdict
 from suanli.control import audit
@@ -19,20 +20,26 @@ from suanli.control.auth import Principal
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
 
-@router.get("", response_model=list[AuditOut])
+@router.get("", response_model=list[AuditOut], responses=PAGED)
 def records(
+    request: Request,
+    response: Response,
     tenant_id: IdQuery = None,
     actor: TextQuery = None,
     action: TextQuery = None,
     since: datetime | None = None,
-    after: int = Query(0, ge=0, le=2**62, description="the pager: the last id of the previous page"),
-    limit: int = Query(100, ge=1, le=1000),
+    after: int = Query(0, ge=0, le=2**62, description="start after this record id (the cursor, when given, wins)"),
+    paged: Paging = Depends(paging),
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> list[AuditOut]:
+    """Records oldest first, a page at a time."""
     who.require("admin")
-    q = audit.Query(tenant_id=tenant_id, actor=actor, action=action, since=since, after_id=after, limit=limit)
-    return [AuditOut(**audit.as_dict(r)) for r in audit.records(ctx.db, q)]
+    page = paged.page("audit", (int,))
+    start = int(page.after[0]) if page.after is not None else after
+    q = audit.Query(tenant_id=tenant_id, actor=actor, action=action, since=since, after_id=start, limit=page.limit + 1)
+    rows = respond(request, response, "audit", audit.records(ctx.db, q), page, lambda r: (r.id,))
+    return [AuditOut(**audit.as_dict(r)) for r in rows]
 
 
 @router.get("/verify", response_model=AuditVerdict)

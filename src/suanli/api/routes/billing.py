@@ -10,13 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from suanli import gpu_names
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, TenantQuery
 from suanli.billing import funds, rater, reports, spot, store
 from suanli.billing import quote as quoting
@@ -245,10 +246,20 @@ def _grant_out(g) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-@router.get("/grants")
-def grants(tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[dict]:
+@router.get("/grants", responses=PAGED)
+def grants(
+    request: Request,
+    response: Response,
+    tenant: TenantQuery = None,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[dict]:
+    """Grants in force by id, a page at a time."""
     tid = None if (tenant is None and who.sees_all) else _tenant(ctx, who, tenant)
-    return [_grant_out(g) for g in store.list_grants(ctx.db, tid)]
+    page = paged.page("grants", (int,))
+    rows = respond(request, response, "grants", store.list_grants(ctx.db, tid, page), page, lambda g: (g.id,))
+    return [_grant_out(g) for g in rows]
 
 
 @router.post("/grants", status_code=201)
@@ -278,15 +289,21 @@ def set_budget(body: BudgetIn, ctx: ServerContext = Depends(context), who: Princ
     return reports.bill(ctx.db, tid)["budget"] or {}
 
 
-@router.get("/budget/changes")
+@router.get("/budget/changes", responses=PAGED)
 def budget_changes(
-    tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    request: Request,
+    response: Response,
+    tenant: TenantQuery = None,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
 ) -> list[dict]:
-    """Who changed the budget, when, from what to what."""
+    """Who changed the budget, when, from what to what; oldest first, a page at a time."""
     tid = _tenant(ctx, who, tenant)
+    page = paged.page("budget-changes", (int,))
+    rows = respond(request, response, "budget-changes", store.budget_changes(ctx.db, tid, page), page, lambda c: (c.id,))
     return [
-        {"at": c.created_at.isoformat(), "user": c.user_name, "role": c.role, "before": c.before, "after": c.after}
-        for c in store.budget_changes(ctx.db, tid)
+        {"at": c.created_at.isoformat(), "user": c.user_name, "role": c.role, "before": c.before, "after": c.after} for c in rows
     ]
 
 
@@ -306,11 +323,19 @@ def _sub_out(r) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-@router.get("/subscriptions")
+@router.get("/subscriptions", responses=PAGED)
 def subscriptions(
-    tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
+    request: Request,
+    response: Response,
+    tenant: TenantQuery = None,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
 ) -> list[dict]:
-    return [_sub_out(r) for r in store.list_subscriptions(ctx.db, _tenant(ctx, who, tenant))]
+    """Subscriptions by id, a page at a time."""
+    page = paged.page("subscriptions", (int,))
+    rows = store.list_subscriptions(ctx.db, _tenant(ctx, who, tenant), page)
+    return [_sub_out(r) for r in respond(request, response, "subscriptions", rows, page, lambda r: (r.id,))]
 
 
 @router.post("/subscriptions", status_code=201)

@@ -23,7 +23,7 @@ def get(days: Days = 30, ctx: ServerContext = Depends(context), who: Principal =
     """Your tenant's spend per day (micro-units of ``currency``); for operators also the
     platform's allocation per GPU model over time, revenue per day, the queue and why it
     waits, and node states."""
-    with ctx.db.sessions() as s:
+    with ctx.db.reads() as s:
         currency = current_book(s)[1].currency
-        board = dashboard(s, who.tenant_id, currency, days, who.sees_all, ctx.waiting_reason)
+        board = dashboard(s, who.tenant_id, currency, days, who.sees_all, ctx.waiting_reasons)
     return asdict(board)

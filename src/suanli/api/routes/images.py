@@ -8,11 +8,12 @@ import time
 from datetime import datetime
 from functools import lru_cache
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import NamePath
 from suanli.backends.local import imagebuild
 from suanli.bounds import Text
@@ -89,9 +90,17 @@ def _out(row: Image, refs: set[str] | None) -> ImageOut:
     )
 
 
-@router.get("", response_model=list[ImageOut])
-def list_(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[ImageOut]:
-    rows = images.list_images(ctx.db)
+@router.get("", response_model=list[ImageOut], responses=PAGED)
+def list_(
+    request: Request,
+    response: Response,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[ImageOut]:
+    """The catalog by name, a page at a time (``default`` marks the default image)."""
+    page = paged.page("images", (str, int))
+    rows = respond(request, response, "images", images.list_page(ctx.db, page), page, lambda r: (r.name, r.id))
     refs = _present_refs()
     return [_out(r, refs) for r in rows]
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from suanli.api.context import ServerContext
 from suanli.api.convert import access_for, allocations_for, costs_for, history_out, instance_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, LogTail, MetricsSince
 from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut, MetricsOut
 from suanli.control import instances
@@ -63,14 +64,19 @@ def create(
     return _out(ctx, request, row)
 
 
-@router.get("", response_model=list[InstanceOut])
+@router.get("", response_model=list[InstanceOut], responses=PAGED)
 def list_(
     request: Request,
+    response: Response,
     include_deleted: bool = Query(False, alias="all", description="include deleted instances"),
+    paged: Paging = Depends(paging),
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> list[InstanceOut]:
-    return _outs(ctx, request, instances.list_(ctx.db, who, include_deleted=include_deleted))
+    """Your instances (an operator's: everyone's), by id, a page at a time."""
+    page = paged.page("instances", (int,))
+    rows = instances.list_(ctx.db, who, include_deleted=include_deleted, page=page)
+    return _outs(ctx, request, respond(request, response, "instances", rows, page, lambda r: (r.id,)))
 
 
 @router.get("/{instance_id}", response_model=InstanceOut)

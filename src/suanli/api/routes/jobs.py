@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import select
 
 from suanli.api.context import ServerContext
 from suanli.api.convert import allocations_for, costs_for, event_out, history_out, job_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, IdQuery, LogTail, MetricsSince, TextQuery
 from suanli.api.schemas import EventOut, JobOut, LogsOut, MetricsOut
 from suanli.control import images, jobs, pipelines
@@ -16,6 +17,7 @@ from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
 from suanli.control.task import Pipeline, Task
 from suanli.control.waiting import DEPENDENCY, Reason
+from suanli.db import keyset
 from suanli.db.models import Event, Job
 from suanli.errors import Invalid
 
@@ -71,9 +73,19 @@ def submit_pipeline(
     return _out(ctx, _submit(ctx, who, pipeline.jobs, pipeline.name))
 
 
-@router.get("/jobs", response_model=list[JobOut])
-def list_(state: TextQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[JobOut]:
-    return _out(ctx, jobs.list_(ctx.db, who, state))
+@router.get("/jobs", response_model=list[JobOut], responses=PAGED)
+def list_(
+    request: Request,
+    response: Response,
+    state: TextQuery = None,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[JobOut]:
+    """Your jobs (an operator's: everyone's), by id, a page at a time."""
+    page = paged.page("jobs", (int,))
+    rows = jobs.list_(ctx.db, who, state, page)
+    return _out(ctx, respond(request, response, "jobs", rows, page, lambda r: (r.id,)))
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
@@ -109,19 +121,25 @@ def logs(
     return LogsOut(text=jobs.logs(ctx.db, ctx.backends, who, job_id, tail_bytes))
 
 
-@router.get("/events", response_model=list[EventOut])
+@router.get("/events", response_model=list[EventOut], responses=PAGED)
 def events(
+    request: Request,
+    response: Response,
     kind: TextQuery = None,
     object_id: IdQuery = None,
-    limit: int = Query(200, ge=1, le=5000),
+    paged: Paging = Depends(paging),
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> list[EventOut]:
+    """The latest events, oldest first within a page; the next page is the one before it
+    (back in time), so new events never shift the pages being read."""
     who.require("admin", "operator")
+    page = paged.page("events", (int,))
     with ctx.db.sessions() as s:
-        q = select(Event).order_by(Event.id.desc()).limit(limit)
+        q = select(Event)
         if kind:
             q = q.where(Event.kind == kind)
         if object_id is not None:
             q = q.where(Event.object_id == object_id)
-        return [event_out(e) for e in reversed(list(s.scalars(q)))]
+        rows = list(s.scalars(keyset.select_page(q, [Event.id], page, descending=True)))
+    return [event_out(e) for e in reversed(respond(request, response, "events", rows, page, lambda e: (e.id,)))]

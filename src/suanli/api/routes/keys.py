@@ -8,11 +8,12 @@ from __future__ import annotations
 from datetime import datetime
 from functools import partial
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import NamePath
 from suanli.bounds import Text
 from suanli.control import keys
@@ -57,9 +58,17 @@ def add(body: KeyCreate, ctx: ServerContext = Depends(context), who: Principal =
     return key_out(keys.add(ctx.db, who, body.public_key, body.name, on_change=partial(keys.push_keys, ctx.db, ctx.backends)))
 
 
-@router.get("", response_model=list[KeyOut])
-def list_(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[KeyOut]:
-    return [key_out(r) for r in keys.list_(ctx.db, who)]
+@router.get("", response_model=list[KeyOut], responses=PAGED)
+def list_(
+    request: Request,
+    response: Response,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[KeyOut]:
+    """Your keys by id, a page at a time."""
+    page = paged.page("keys", (int,))
+    return [key_out(r) for r in respond(request, response, "keys", keys.list_(ctx.db, who, page), page, lambda r: (r.id,))]
 
 
 @router.delete("/{key_id:path}", response_model=KeyOut)

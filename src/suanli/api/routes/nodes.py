@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from suanli.api.context import ServerContext
 from suanli.api.convert import gpu_model_out, node_out
 from suanli.api.deps import context, principal
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, NamePath
 from suanli.api.schemas import GpuModelOut, NodeOut, NodeUpdate, VerificationIn, VerificationOut, VerifyRunIn, VerifyRunOut
 from suanli.backends.local import discover_gpus
@@ -31,10 +32,19 @@ def gpus(ctx: ServerContext = Depends(context), who: Principal = Depends(princip
     return [gpu_model_out(g, prices.get(g.model), verified.get(g.model)) for g in summary]
 
 
-@router.get("/nodes", response_model=list[NodeOut])
-def list_nodes(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[NodeOut]:
+@router.get("/nodes", response_model=list[NodeOut], responses=PAGED)
+def list_nodes(
+    request: Request,
+    response: Response,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[NodeOut]:
+    """Nodes by name, a page at a time."""
+    page = paged.page("nodes", (str, int))
+    rows = respond(request, response, "nodes", nodes.list_nodes(ctx.db, page), page, lambda ng: (ng[0].name, ng[0].id))
     marks = verification.marks(ctx.db)
-    return [node_out(n, g, marks.get(n.id)) for n, g in nodes.list_nodes(ctx.db)]
+    return [node_out(n, g, marks.get(n.id)) for n, g in rows]
 
 
 @router.post("/nodes", response_model=list[NodeOut], status_code=201)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal, source
+from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, NamePath
 from suanli.api.schemas import (
     Code,
@@ -88,10 +89,19 @@ def new_token(
     return TokenOut(**_token_info(row, who.name), token=token)
 
 
-@router.get("/tokens", response_model=list[TokenInfo])
-def list_tokens(all: bool = False, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[TokenInfo]:
-    """Your tokens (an admin, with ``all``: everyone's); never the tokens themselves."""
-    return [TokenInfo(**_token_info(t, user)) for t, user in tokens.listing(ctx.db, who, all)]
+@router.get("/tokens", response_model=list[TokenInfo], responses=PAGED)
+def list_tokens(
+    request: Request,
+    response: Response,
+    all: bool = False,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[TokenInfo]:
+    """Your tokens (an admin, with ``all``: everyone's), newest first, a page at a time; never the tokens themselves."""
+    page = paged.page("tokens", (int,))
+    rows = respond(request, response, "tokens", tokens.listing(ctx.db, who, all, page), page, lambda tu: (tu[0].id,))
+    return [TokenInfo(**_token_info(t, user)) for t, user in rows]
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenInfo)
@@ -104,9 +114,18 @@ def revoke_token(token_id: IdPath, ctx: ServerContext = Depends(context), who: P
 # -- tenants and users -----------------------------------------------------------------
 
 
-@router.get("/tenants", response_model=list[TenantOut])
-def tenants(ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[TenantOut]:
-    return [_tenant_out(t) for t in accounts.list_tenants(ctx.db, who)]
+@router.get("/tenants", response_model=list[TenantOut], responses=PAGED)
+def tenants(
+    request: Request,
+    response: Response,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[TenantOut]:
+    """Tenants by id, a page at a time (admins)."""
+    page = paged.page("tenants", (int,))
+    rows = respond(request, response, "tenants", accounts.list_tenants(ctx.db, who, page), page, lambda t: (t.id,))
+    return [_tenant_out(t) for t in rows]
 
 
 @router.post("/tenants", response_model=TenantOut, status_code=201)
@@ -122,9 +141,19 @@ def patch_tenant(
     return _tenant_out(accounts.set_tenant_2fa(ctx.db, who, tenant, body.require_2fa))
 
 
-@router.get("/users", response_model=list[UserOut])
-def users(tenant: str | None = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> list[UserOut]:
-    return [_user_out(u) for u in accounts.list_users(ctx.db, who, tenant)]
+@router.get("/users", response_model=list[UserOut], responses=PAGED)
+def users(
+    request: Request,
+    response: Response,
+    tenant: str | None = None,
+    paged: Paging = Depends(paging),
+    ctx: ServerContext = Depends(context),
+    who: Principal = Depends(principal),
+) -> list[UserOut]:
+    """People by id (``tenant``: that tenant's), a page at a time (admins, operators)."""
+    page = paged.page("users", (int,))
+    rows = respond(request, response, "users", accounts.list_users(ctx.db, who, tenant, page), page, lambda u: (u.id,))
+    return [_user_out(u) for u in rows]
 
 
 @router.post("/users", response_model=UserOut, status_code=201)

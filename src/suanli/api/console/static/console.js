@@ -30,6 +30,30 @@ async function api(method, path, body) {
   return data;
 }
 
+// A paged list (api.paging): every page, following X-Next-Cursor until a page has none.
+async function apiAll(path) {
+  const rows = [];
+  let url = path + (path.includes("?") ? "&" : "?") + "limit=1000";
+  for (;;) {
+    const r = await fetch(url, { headers: { Authorization: "Bearer " + localStorage.getItem(TOKEN_KEY) } });
+    const data = r.headers.get("content-type")?.includes("json") ? await r.json() : await r.text();
+    if (!r.ok) {
+      const err = (data && data.error) || {};
+      throw new ApiError(r.status, err.code || "http_error", err.message || String(data).slice(0, 300));
+    }
+    rows.push(...data);
+    const next = r.headers.get("X-Next-Cursor");
+    if (!next) return rows;
+    url = path + (path.includes("?") ? "&" : "?") + "limit=1000&cursor=" + encodeURIComponent(next);
+  }
+}
+
+// The image catalog as renters pick from it: the default first, then by name.
+async function imageCatalog() {
+  const rows = await apiAll("/v1/images");
+  return rows.sort((a, b) => (b.default - a.default) || a.name.localeCompare(b.name));
+}
+
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -349,7 +373,7 @@ async function quoteInto(target, resources, diskGib) {
 }
 
 async function formInstance() {
-  const [gpus, images] = await Promise.all([api("GET", "/v1/gpus"), api("GET", "/v1/images")]);
+  const [gpus, images] = await Promise.all([api("GET", "/v1/gpus"), imageCatalog()]);
   const price = el("span", { class: "muted", id: "instance-price" });
   const form = el("form", { class: "inline", id: "create-instance" },
     el("label", {}, t("Name"), el("input", { name: "name", placeholder: t("my-box") })),
@@ -401,7 +425,7 @@ async function formInstance() {
 }
 
 async function liveInstances() {
-  const rows = await api("GET", "/v1/instances");
+  const rows = await apiAll("/v1/instances");
   const actions = (i) => el("span", {},
     i.desired === "running" && !["stopped", "deleted", "failed"].includes(i.state) &&
       el("button", { class: "plain", onclick: () => act(t("Stopping instance {id}.", { id: i.id }), () => api("POST", `/v1/instances/${i.id}/stop`)) }, t("Stop")),
@@ -439,7 +463,7 @@ async function formJob() {
 }
 
 async function liveJobs() {
-  const rows = await api("GET", "/v1/jobs");
+  const rows = await apiAll("/v1/jobs");
   const done = ["succeeded", "failed", "cancelled"];
   const actions = (j) => el("span", {},
     !done.includes(j.state) && !j.cancel_requested &&
@@ -496,7 +520,7 @@ async function formKeys() {
 }
 
 async function liveKeys() {
-  const keys = await api("GET", "/v1/keys");
+  const keys = await apiAll("/v1/keys");
   return el("section", {}, el("h2", {}, t("Your SSH keys")),
     table(["NAME", "TYPE", "FINGERPRINT", "ADDED", ""],
       keys.map((k) => [k.name, k.type, el("code", { class: "fp" }, k.fingerprint), new Date(k.created_at).toLocaleString(lang()),
@@ -530,7 +554,7 @@ async function formImages() {
 }
 
 async function liveImages() {
-  const images = await api("GET", "/v1/images");
+  const images = await imageCatalog();
   const here = (im) => im.present === null ? el("span", { class: "muted" }, t("no engine")) :
     im.present ? t("yes") : el("span", { class: "warn" }, t("no: build or pull it"));
   const actions = (im) => isOperator() && el("span", {},
@@ -613,7 +637,7 @@ async function viewBilling() {
 }
 
 async function viewNodes() {
-  const nodes = await api("GET", "/v1/nodes");
+  const nodes = await apiAll("/v1/nodes");
   const actions = (n) => isOperator() && el("span", {},
     n.state === "ready"
       ? el("button", { class: "plain", onclick: () => act(t("{name} cordoned.", { name: n.name }), () => api("PATCH", `/v1/nodes/${n.name}`, { state: "cordoned" })) }, t("Cordon"))
@@ -707,8 +731,8 @@ async function viewDashboard() {
   charts.forEach((c) => c.destroy());
   charts = [];
   const days = dashboardDays();
-  const [board, instances, jobs, alerts] = await Promise.all([api("GET", `/v1/dashboard?days=${days}`), api("GET", "/v1/instances"),
-    api("GET", "/v1/jobs"), api("GET", "/v1/alerts")]);
+  const [board, instances, jobs, alerts] = await Promise.all([api("GET", `/v1/dashboard?days=${days}`), apiAll("/v1/instances"),
+    apiAll("/v1/jobs"), api("GET", "/v1/alerts")]);
   const cur = board.currency;
   const spend = board.spend.values.spend;
   const running = [...instances.filter((i) => i.state === "running").map((i) => ["instance", i]),

@@ -1,0 +1,129 @@
+"""What one API request costs the server, without the load: database statements and CPU
+time per request of ``POST /v1/instances``, ``GET /v1/instances`` (a renter's 40) and
+``GET /healthz``, the app in-process (``api.server.build``, the control loop off), each
+as a ratio to the health check measured in the same run. ``bench/api_load.py`` measures
+the same requests under load; this one says where a change moved them, on a loaded
+machine too (statement counts do not depend on the load, CPU time less than wall time).
+
+    .venv/bin/python bench/api_request_cost.py                 # SQLite
+    .venv/bin/python bench/api_request_cost.py --db postgresql # a fresh database on the local server
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import traceback
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, text
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+ROWS = 40
+
+
+def measure(call: Callable[[], object], n: int, count: dict) -> dict:
+    """Median wall ms, mean CPU ms (this process: the app's threads and the test client)
+    and statements per call."""
+    walls, stmts = [], []
+    cpu0 = time.process_time()
+    for _ in range(n):
+        count["n"] = 0
+        t0 = time.perf_counter()
+        call()
+        walls.append(time.perf_counter() - t0)
+        stmts.append(count["n"])
+    cpu = (time.process_time() - cpu0) / n
+    return {
+        "wall_ms_median": round(statistics.median(walls) * 1000, 2),
+        "cpu_ms": round(cpu * 1000, 2),
+        "statements": statistics.median(stmts),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", default="sqlite", choices=["sqlite", "postgresql"])
+    ap.add_argument("--where", action="store_true", help="also print which code issued each statement of one list")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+
+    from fastapi.testclient import TestClient
+
+    from suanli.api.app import create_app
+    from suanli.api.server import build
+
+    tmp = Path(tempfile.mkdtemp(prefix="suanli-cost-"))
+    url, drop = None, None
+    if args.db == "postgresql":
+        name = f"suanli_cost_{uuid.uuid4().hex[:8]}"
+        admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+        url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+
+        def drop() -> None:
+            with admin.connect() as c:
+                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    try:
+        ctx, boot = build(tmp / "data", url, start_loop=False, runtime="process", allow_process_runtime=True)
+        count = {"n": 0}
+        where: Counter[str] = Counter()
+
+        def on_statement(*_: object) -> None:
+            count["n"] += 1
+            if args.where and count.get("trace"):
+                frames = [f for f in traceback.extract_stack() if "/suanli/" in f.filename and "/db/session.py" not in f.filename]
+                where[" < ".join(f"{Path(f.filename).stem}.{f.name}" for f in reversed(frames[-3:]))] += 1
+
+        event.listen(ctx.db.engine, "before_cursor_execute", on_statement)
+        with TestClient(create_app(ctx)) as http:
+            admin_h = {"Authorization": f"Bearer {boot.admin_token}"}
+            http.post("/v1/tenants", json={"name": "bench"}, headers=admin_h).raise_for_status()
+            http.post("/v1/billing/topups", json={"tenant": "bench", "amount": "1000"}, headers=admin_h).raise_for_status()
+            r = http.post("/v1/users", json={"name": "renter", "role": "member", "tenant": "bench"}, headers=admin_h)
+            renter = {"Authorization": f"Bearer {r.json()['token']}"}
+
+            def create() -> None:
+                assert http.post("/v1/instances", json={"gpu_milli": 100, "disk_gib": 1}, headers=renter).status_code == 201
+
+            def list_() -> None:
+                assert len(http.get("/v1/instances", headers=renter).json()) == ROWS
+
+            out = {
+                "db": args.db,
+                "create": measure(create, ROWS, count),
+                "list": measure(list_, ROWS, count),
+                "healthz": measure(lambda: http.get("/healthz"), 200, count),
+            }
+            if args.where:
+                count["trace"] = 1
+                list_()
+                out["list_statements_by_caller"] = dict(where.most_common())
+        ctx.db.dispose()
+    finally:
+        if drop is not None:
+            drop()
+    base = out["healthz"]
+    for op in ("create", "list"):
+        out[op]["cpu_vs_healthz"] = round(out[op]["cpu_ms"] / base["cpu_ms"], 1) if base["cpu_ms"] else None
+    print(f"{'request':<10}{'statements':>11}{'CPU ms':>9}{'wall ms p50':>13}{'CPU x healthz':>15}")
+    for op in ("healthz", "list", "create"):
+        m = out[op]
+        print(f"{op:<10}{m['statements']:>11}{m['cpu_ms']:>9}{m['wall_ms_median']:>13}{m.get('cpu_vs_healthz', 1):>15}")
+    for k, v in out.get("list_statements_by_caller", {}).items():
+        print(f"  {v:>3} {k}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
