@@ -31,6 +31,20 @@ MAX_DISK_GIB = 65536
 #: a timestamp in ms since the epoch: up to the end of year 9999
 MAX_MS = 253_402_300_799_999
 
+#: the text of one SSH public key: an RSA 16384-bit key line is ~2.8 KB; anything far
+#: larger is not a key (here, not in ``control.keys``: the CLI checks it too, and must not
+#: load the control plane to do so)
+MAX_KEY_TEXT = 16 * 1024
+
+#: Markers of private key files: OpenSSH, PEM (PKCS#1, SEC1, PKCS#8, encrypted) and PuTTY.
+_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----|PuTTY-User-Key-File-|^\s*openssh-key-v1", re.M)
+
+
+def looks_private(text: str) -> bool:
+    """True for the text of a private key file; the CLI checks it too, before sending anything."""
+    return bool(_PRIVATE_KEY.search(text))
+
+
 NUL_PATTERN = r"^[^\x00]*$"
 
 

@@ -11,11 +11,18 @@ command's own docstring).
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+# httpx imports its own command-line tool (click, pygments, rich.syntax, rich.progress: about
+# a third of httpx's import time) whenever click and rich are installed, as they are here, and
+# suanli never runs it. ``None`` in ``sys.modules`` makes that optional import fail as it does
+# without them, which httpx expects (its ``httpx.main`` then asks for ``httpx[cli]``).
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from suanli.cli.remote import api_errors, client, err_console, print_json, table
-from suanli.cli.taskfile import load_task
 
 prices_app = typer.Typer(help="The price book (operators change it; every change is a new version).", no_args_is_help=True)
 grants_app = typer.Typer(
@@ -409,6 +408,10 @@ def subs_cancel(sub_id: int, as_json: bool = typer.Option(False, "--json")) -> N
 
 def quote_task(task_file: Path, hours: float | None, disk: int, max_price: str | None, as_json: bool) -> None:
     """Shared by ``suanli quote`` and ``suanli launch --dry-run``."""
+    # the task model (pydantic, the control plane's validation) only for the one command
+    # that reads a task file: ``bill``, ``usage`` and the rest of this module start without it
+    from suanli.cli.taskfile import load_task
+
     try:
         task = load_task(task_file)
     except ValueError as exc:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
+from suanli.bounds import MAX_KEY_TEXT, looks_private
 from suanli.cli.remote import api_errors, client, err_console, print_json, table
-from suanli.control.keys import MAX_TEXT, looks_private
 
 app = typer.Typer(help="Your SSH public keys: they open your instances, nobody else's.", no_args_is_help=True)
 
@@ -32,13 +32,13 @@ def read_public_key(file: str) -> str:
     """The text of a public key file ("-": stdin), refused here, before anything is sent,
     when it is a private key, so a slip of the tab key never puts a secret on the wire."""
     if file == "-":
-        return sys.stdin.read(MAX_TEXT + 1)
+        return sys.stdin.read(MAX_KEY_TEXT + 1)
     path = Path(file).expanduser()
     if not path.is_file():
         hint = " (make one with: ssh-keygen -t ed25519)" if not path.exists() else ""
         _fail(f"{file}: no such file{hint}")
     with open(path, errors="replace") as f:
-        text = f.read(MAX_TEXT + 1)
+        text = f.read(MAX_KEY_TEXT + 1)
     if looks_private(text):
         pub = Path(str(path) + ".pub")
         hint = (

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-import yaml
 
 from suanli.cli.remote import api_errors, client, err_console, print_json, table
 
@@ -81,6 +80,8 @@ def add(
 
         doc = slurm_inventory(slurm_conf)
     else:
+        import yaml  # only here: ``nodes list`` and the others start without a YAML parser
+
         try:
             doc = yaml.safe_load(file.read_text())
         except yaml.YAMLError as exc:

@@ -15,8 +15,6 @@ from suanli.scheduler import POLICIES
 from suanli.scheduler.preemption import STRATEGIES
 from suanli.sim.fill import run_fill
 from suanli.sim.metrics import summary
-from suanli.sim.replay import Replay, ReplayConfig
-from suanli.sim.replay import summary as replay_summary
 from suanli.sim.traces import TraceError, load_nodes, load_pods
 
 app = typer.Typer(no_args_is_help=True, help="Simulate scheduling policies on real cluster traces.")
@@ -226,6 +224,11 @@ def replay(
     plot: Path | None = typer.Option(None, "--plot", help="write GPU allocation over time to this PNG"),
 ) -> None:
     """Replay a trace in time: queueing, spot preemption with notice, node faults."""
+    # the event-driven replay (queues, gangs, reclaims) only for this command: ``sim fill``
+    # is timed end to end against its core (bench/sim_cli.py) and starts without it
+    from suanli.sim.replay import Replay, ReplayConfig
+    from suanli.sim.replay import summary as replay_summary
+
     _check_policy(policy)
     if preemption not in (*STRATEGIES, "none"):
         raise _fail(f"--preemption must be one of {', '.join(STRATEGIES)}, none; got {preemption!r}")

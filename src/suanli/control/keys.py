@@ -27,7 +27,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle, SupportsSsh
-from suanli.bounds import parse_id
+from suanli.bounds import MAX_KEY_TEXT as MAX_TEXT
+from suanli.bounds import looks_private, parse_id
 from suanli.control.auth import Principal
 from suanli.db import keyset
 from suanli.db.models import Instance, SshKey
@@ -38,11 +39,8 @@ log = logging.getLogger(__name__)
 
 ACCEPTED = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
 MIN_RSA_BITS = 2048
-MAX_TEXT = 16 * 1024  #: an RSA 16384-bit key line is ~2.8 KB; anything far larger is not a key
 NAME_MAX = 100  #: the column's width
 
-#: Markers of private key files: OpenSSH, PEM (PKCS#1, SEC1, PKCS#8, encrypted) and PuTTY.
-_PRIVATE = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----|PuTTY-User-Key-File-|^\s*openssh-key-v1", re.M)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -52,11 +50,6 @@ class ParsedKey:
     line: str  #: normalised "type base64 comment" (comment omitted when empty)
     fingerprint: str  #: ``SHA256:...`` as ``ssh-keygen -lf`` prints it
     comment: str
-
-
-def looks_private(text: str) -> bool:
-    """True for the text of a private key file; the CLI checks it too, before sending anything."""
-    return bool(_PRIVATE.search(text))
 
 
 def fingerprint(blob: bytes) -> str:

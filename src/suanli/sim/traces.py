@@ -3,7 +3,8 @@
 Node list columns: ``sn,cpu_milli,memory_mib,gpu,model``. Pod list columns:
 ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,
 deletion_time,scheduled_time``. A malformed row raises ``TraceError`` naming the file,
-line and field, so a bad trace is fixed in one look.
+line and field, so a bad trace is fixed in one look. What parsed cleanly is kept in
+``trace_cache`` for the next run of the same file.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from suanli.scheduler import model
 from suanli.scheduler.model import MILLI_PER_GPU, Node, Request
+from suanli.sim.trace_cache import cached
+
+#: the code whose output the cache holds: a change to either parses every trace again
+PARSING_CODE = (__file__, model.__file__)
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -63,6 +69,11 @@ def _int(path: Path, line: int, row: dict, field: str, *, optional: bool = False
 
 
 def load_nodes(path: Path) -> list[Node]:
+    """The nodes of a node list CSV (from the cache when this file parsed before)."""
+    return cached(Path(path), "nodes", _parse_nodes, PARSING_CODE)
+
+
+def _parse_nodes(path: Path) -> list[Node]:
     nodes = []
     for line, row in _rows(path, NODE_COLUMNS):
         name = (row["sn"] or "").strip()
@@ -102,6 +113,11 @@ def pod_request(path: Path, line: int, row: dict) -> Request:
 
 
 def load_pods(path: Path) -> list[TracePod]:
+    """The pods of a pod list CSV, in file order (from the cache when this file parsed before)."""
+    return cached(Path(path), "pods", _parse_pods, PARSING_CODE)
+
+
+def _parse_pods(path: Path) -> list[TracePod]:
     pods = []
     for line, row in _rows(path, POD_COLUMNS):
         if not (row["name"] or "").strip():
