@@ -5,14 +5,14 @@ LIMIT n``: with ``(tenant_id, id)`` it reads the page and stops, without it it s
 every tenant's rows. A listing's allocations are looked up by the workloads of the page
 (``instance_id``, ``job_id``); a user's tokens and a tenant's users likewise.
 
-Revision ID: 0013
-Revises: 0012 (another branch may add a 0013 too: renumber this one when merged)
+Revision ID: 0015
+Revises: 0014
 """
 
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
