@@ -35,8 +35,9 @@ ID_ROUTES = (
 )
 
 #: tables whose rows a refused request touches by design: api_tokens (authentication notes
-#: when a token was last used) and the audit log (a refused call is recorded, api.audit)
-VOLATILE = {"api_tokens", "audit_log", "audit_head"}
+#: when a token was last used) and the audit log (a refused call is recorded, api.audit);
+#: and the control loop's counters, which its process writes every second whatever the API does
+VOLATILE = {"api_tokens", "audit_log", "audit_head", "loop_status"}
 
 
 def snapshot(srv: Server) -> dict[str, list[tuple]]:
