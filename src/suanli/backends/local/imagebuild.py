@@ -246,29 +246,7 @@ def _build_python(b: Builder) -> None:
 
 
 def _build_jupyter(b: Builder) -> None:
-    """``FROM`` the python image, ``pip install jupyterlab``. The build may use the host's
-    CA bundle (mounted, not baked in: hosts behind a TLS-inspecting proxy need it) and
-    ``$PIP_INDEX_URL`` (a mirror), as the host's own pip does."""
-    recipe, base = RECIPES["jupyter"], RECIPES["python"]
-    podman = Path(b.engine).name == "podman"
-    host_ca = Path(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt")
-    use_ca = podman and host_ca.is_file()
-    (b.work / "Containerfile").write_text(
-        f"FROM {base.ref}\n"
-        "ARG PIP_INDEX_URL\n"
-        f"RUN {'PIP_CERT=/run/host-ca.crt ' if use_ca else ''}pip install --no-cache-dir jupyterlab"
-        " && jupyter lab --version\n"
-        'CMD ["/bin/bash"]\n'
-        f"LABEL io.suanli.recipe={recipe.name}\n"
-    )
-    argv = [b.engine, "build", "--network", "host", "-t", b.ref]
-    if podman:
-        argv += list(PODMAN_RUN_FLAGS)
-    if use_ca:
-        argv += ["--volume", f"{host_ca.resolve()}:/run/host-ca.crt:ro"]
-    if os.environ.get("PIP_INDEX_URL"):
-        argv += ["--build-arg", f"PIP_INDEX_URL={os.environ['PIP_INDEX_URL']}"]
-    b.run(argv + [str(b.work)])
+    _pip_image(b, "jupyter", "jupyterlab", "jupyter lab --version")
 
 
 #: what ``suanli verify`` imports beyond the standard library (the CLI, NVML, the kernels)
@@ -294,26 +272,37 @@ def verify_requirements() -> list[str]:
 
 
 def _build_verify(b: Builder) -> None:
-    """``FROM`` the python image: this host's ``suanli`` package copied to /opt/suanli, a
-    ``suanli`` command for it, and ``VERIFY_REQUIREMENTS`` from pip (the host's CA bundle,
-    ``$PIP_INDEX_URL`` and the ``$PIP_FIND_LINKS`` directories as the jupyter build uses them)."""
-    recipe, base = RECIPES["verify"], RECIPES["python"]
-    podman = Path(b.engine).name == "podman"
+    """This host's ``suanli`` package copied to /opt/suanli, a ``suanli`` command for it,
+    and ``VERIFY_REQUIREMENTS`` from pip."""
     package = Path(__file__).resolve().parents[2]  # .../suanli (backends/local/imagebuild.py)
     shutil.copytree(package, b.work / "suanli", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (b.work / "suanli-entry").write_text(VERIFY_ENTRY)
+    _pip_image(
+        b,
+        "verify",
+        " ".join(f"'{r}'" for r in verify_requirements()),
+        "chmod 755 /usr/local/bin/suanli && suanli verify --help >/dev/null",
+        copy="COPY suanli /opt/suanli/suanli\nCOPY suanli-entry /usr/local/bin/suanli\n",
+        find_links=True,
+    )
+
+
+def _pip_image(b: Builder, name: str, install: str, check: str, copy: str = "", find_links: bool = False) -> None:
+    """``FROM`` the python image, ``pip install`` then ``check``. The build may use the
+    host's CA bundle (mounted, not baked in: hosts behind a TLS-inspecting proxy need it),
+    ``$PIP_INDEX_URL`` (a mirror) and, with ``find_links``, the ``$PIP_FIND_LINKS``
+    directories (e.g. a CPU wheel of torch), as the host's own pip does."""
+    recipe, base = RECIPES[name], RECIPES["python"]
+    podman = Path(b.engine).name == "podman"
     host_ca = Path(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt")
     use_ca = podman and host_ca.is_file()
-    links = [d for d in os.environ.get("PIP_FIND_LINKS", "").split() if Path(d).is_dir()]
-    reqs = " ".join(f"'{r}'" for r in verify_requirements())
+    links = [d for d in os.environ.get("PIP_FIND_LINKS", "").split() if Path(d).is_dir()] if find_links else []
     (b.work / "Containerfile").write_text(
         f"FROM {base.ref}\n"
         "ARG PIP_INDEX_URL\n"
-        "ARG PIP_FIND_LINKS\n"
-        "COPY suanli /opt/suanli/suanli\n"
-        "COPY suanli-entry /usr/local/bin/suanli\n"
-        f"RUN {'PIP_CERT=/run/host-ca.crt ' if use_ca else ''}pip install --no-cache-dir {reqs}"
-        " && chmod 755 /usr/local/bin/suanli && suanli verify --help >/dev/null\n"
+        + ("ARG PIP_FIND_LINKS\n" if find_links else "")
+        + copy
+        + f"RUN {'PIP_CERT=/run/host-ca.crt ' if use_ca else ''}pip install --no-cache-dir {install} && {check}\n"
         'CMD ["/bin/bash"]\n'
         f"LABEL io.suanli.recipe={recipe.name}\n"
     )
