@@ -197,7 +197,15 @@ class ServerProcess(_Served):
     proxy_port: int = 0
 
     def start(self) -> ServerProcess:
+        from tests.sqlite_helpers import migrated_sqlite_url
+
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        database = self.data_dir / "suanli.db"
+        if self.db_url is None and self.cwd is None and not database.exists():
+            # the schema from the process's migrated template, as the in-process servers
+            # have it: the server process then finds its database at the head and skips
+            # Alembic (over a second of CPU); the quick-start tests (``cwd``) migrate
+            migrated_sqlite_url(database)
         log = open(self.data_dir / "server.log", "ab")
         db = ["--db", self.db_url] if self.db_url else []
         where = [] if self.cwd else ["--data-dir", str(self.data_dir)]

@@ -112,6 +112,22 @@ def test_activity_during_the_notice_withdraws_it(asrv: Server) -> None:
     assert "idle notice withdrawn: active again (CPU 80% of a core)" in events[-1]["message"], events_text(events)
 
 
+def test_a_first_reading_is_no_judgment_however_long_the_instance_ran(asrv: Server) -> None:
+    """The collector's first reading of an instance (its average since start: the metrics
+    thread started late, or the worker restarted) is not a look over an interval: an instance
+    running longer than its window is not noticed on it, only on an idle reading after."""
+    inst = wait_state(asrv, "instance", _create(asrv, autostop_s=4)["id"], ("running",), 30)
+    plane, rules = asrv.ctx.loop.plane, asrv.ctx.autostop  # type: ignore[union-attr]
+
+    def usage(cpu: float, over_interval: bool) -> list[WorkloadUsage]:
+        return [WorkloadUsage("instance", inst["id"], 1, time.time(), cpu, 10.0, None, None, None, 0, "", [], over_interval)]
+
+    later = time.time() + 60  # long past its 4-s window
+    assert check(plane, rules, usage(0.0, over_interval=False), later) == []
+    assert asrv.get(f"/v1/instances/{inst['id']}")["notice"] is None
+    assert check(plane, rules, usage(0.0, over_interval=True), later + 1) == [inst["id"]]
+
+
 def test_cli_create_takes_a_duration(asrv: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

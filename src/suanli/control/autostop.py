@@ -148,6 +148,11 @@ def check(plane: Plane, settings: AutostopSettings, samples: list[WorkloadUsage]
                         f"idle notice withdrawn: active again ({why_active(u, settings)})",
                     )
                 continue
+            if not u.cpu_over_interval:
+                # the collector's first reading of it (its average since start, or after the
+                # worker restarted): no judgment until a reading over an interval, or a busy
+                # instance running longer than its window is noticed on the first look
+                continue
             started = starts.get(row.id)
             start_s = started.replace(tzinfo=started.tzinfo or UTC).timestamp() if started is not None else now
             idle_since = max(row.active_at or 0.0, start_s)
