@@ -60,16 +60,21 @@ def test_the_market_now_is_the_rater_s_utilisation_and_price(db_url: str) -> Non
     allocate(w, 0, 5_000, gpus=2)  # ended before the instant asked about
     allocate(w, 1_000, None, milli=500, priority="spot")
     sid = allocate(w, 0, None, priority="spot")  # rated for period 0 below
+    # the instant's edges, as the rater counts them: held from its start, not at its end
+    allocate(w, 10_000, None)  # starts at the instant: counted
+    allocate(w, 2_000, 10_000, gpus=2)  # ends at the instant: not counted
+    allocate(w, 11_000, None, gpus=2)  # starts after it
+    allocate(w, 9_000, 8_000, gpus=2)  # ended before it started (two clocks): empty
     with w.db.transaction() as s:
         mk = spot.market(s, 10_000)
         iv = intervals.intervals(list(s.execute(select(*intervals.ALLOCATION_COLUMNS))))
         caps = utilisation.capacity_milli(s)
     code = iv.models.index("H100")
     ref = utilisation.per_period(iv, {code: caps["H100"]}, np.array([code]), np.array([10_000]))[0]
-    assert mk.utilisation("H100") == ref == (3000 + 500 + 1000) * 1000 // 8000
+    assert mk.utilisation("H100") == ref == (3000 + 500 + 1000 + 1000) * 1000 // 8000
     assert mk.utilisation("h100") == ref  # a renter's spelling
     assert mk.price("H100") == H100.spot(ref)
-    assert mk.utilisation("H100", 2000) == (4500 + 2000) * 1000 // 8000
+    assert mk.utilisation("H100", 2000) == (5500 + 2000) * 1000 // 8000
     assert mk.price("Voodoo5") is None and mk.utilisation("Voodoo5") == 1000
     # what the rater charges for a period is the market's price at the period start
     rater.run(w.db, cutoff_ms=HOUR + 1)

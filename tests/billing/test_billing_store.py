@@ -272,3 +272,23 @@ def test_hard_cap_counts_work_that_is_still_running(db_url: str) -> None:
     assert enforce_budgets(w.db, 181_000) == [f"tenant {w.tenant_id}: stop"]
     with w.db.sessions() as s:
         assert s.get(Instance, w.instance_id).state == "stopping"
+
+
+def test_accruing_of_many_tenants_read_together_is_each_tenant_s_own(db_url: str) -> None:
+    """The hard cap reads every tenant's accruing at once (``accruing_many``): each figure
+    is the one ``accruing_parts`` gives that tenant alone, spot estimates at its own
+    share, posted periods left out, running and ended apart."""
+    w = world(db_url, disk_gib=50)
+    other = add_tenant(w, "other")
+    idle = add_tenant(w, "idle")  # nothing allocated: zero, not missing
+    allocate(w, 0, None, gpus=2)
+    allocate(w, 0, HOUR // 2, priority="spot", max_price=to_micros("1.5"))
+    allocate(w, HOUR // 4, None, milli=300, priority="spot", tenant_id=other)
+    allocate(w, 0, 2 * HOUR, gpus=3, tenant_id=other, job=True)
+    rater.run(w.db, cutoff_ms=HOUR + 1)  # period 0 posted: left out of both
+    at = 2 * HOUR + 900_000
+    with w.db.transaction() as s:
+        together = rater.accruing_many(s, [w.tenant_id, other, idle], at)
+    alone = {t: rater.accruing_parts(w.db, t, at) for t in (w.tenant_id, other, idle)}
+    assert together == alone, (together, alone)
+    assert together[w.tenant_id].running > 0 and together[other].ended > 0 and together[idle].total == 0

@@ -8,7 +8,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute
 
 from suanli import __version__
-from suanli.api import audit, console, docs, errors, metrics, tls
+from suanli.api import audit, console, docs, errors, health, metrics, tls
 from suanli.api.context import ServerContext
 from suanli.api.routes import advise, billing, dashboard, images, instances, jobs, keys, nodes, uploads, users
 from suanli.api.routes import alerts as alert_routes
@@ -31,17 +31,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     if ctx.audit:
         audit.install(app, ctx.db)
 
-    @app.get("/healthz", tags=["system"])
-    def healthz() -> dict:
-        """The database answers (one read of the loop's counters, which its process
-        writes every second or so: ``loop_updated_at`` says the loop is alive)."""
-        got = loop_report.counters(ctx.db)
-        return {
-            "ok": True,
-            "loop_ticks": got.ticks if got else None,
-            "loop_updated_at": got.updated_at.isoformat() if got and got.updated_at else None,
-        }
-
+    health.install(app, ctx.db)
     app.router.routes.extend(api_routes())
     console.install(app)
     docs.install(app)

@@ -22,7 +22,7 @@ A run only rates and posts: budgets and the hard cap are decided by
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -197,14 +197,22 @@ def collect(
     starts later as nothing): an estimate of what is accruing (``reports.bill``), never
     posted."""
     since_dt = ms_to_dt(since_ms)
-    open_end = metering.OPEN if open_until_ms is None else open_until_ms
     mine = (lambda col: col == tenant_id) if tenant_id is not None else (lambda col: True)  # noqa: E731
     if session is not None:
-        books, allocs, caps, insts, subs, transfers = _read(session, since_dt, since_ms, cutoff_ms, mine)
+        rows = _read(session, since_dt, since_ms, cutoff_ms, mine)
     else:
         assert db is not None
         with db.transaction() as s:  # a transaction: versions() may create version 1
-            books, allocs, caps, insts, subs, transfers = _read(s, since_dt, since_ms, cutoff_ms, mine)
+            rows = _read(s, since_dt, since_ms, cutoff_ms, mine)
+    return _rate(rows, since_ms, cutoff_ms, period_ms, open_until_ms, settled_ms)
+
+
+def _rate(
+    rows: tuple, since_ms: int, cutoff_ms: int, period_ms: int, open_until_ms: int | None, settled_ms: int | None
+) -> Records:
+    """``collect``'s records from the rows ``_read`` returned."""
+    books, allocs, caps, insts, subs, transfers = rows
+    open_end = metering.OPEN if open_until_ms is None else open_until_ms
     iv = intervals(allocs, open_end)
     models = iv.models
     code = {m: i for i, m in enumerate(models)}
@@ -387,38 +395,58 @@ def accruing_parts(
 ) -> Accruing:
     """``accruing``, split into running and ended work (``reports.bill`` shows them apart:
     money for ended work is not "accruing", it is waiting for its record)."""
-    at_dt = ms_to_dt(at_ms)
-
-    def read(s: Session) -> tuple[int, set, set]:
-        watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
-        since = min(watermark, at_ms) // period_ms * period_ms
-        posted = {
-            tuple(r)
-            for r in s.execute(
-                select(Usage.kind, Usage.source_id, Usage.period_ms).where(Usage.tenant_id == tenant_id, Usage.period_ms >= since)
-            )
-        }
-        held = or_(Allocation.ended_at.is_(None), Allocation.ended_at > at_dt)
-        kept = or_(Instance.state != "deleted", Instance.updated_at > at_dt)
-        running = {("gpu", i) for i in s.scalars(select(Allocation.id).where(Allocation.tenant_id == tenant_id, held))} | {
-            ("storage", i) for i in s.scalars(select(Instance.id).where(Instance.tenant_id == tenant_id, kept))
-        }
-        return since, posted, running
-
     if session is not None:
-        since, posted, running = read(session)
-    else:
-        assert db is not None
-        with db.sessions() as s:
-            since, posted, running = read(s)
-    recs = collect(db, since, at_ms, period_ms, tenant_id=tenant_id, open_until_ms=at_ms, session=session)
-    c = recs.cols
-    out = [0, 0]
-    for k, src, p, a in zip(c["kind"].tolist(), c["source_id"].tolist(), c["period_ms"].tolist(), c["amount"].tolist()):
-        kind = recs.kinds[k]
-        if (kind, src, p) not in posted:
-            out[0 if (kind, src) in running else 1] += int(a)
-    return Accruing(out[0], out[1])
+        return accruing_many(session, [tenant_id], at_ms, period_ms)[tenant_id]
+    assert db is not None
+    with db.transaction() as s:  # a transaction: versions() may create version 1
+        return accruing_many(s, [tenant_id], at_ms, period_ms)[tenant_id]
+
+
+def accruing_many(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: int = 3_600_000) -> dict[int, Accruing]:
+    """``accruing_parts`` of each tenant, from one reading of all of theirs: the hard cap
+    asks it for every tenant with running work at every tick. Each tenant is still rated
+    on its own rows (a spot estimate at that tenant's share, as its bill shows it), so
+    the figures are those of one ``accruing_parts`` call per tenant."""
+    tenants = sorted(set(tenant_ids))
+    if not tenants:
+        return {}
+    at_dt = ms_to_dt(at_ms)
+    watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
+    since = min(watermark, at_ms) // period_ms * period_ms
+    posted: dict[int, set] = {t: set() for t in tenants}
+    for t, kind, src, p in s.execute(
+        select(Usage.tenant_id, Usage.kind, Usage.source_id, Usage.period_ms).where(
+            Usage.tenant_id.in_(tenants), Usage.period_ms >= since
+        )
+    ):
+        posted[t].add((kind, src, p))
+    held = or_(Allocation.ended_at.is_(None), Allocation.ended_at > at_dt)
+    kept = or_(Instance.state != "deleted", Instance.updated_at > at_dt)
+    running: dict[int, set] = {t: set() for t in tenants}
+    for t, i in s.execute(select(Allocation.tenant_id, Allocation.id).where(Allocation.tenant_id.in_(tenants), held)):
+        running[t].add(("gpu", i))
+    for t, i in s.execute(select(Instance.tenant_id, Instance.id).where(Instance.tenant_id.in_(tenants), kept)):
+        running[t].add(("storage", i))
+    books, allocs, caps, insts, subs, transfers = _read(s, ms_to_dt(since), since, at_ms, lambda col: col.in_(tenants))
+    out = {}
+    for t in tenants:
+        rows = (
+            books,
+            [a for a in allocs if a.tenant_id == t],
+            caps,
+            [i for i in insts if i.tenant_id == t],
+            subs,
+            [x for x in transfers if x.tenant_id == t],
+        )
+        recs = _rate(rows, since, at_ms, period_ms, at_ms, None)
+        c = recs.cols
+        parts = [0, 0]
+        for k, src, p, a in zip(c["kind"].tolist(), c["source_id"].tolist(), c["period_ms"].tolist(), c["amount"].tolist()):
+            kind = recs.kinds[k]
+            if (kind, src, p) not in posted[t]:
+                parts[0 if (kind, src) in running[t] else 1] += int(a)
+        out[t] = Accruing(parts[0], parts[1])
+    return out
 
 
 def accruing(db: Database | None, tenant_id: int, at_ms: int, period_ms: int = 3_600_000, session: Session | None = None) -> int:

@@ -14,10 +14,10 @@ So for one instant billing, scheduling and reclaim see one figure.
 from __future__ import annotations
 
 import numpy as np
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from suanli.billing.intervals import ALLOCATION_COLUMNS, Intervals, intervals
+from suanli.billing.intervals import Intervals
 from suanli.billing.store import ms_to_dt
 from suanli.db.models import Allocation, Node
 
@@ -67,13 +67,15 @@ def capacity_milli(s: Session) -> dict[str, int]:
 
 
 def busy_now(s: Session, at_ms: int) -> dict[str, int]:
-    """GPU milli allocated per node model at ``at_ms``, read as the rater reads it."""
-    allocs = list(
-        s.execute(select(*ALLOCATION_COLUMNS).where(or_(Allocation.ended_at.is_(None), Allocation.ended_at > ms_to_dt(at_ms))))
+    """GPU milli allocated per node model at ``at_ms``: what ``busy_milli`` counts at that
+    instant (held from its start up to, not including, its end), summed by the database.
+    Every renter's listing asks it (the spot rate now), so it must not read every
+    allocation on the platform; to the millisecond it is the rater's count."""
+    at = ms_to_dt(at_ms)
+    milli = func.json_array_length(Allocation.gpu_indices) * Allocation.milli_per_gpu
+    rows = s.execute(
+        select(Allocation.gpu_model, func.sum(milli))
+        .where(Allocation.started_at <= at, or_(Allocation.ended_at.is_(None), Allocation.ended_at > at))
+        .group_by(Allocation.gpu_model)
     )
-    iv = intervals(allocs)
-    busy = {}
-    for code, m in enumerate(iv.models):
-        if m != "-":
-            busy[m] = int(busy_milli(iv, code, np.array([at_ms], dtype=np.int64))[0])
-    return busy
+    return {m: int(n) for m, n in rows if m != "-" and n}
