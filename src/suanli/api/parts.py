@@ -83,10 +83,19 @@ def run_worker(cfg: PartConfig, ready: Ready) -> None:
         ctx.db.dispose()
 
 
+#: seconds an idle keep-alive connection stays open
+KEEP_ALIVE_S = 75
+
+
 def _serve(app: Any, sock: socket.socket, cfg: PartConfig, ready: Ready) -> None:
     import uvicorn
 
-    config = uvicorn.Config(app, log_level="warning", **(cfg.tls.uvicorn_options() if cfg.tls else {}))
+    # keep-alive longer than the idle timeouts of the proxies and clients in front of it
+    # (60 s is common): uvicorn's 5 s closed connections a busy client was about to reuse,
+    # and the request it had just written met the close (a ReadError, a proxy's 502)
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S, **(cfg.tls.uvicorn_options() if cfg.tls else {})
+    )
     ready()
     uvicorn.Server(config).run(sockets=[sock])
 
