@@ -145,6 +145,23 @@ def test_suanli_counts_a_drained_node_as_usable():
     assert _choices("suanli", state, pod, target) == {"a", "b"}
 
 
+def test_suanli_keeps_a_whole_free_node_for_node_sized_requests():
+    # Mix: 94 x 1 GPU, 1 x 2 GPUs (every GPU of the largest node: node-sized), 5 x 500
+    # milli. A 500-milli pod: on "used" (GPU 0 taken) it goes to GPU 1, dF = 500 * (w2 -
+    # w1) = -465 -> floor(100 * sigmoid(-0.465)) = 38; on "free" it leaves 500 idle milli
+    # the 1-GPU task cannot use and the node no longer hosts the 2-GPU task, dF = -500 *
+    # w1 - 1500 * w2 = -485 -> 38. FGD ties (and key 3: both stay usable); key 4 keeps
+    # the only node that can still host the 2-GPU request (issue 16, third pass:
+    # g-multigpu10, where shares opened whole 8-GPU nodes).
+    state = cluster(node("free", gpus=2), node("used", gpus=2), used={"used": [1000]})
+    target, pod = [whole(1)] * 94 + [whole(2)] + [share(500)] * 5, share(500)
+    assert _choices("suanli", state, pod, target) == {"used"}
+    assert _choices("fgd", state, pod, target) == {"free", "used"}
+    # Without a node-sized request in the mix the key does nothing.
+    target = [whole(1)] * 95 + [share(500)] * 5
+    assert _choices("suanli", state, pod, target) == _choices("fgd", state, pod, target)
+
+
 def test_suanli_scores_are_the_same_with_and_without_the_cache():
     # Key 3 depends only on the node's own state and the mix, so cached scores (per
     # request shape, refreshed by node version) equal a full rescore at every step.
@@ -242,6 +259,11 @@ def test_suanli_keys_can_be_switched_off_one_by_one():
             share(500, cpu=4000),
             [whole(1)] * 49 + [share(500, cpu=4000)],
         ),
+        "whole": (
+            cluster(node("free", gpus=2), node("used", gpus=2), used={"used": [1000]}),
+            share(500),
+            [whole(1)] * 94 + [whole(2)] + [share(500)] * 5,
+        ),
     }
     for key, (state, pod, mix) in cases.items():
         target = TargetWorkload.from_requests(mix, coverage=1.0)
@@ -274,11 +296,11 @@ def test_suanli_leaves_a_mix_of_mostly_node_sized_requests_to_fgd():
     assert _choices("suanli", cluster(*nodes), pod, many) == _choices("fgd", cluster(*nodes), pod, many) == {"poor", "rich"}
     state = ClusterState(nodes)
     for mix, expected, active in (
-        ([whole(1, cpu=8000)], 0.0, KEYS),
+        ([whole(1, cpu=8000)], 0.0, KEYS - {"whole"}),  # key 4 needs node-sized requests
         (few, 4 / 43, KEYS),
         (many, 16 / 22, KEYS - {"cpu", "cpu_gpu", "usable"}),
     ):
         policy = SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0))
         assert abs(policy.node_sized_share(state) - expected) < 1e-9
-        assert (expected > NODE_SIZED_FGD) is (active != KEYS)
+        assert (expected > NODE_SIZED_FGD) is ("usable" not in active)
         assert policy.active_keys(state) == active, (expected, policy.active_keys(state))

@@ -44,6 +44,21 @@ the seeded node order, which keeps FGD's packing.
    gaps on shared GPUs, so it matters most on mixes with few CPU-only and many
    multi-GPU pods (multigpu40), where keys 1 and 2 have little to work with.
 
+4. **Whole nodes kept for node-sized requests** (sharing requests; key "whole"). When
+   the mix holds node-sized requests (multi-GPU requests for every GPU of the largest
+   nodes: 8-GPU pods on the Alibaba cluster), a sharing pod prefers a placement that
+   does not take away a node's room for them: it could host one before and cannot
+   after. FGD does count that loss, but weighted by those requests' small share of
+   the mix's count it rarely moves the integer score, so a share opened an untouched
+   8-GPU node as readily as a used one. The key ranks last, under key 1: ranked above
+   it, it sent shares to small nodes of scarce models (every node that could never
+   host a node-sized request "keeps" its room) and cost 0.72 and 0.30 points on
+   gpuspec10 and gpuspec25. On g-multigpu10 (the default trace plus 8-GPU, 88-core
+   pods) it turned -0.071 against fgd into +0.065 (10 seeds, issue 16, third pass);
+   the same key on whole-GPU pods gained there too but cost 0.05 points on
+   multigpu20, and on CPU-only pods it changed nothing, so it applies to sharing pods
+   only.
+
 **Which keys apply depends on the mix the policy plans for** (``active_keys``; the
 mix is the target, learned online for ``suanli_online``; never the trace's name):
 
@@ -60,7 +75,8 @@ Dropping key 2 for whole-GPU pods whenever the mix holds node-sized requests was
 tried and rejected: +0.16 points on g-multigpu10, but -0.34 against FGD on gpuspec05
 (+0.17 with the key, seeds 42-43; issue 16, BENCHMARKS.md).
 
-Key 1 always applies (it does nothing without restricted requests). The thresholds
+Key 1 always applies (it does nothing without restricted requests); key 4 applies
+whenever the mix holds a node-sized request (it does nothing otherwise). The thresholds
 were chosen on the tune side of ``bench/gen_traces.py``'s split (issue 16,
 BENCHMARKS.md says which traces were looked at).
 
@@ -96,7 +112,7 @@ CPU_BOUND = 1.1
 NODE_SIZED_FGD = 1 / 3
 #: The tie-break keys, by the number the module docstring gives them.
 #: Key 2 is two keys here: "cpu" for CPU-only pods, "cpu_gpu" for whole-GPU pods.
-KEYS = frozenset({"pressure", "cpu", "cpu_gpu", "usable"})
+KEYS = frozenset({"pressure", "cpu", "cpu_gpu", "usable", "whole"})
 
 
 def usable_after_share(state: ClusterState, req: Request, idx: np.ndarray, t: TargetArrays) -> np.ndarray:
@@ -117,6 +133,18 @@ def usable_after_share(state: ClusterState, req: Request, idx: np.ndarray, t: Ta
     return drained | ((fits >= t.gpus) & task_ok[:, None, :]).any(axis=2)
 
 
+def hosts_node_sized(
+    gpu_free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray, t: TargetArrays, sized: np.ndarray
+) -> np.ndarray:
+    """(K,) bool: the node can host at least one of the node-sized tasks ``sized``
+    (indices into ``t``): enough GPUs with enough free milli, enough CPU, an allowed model."""
+    ok = np.zeros(gpu_free.shape[0], dtype=bool)
+    for k in sized:
+        fits = (gpu_free >= t.milli[k]).sum(axis=1) >= t.gpus[k]
+        ok |= fits & (cpu_free >= t.cpu[k]) & t.model_ok[k, model]
+    return ok
+
+
 class SuanliPolicy(FGD):
     name = "suanli"
 
@@ -130,6 +158,7 @@ class SuanliPolicy(FGD):
         self._ratio = np.zeros(0)
         self._pressure_level = np.zeros(0, np.int64)
         self._active = keys
+        self._sized = np.zeros(0, np.int64)
 
     def cpu_demand_ratio(self, state: ClusterState) -> float:
         """CPU the mix asks for when the cluster's GPUs are fully allocated, over the
@@ -186,6 +215,9 @@ class SuanliPolicy(FGD):
             node_sized = self.node_sized_share(state)
             if self.cpu_demand_ratio(state) > CPU_BOUND or node_sized > NODE_SIZED_FGD:
                 active -= {"cpu", "cpu_gpu", "usable"}
+            self._sized = np.flatnonzero((t.gpus >= max(2, state.gpu_total.shape[1])) & (t.milli > 0))
+            if self._sized.size == 0:
+                active.discard("whole")
             self._active = frozenset(active)
         return self._ratio, self._pressure_level
 
@@ -200,6 +232,27 @@ class SuanliPolicy(FGD):
         return scores.max(axis=1), scores.argmax(axis=1)
 
     def node_scores(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        primary, gpu = self._node_scores(state, req, idx)
+        if req.is_sharing and "whole" in self._active:
+            # Key 4 (module docstring), the last key: the lowest level of the secondary,
+            # which holds key 1 (pressure level * _CPU_LEVELS) for a sharing request.
+            primary = primary + self._keeps_node_sized(state, req, idx, gpu)
+        return primary, gpu
+
+    def _keeps_node_sized(self, state: ClusterState, req: Request, idx: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+        """(K,) int, key 4: 1 unless placing the sharing request ``req`` on GPU gpu[k]
+        of node idx[k] takes away the node's room for the mix's node-sized tasks (it
+        could host one before and can host none after)."""
+        t = self.arrays(state)
+        free = state.gpu_free[idx]
+        cpu, model = state.cpu_free[idx], state.model_id[idx]
+        before = hosts_node_sized(free, cpu, model, t, self._sized)
+        after = free.copy()
+        after[np.arange(idx.size), gpu] -= req.milli_per_gpu
+        kept = hosts_node_sized(after, cpu - req.cpu_milli, model, t, self._sized)
+        return (~before | kept).astype(np.int64)
+
+    def _node_scores(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         primary, gpu = super().node_scores(state, req, idx)
         ratio, pressure_level = self.model_keys(state)
         model = state.model_id[idx]
