@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from suanli.api.context import ServerContext
+from suanli.api.parts import KEEP_ALIVE_S
 from suanli.api.tls import Tls, plain_warning
 from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
@@ -234,7 +235,10 @@ def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "l
 
     ctx.proxy_port, ctx.proxy_domain = port, domain
     options = tls.uvicorn_options() if tls else {}
-    server = uvicorn.Server(uvicorn.Config(create_proxy_app(ctx), host=host, port=port, log_level="warning", **options))
+    config = uvicorn.Config(
+        create_proxy_app(ctx), host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S, **options
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="suanli-proxy", daemon=True)
     thread.start()
     while not server.started and thread.is_alive():
