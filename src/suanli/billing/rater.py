@@ -428,16 +428,10 @@ def accruing_many(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: 
     for t, i in s.execute(select(Instance.tenant_id, Instance.id).where(Instance.tenant_id.in_(tenants), kept)):
         running[t].add(("storage", i))
     books, allocs, caps, insts, subs, transfers = _read(s, ms_to_dt(since), since, at_ms, lambda col: col.in_(tenants))
+    allocs_of, insts_of, transfers_of = _by_tenant(allocs, tenants), _by_tenant(insts, tenants), _by_tenant(transfers, tenants)
     out = {}
     for t in tenants:
-        rows = (
-            books,
-            [a for a in allocs if a.tenant_id == t],
-            caps,
-            [i for i in insts if i.tenant_id == t],
-            subs,
-            [x for x in transfers if x.tenant_id == t],
-        )
+        rows = (books, allocs_of[t], caps, insts_of[t], subs, transfers_of[t])
         recs = _rate(rows, since, at_ms, period_ms, at_ms, None)
         c = recs.cols
         parts = [0, 0]
@@ -446,6 +440,14 @@ def accruing_many(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: 
             if (kind, src, p) not in posted[t]:
                 parts[0 if (kind, src) in running[t] else 1] += int(a)
         out[t] = Accruing(parts[0], parts[1])
+    return out
+
+
+def _by_tenant(rows: list, tenants: list[int]) -> dict[int, list]:
+    """Rows (each with a ``tenant_id``) split by tenant in one pass, read order kept."""
+    out: dict[int, list] = {t: [] for t in tenants}
+    for r in rows:
+        out[r.tenant_id].append(r)
     return out
 
 
