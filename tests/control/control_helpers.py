@@ -155,6 +155,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: How many times a test's server is started on fresh ports when one was taken meanwhile.
+PORT_TRIES = 3
+
+
+class PortTaken(AssertionError):
+    """The server stopped at once: a port ``free_port`` named was bound by another socket of
+    the test run (a server, a workload, a client's ephemeral port) before the server bound it."""
+
+
+def port_taken(log: str) -> bool:
+    """Whether a server's ``log`` ends with the supervisor's word that a listener's port was in use."""
+    return "cannot listen on" in log and "in use" in log
+
+
 @contextmanager
 def closed_port() -> Iterator[int]:
     """A loopback port where nothing listens, for as long as the block runs: it is bound
@@ -195,6 +209,8 @@ class ServerProcess(_Served):
     args: tuple[str, ...] = ()
     #: the port proxy's listener
     proxy_port: int = 0
+    #: how many starts on fresh ports when the server finds one of its ports taken
+    port_tries: int = PORT_TRIES
 
     def start(self) -> ServerProcess:
         from tests.sqlite_helpers import migrated_sqlite_url
@@ -206,11 +222,19 @@ class ServerProcess(_Served):
             # have it: the server process then finds its database at the head and skips
             # Alembic (over a second of CPU); the quick-start tests (``cwd``) migrate
             migrated_sqlite_url(database)
+        self.proxy_port = self.proxy_port or free_port()
+        for _ in range(self.port_tries - 1):
+            try:
+                return self._start_once()
+            except PortTaken:  # by another test's socket between ``free_port`` and the server's bind
+                self.port, self.proxy_port = free_port(), free_port()
+        return self._start_once()
+
+    def _start_once(self) -> ServerProcess:
         log = open(self.data_dir / "server.log", "ab")
         db = ["--db", self.db_url] if self.db_url else []
         where = [] if self.cwd else ["--data-dir", str(self.data_dir)]
         env = {k: v for k, v in _os.environ.items() if k != "SUANLI_DATA_DIR"}
-        self.proxy_port = self.proxy_port or free_port()
         self.proc = _subprocess.Popen(
             cli_command("server", "--port", str(self.port), "--proxy-port", str(self.proxy_port), *where, *db, *self.args),
             stdout=log,
@@ -221,15 +245,19 @@ class ServerProcess(_Served):
         )
         try:
             wait_until(self._healthy, 60, 0.2)
-        except BaseException:
-            self.stop()  # a server slow to start must not outlive the test (nor its parts, api.supervisor)
+        except PortTaken:
+            self.stop()
             raise
+        except BaseException as exc:
+            self.stop()  # a server slow to start must not outlive the test (nor its parts, api.supervisor)
+            raise AssertionError(f"{exc}; the server's log:\n{(self.data_dir / 'server.log').read_text()[-3000:]}") from exc
         return self
 
     def _healthy(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"server exited: {(self.data_dir / 'server.log').read_text()[-3000:]}")
+            log = (self.data_dir / "server.log").read_text()[-3000:]
+            raise PortTaken(log) if port_taken(log) else AssertionError(f"server exited: {log}")
         try:
             return _httpx.get(self.url + "/healthz", timeout=2).status_code == 200
         except _httpx.TransportError:

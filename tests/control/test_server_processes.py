@@ -131,7 +131,7 @@ def test_a_part_that_cannot_start_stops_the_server_with_its_error(tmp_path: Path
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        srv = ServerProcess(tmp_path / "data", None, port, args=("--workers", "1", "--runtime", "process"))
+        srv = ServerProcess(tmp_path / "data", None, port, args=("--workers", "1", "--runtime", "process"), port_tries=1)
         srv.data_dir.mkdir(parents=True)
         try:
             srv.start()

@@ -11,6 +11,7 @@ import ssl
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from suanli.api.tls import HSTS, is_loopback, plain_warning
-from tests.control.control_helpers import cli_command, free_port, release_data_dir, wait_until
+from tests.control.control_helpers import PORT_TRIES, PortTaken, cli_command, free_port, port_taken, release_data_dir, wait_until
 from tests.pg_helpers import PG_SKIP, fresh_pg_database
 
 #: A wide terminal for the CLI's error boxes, so a message is one line to search.
@@ -63,45 +64,89 @@ def self_signed(where: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+@dataclass
+class Running:
+    proc: subprocess.Popen
+    port: int
+    proxy_port: int
+
+
 @contextmanager
-def server(data: Path, *args: str, env: dict[str, str] | None = None, ready: str | None = None) -> Iterator[subprocess.Popen]:
-    """``suanli server ARGS`` until the block ends; ``ready``: a line of its banner to wait for."""
+def server(data: Path, *args: str, env: dict[str, str] | None = None, cert: Path | None = None) -> Iterator[Running]:
+    """``suanli server ARGS`` on free ports until the block ends, entered once it answers
+    ``/healthz`` (over HTTPS trusting ``cert`` when given); started again on fresh ports
+    when one was taken between ``free_port`` and the server's bind."""
     data.mkdir(parents=True, exist_ok=True)
-    log = data.parent / f"{data.name}.log"
     base = {k: v for k, v in os.environ.items() if k not in ("SUANLI_DATA_DIR", "SUANLI_DB")}
+    for attempt in range(1, PORT_TRIES + 1):
+        try:
+            running = _start(data, args, {**base, **(env or {})}, cert)
+            break
+        except PortTaken:
+            if attempt == PORT_TRIES:
+                raise
+    try:
+        yield running
+    finally:
+        _stop(running.proc, data)
+
+
+def _start(data: Path, args: tuple[str, ...], env: dict[str, str], cert: Path | None) -> Running:
+    log = data.parent / f"{data.name}.log"
+    port, proxy_port = free_port(), free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            cli_command("server", "--data-dir", str(data), "--runtime", "process", *args),
+            cli_command(
+                "server",
+                "--data-dir",
+                str(data),
+                "--runtime",
+                "process",
+                "--port",
+                str(port),
+                "--proxy-port",
+                str(proxy_port),
+                *args,
+            ),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**base, **(env or {})},
+            env=env,
         )
+    url = f"{'https' if cert else 'http'}://127.0.0.1:{port}/healthz"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            text = log.read_text()
+            raise PortTaken(text) if port_taken(text) else AssertionError(text)
+        return _get(url, cert) is not None
+
     try:
-        if ready:
+        wait_until(up, 60, 0.2)
+    except PortTaken:
+        _stop(proc, data)
+        raise
+    except BaseException as exc:
+        _stop(proc, data)
+        raise AssertionError(f"{exc}; the server's log:\n{log.read_text()[-3000:]}") from exc
+    return Running(proc, port, proxy_port)
 
-            def up() -> bool:
-                assert proc.poll() is None, log.read_text()
-                return ready in log.read_text()
 
-            wait_until(up, 60, 0.2)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        release_data_dir(data)
+def _stop(proc: subprocess.Popen, data: Path) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    release_data_dir(data)
 
 
 def test_tls_serves_https_with_hsts_and_a_secure_proxy_cookie(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
-    port, proxy_port = free_port(), free_port()
     data = tmp_path / "data"
-    with server(data, "--port", str(port), "--proxy-port", str(proxy_port), "--tls-cert", str(cert), "--tls-key", str(key)):
+    with server(data, "--tls-cert", str(cert), "--tls-key", str(key), cert=cert) as running:
+        port, proxy_port = running.port, running.proxy_port
         base = f"https://127.0.0.1:{port}"
-        wait_until(lambda: _get(base + "/healthz", cert) is not None, 60, 0.2)
         r = httpx.get(base + "/healthz", verify=trusting(cert))
         assert r.status_code == 200 and r.headers["strict-transport-security"] == HSTS
         with pytest.raises(httpx.TransportError):
@@ -136,7 +181,7 @@ def _get(url: str, cert: Path | None = None) -> httpx.Response | None:
 def test_listening_beyond_loopback_without_tls_warns(tmp_path: Path) -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert plain_warning("127.0.0.1") is None and "without TLS" in (plain_warning("0.0.0.0") or "")
-    with server(tmp_path / "data", "--host", "0.0.0.0", "--port", str(free_port()), ready="suanli server:"):
+    with server(tmp_path / "data", "--host", "0.0.0.0"):
         pass
     log = (tmp_path / "data.log").read_text()
     assert "WARNING: listening on 0.0.0.0 without TLS" in log and "--tls-cert" in log, log
@@ -180,7 +225,7 @@ def test_a_database_password_stays_out_of_argv_and_the_banner(tmp_path: Path, so
     password = "Pw-Sec-5t6y7u"  # the test server trusts loopback: any password connects
     with_pw = url.replace("://postgres@", f"://postgres:{password}@")
     assert password in with_pw
-    args: tuple[str, ...] = ("--port", str(free_port()))
+    args: tuple[str, ...] = ()
     env: dict[str, str] = {}
     if source == "env":
         env["SUANLI_DB"] = with_pw
@@ -190,9 +235,9 @@ def test_a_database_password_stays_out_of_argv_and_the_banner(tmp_path: Path, so
         db_file.chmod(0o600)
         args += ("--db-file", str(db_file))
     try:
-        with server(tmp_path / "data", *args, env=env, ready="suanli server:") as proc:
-            job = _launch_one(tmp_path / "data", args)
-            argv = _cmdlines(proc.pid)
+        with server(tmp_path / "data", *args, env=env) as running:
+            job = _launch_one(tmp_path / "data", running.port)
+            argv = _cmdlines(running.proc.pid)
             assert argv and not [a for a in argv if password in a], argv
             assert job == "succeeded"
         log = (tmp_path / "data.log").read_text()
@@ -201,13 +246,11 @@ def test_a_database_password_stays_out_of_argv_and_the_banner(tmp_path: Path, so
         drop()
 
 
-def _launch_one(data: Path, args: tuple[str, ...]) -> str:
+def _launch_one(data: Path, port: int) -> str:
     """A job run through the server (its launch spawns the workload's processes)."""
-    port = args[1]
     url = f"http://127.0.0.1:{port}"
     token = (data / "admin-token").read_text().strip()
     auth = {"Authorization": f"Bearer {token}"}
-    wait_until(lambda: _get(url + "/healthz") is not None, 60, 0.2)  # the banner comes before the listener
     job = httpx.post(url + "/v1/jobs", json={"run": "sleep 1"}, headers=auth).json()
     return wait_until(
         lambda: (s := httpx.get(f"{url}/v1/jobs/{job['id']}", headers=auth).json()["state"]) in ("succeeded", "failed") and s,
