@@ -164,10 +164,13 @@ def check(plane: Plane, settings: AutostopSettings, samples: list[WorkloadUsage]
                     f"idle since {since} (no GPU or CPU activity above {settings.cpu_percent:g}%, no open session): "
                     f"auto-stop after {duration_text(window)}; its disk is kept"
                 )
-                todo.append((row.id, [Handle.from_json(h) for h in row.handles or []], max(0.0, deadline - now), why))
+                todo.append((row.id, [Handle.from_json(h) for h in row.handles or []], deadline, why))
     told = []
-    for wid, handles, left, why in todo:
+    for wid, handles, deadline, why in todo:
         node = ",".join(h.data.get("node", "") for h in handles if h.data.get("node")) or "its node"
+        # the notice's length from the clock now, not from the look's start: a collection
+        # takes seconds on a busy host, and the deadline stays idle since + window
+        left = max(0.0, deadline - plane.clock.now())
         if notify(plane, "instance", wid, handles, BENEFICIARY, node, why=why, notice_s=left):
             told.append(wid)
     return told
