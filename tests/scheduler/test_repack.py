@@ -13,6 +13,15 @@ from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet, apply_pla
 from suanli.scheduler.repack import PLANNERS, order_moves, plan_repack
 from tests.scheduler.factories import node
 
+#: The planner's wall-clock budget in these tests. A live loop gives it half a second; these
+#: tests are about which plan it finds, and a loaded machine once spent the 0.5 s before the
+#: solver was done with a two-node cluster (the plan came back None).
+BUDGET_S = 60.0
+
+
+def repack(state: ClusterState, req: Request, movable: MovableSet, max_moves: int) -> DefragPlan | None:
+    return plan_repack(state, req, movable, max_moves, time_limit=BUDGET_S)
+
 
 def share(n: str, gpu: int, milli: int, cpu: int = 0, mem: int = 0) -> Allocation:
     return Allocation(n, (gpu,), milli, cpu, mem)
@@ -47,12 +56,12 @@ def test_a_chain_of_two_moves_that_no_single_move_does():
     state, movable = build(nodes, {"A": share("a", 0, 600), "B": share("b", 0, 500)}, fixed=[share("c", 0, 500)])
     req = need(1, models=frozenset({"X"}))
     assert plan_defrag(state, req, movable, 8) is None  # direct moves cannot
-    plan = plan_repack(state, req, movable, 8)
+    plan = repack(state, req, movable, 8)
     assert plan is not None
     assert [(m.key, m.new.node) for m in plan.migrations] == [("B", "c"), ("A", "b")]  # chain end first
     assert plan.allocation.node == "a"
     check(state, movable, req, plan)
-    assert plan_repack(state, req, movable, 1) is None  # the chain needs two moves
+    assert repack(state, req, movable, 1) is None  # the chain needs two moves
 
 
 def test_no_repack_exists():
@@ -60,13 +69,13 @@ def test_no_repack_exists():
     nodes = [node("a", gpus=1, model="X"), node("b", gpus=1), node("c", gpus=1)]
     fixed = [share("b", 0, 500), share("c", 0, 700)]
     state, movable = build(nodes, {"A": share("a", 0, 600)}, fixed=fixed)
-    assert plan_repack(state, need(1, models=frozenset({"X"})), movable, 8) is None
+    assert repack(state, need(1, models=frozenset({"X"})), movable, 8) is None
 
 
 def test_a_direct_move_is_found_without_the_solver():
     nodes = [node("a", gpus=2), node("b", gpus=1)]
     state, movable = build(nodes, {"A": share("a", 0, 300)}, fixed=[share("a", 1, 1000), share("b", 0, 200)])
-    plan = plan_repack(state, need(1, models=frozenset({"G2"})), movable, 4)
+    plan = repack(state, need(1, models=frozenset({"G2"})), movable, 4)
     assert plan is not None and plan.moves <= 1
     check(state, movable, need(1), plan)
 
@@ -78,10 +87,10 @@ def test_a_move_may_free_cpu_rather_than_a_gpu():
     state, movable = build(nodes, {"A": share("a", 0, 300, cpu=6000)})
     req = need(1, cpu=4000, models=frozenset({"X"}))
     assert plan_defrag(state, req, movable, 4) is None
-    plan = plan_repack(state, req, movable, 4)
+    plan = repack(state, req, movable, 4)
     assert plan is not None and [m.new.node for m in plan.migrations] == ["b"]
     check(state, movable, req, plan)
-    assert plan_repack(state, req, movable, 1) == plan  # one move: a budget of one suffices
+    assert repack(state, req, movable, 1) == plan  # one move: a budget of one suffices
 
 
 def test_a_share_keeps_to_its_models():
@@ -90,7 +99,7 @@ def test_a_share_keeps_to_its_models():
     state, movable = build(
         nodes, {"A": share("a", 0, 600), "B": share("b", 0, 500)}, fixed=[share("c", 0, 500)], models={"B": frozenset({"G2"})}
     )
-    assert plan_repack(state, need(1, models=frozenset({"X"})), movable, 8) is None
+    assert repack(state, need(1, models=frozenset({"X"})), movable, 8) is None
 
 
 def test_order_moves_rejects_a_cycle():
@@ -109,7 +118,7 @@ def test_the_planners_share_one_interface():
         plan = planner(state, req, movable, 8)
         assert (plan is None) == (name == "direct")
     with pytest.raises(ValueError):
-        plan_repack(state, Request(cpu_milli=0, memory_mib=0, gpu_milli=500), movable, 4)
+        repack(state, Request(cpu_milli=0, memory_mib=0, gpu_milli=500), movable, 4)
 
 
 @settings(max_examples=60, deadline=None)
@@ -161,7 +170,7 @@ def test_every_repack_applies_moves_only_shares_and_keeps_constraints(gpus, mode
 def test_a_plan_on_a_changed_state_is_refused_and_undone():
     nodes = [node("a", gpus=1, model="X"), node("b", gpus=1), node("c", gpus=1)]
     state, movable = build(nodes, {"A": share("a", 0, 600), "B": share("b", 0, 500)}, fixed=[share("c", 0, 500)])
-    plan = plan_repack(state, need(1, models=frozenset({"X"})), movable, 8)
+    plan = repack(state, need(1, models=frozenset({"X"})), movable, 8)
     assert plan is not None
     state.bind(share("b", 0, 450))  # b's room is taken after planning
     before = state.gpu_free.copy()
@@ -174,7 +183,7 @@ def test_same_input_same_plan():
     nodes = [node(f"n{i}", gpus=4) for i in range(6)]
     allocs = {i: share(f"n{i % 6}", i // 6, 150 + 40 * (i % 7)) for i in range(18)}
     state, movable = build(nodes, allocs, fixed=[Allocation(f"n{i}", (3,), 1000, 0, 0) for i in range(6)])
-    a = plan_repack(state, need(3), movable, 6)
-    b = plan_repack(state, need(3), movable, 6)
+    a = repack(state, need(3), movable, 6)
+    b = repack(state, need(3), movable, 6)
     assert a is not None and a == b
     check(state, movable, need(3), a)
