@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx as _httpx
 from fastapi.testclient import TestClient
@@ -155,6 +155,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+T = TypeVar("T")
+
 #: How many times a test's server is started on fresh ports when one was taken meanwhile.
 PORT_TRIES = 3
 
@@ -167,6 +169,17 @@ class PortTaken(AssertionError):
 def port_taken(log: str) -> bool:
     """Whether a server's ``log`` ends with the supervisor's word that a listener's port was in use."""
     return "cannot listen on" in log and "in use" in log
+
+
+def on_fresh_ports(start: Callable[[], T], renew: Callable[[], object], tries: int = PORT_TRIES) -> T:
+    """``start()``; when the server found a port taken, ``renew()`` its ports and start again,
+    ``tries`` starts in all."""
+    for _ in range(tries - 1):
+        try:
+            return start()
+        except PortTaken:
+            renew()
+    return start()
 
 
 @contextmanager
@@ -223,12 +236,10 @@ class ServerProcess(_Served):
             # Alembic (over a second of CPU); the quick-start tests (``cwd``) migrate
             migrated_sqlite_url(database)
         self.proxy_port = self.proxy_port or free_port()
-        for _ in range(self.port_tries - 1):
-            try:
-                return self._start_once()
-            except PortTaken:  # by another test's socket between ``free_port`` and the server's bind
-                self.port, self.proxy_port = free_port(), free_port()
-        return self._start_once()
+        return on_fresh_ports(self._start_once, self._fresh_ports, self.port_tries)
+
+    def _fresh_ports(self) -> None:
+        self.port, self.proxy_port = free_port(), free_port()
 
     def _start_once(self) -> ServerProcess:
         log = open(self.data_dir / "server.log", "ab")

@@ -22,7 +22,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from suanli.api.tls import HSTS, is_loopback, plain_warning
-from tests.control.control_helpers import PORT_TRIES, PortTaken, cli_command, free_port, port_taken, release_data_dir, wait_until
+from tests.control.control_helpers import (
+    PortTaken,
+    cli_command,
+    free_port,
+    on_fresh_ports,
+    port_taken,
+    release_data_dir,
+    wait_until,
+)
 from tests.pg_helpers import PG_SKIP, fresh_pg_database
 
 #: A wide terminal for the CLI's error boxes, so a message is one line to search.
@@ -78,13 +86,7 @@ def server(data: Path, *args: str, env: dict[str, str] | None = None, cert: Path
     when one was taken between ``free_port`` and the server's bind."""
     data.mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if k not in ("SUANLI_DATA_DIR", "SUANLI_DB")}
-    for attempt in range(1, PORT_TRIES + 1):
-        try:
-            running = _start(data, args, {**base, **(env or {})}, cert)
-            break
-        except PortTaken:
-            if attempt == PORT_TRIES:
-                raise
+    running = on_fresh_ports(lambda: _start(data, args, {**base, **(env or {})}, cert), lambda: None)  # _start takes fresh ones
     try:
         yield running
     finally:
