@@ -16,6 +16,10 @@ from tests.control.control_helpers import Server, start_server
 from tests.pg_helpers import PG_SKIP, fresh_pg_database
 from tests.sqlite_helpers import migrated_sqlite_url
 
+#: a test that fails on a timeout reports the threads, the machine's load and PostgreSQL's waits;
+#: SUANLI_TEST_CPU=FILE records each test's wall and CPU time (python -m tests.cpu_report FILE)
+pytest_plugins = ["tests.timeout_report", "tests.cpu_report"]
+
 # The control-plane suites test scheduling, lifecycles and money on the process runtime
 # (fast, no image needed); tests/containers runs the same platform on real Podman
 # containers and asks for it explicitly (runtime="container").

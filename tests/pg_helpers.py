@@ -169,3 +169,26 @@ def fresh_pg_database() -> tuple[str, Callable[[], None]]:
     _migrated_template()
     name = _POOL.take()
     return _url(name), lambda: _POOL.give_back(name)
+
+
+def pg_waits() -> str:
+    """Every session of the server that is not idle, with what it waits on, and every lock
+    not granted: what a test's timeout report shows (``timeout_report``)."""
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+    try:
+        with admin.connect() as c:
+            sessions = c.execute(
+                text(
+                    "SELECT pid, datname, state, wait_event_type, wait_event,"
+                    " round(extract(epoch FROM now() - query_start)::numeric, 2) AS for_s, left(query, 200)"
+                    " FROM pg_stat_activity WHERE state IS DISTINCT FROM 'idle' AND pid <> pg_backend_pid()"
+                    " AND backend_type = 'client backend' ORDER BY query_start"
+                )
+            ).all()
+            locks = c.execute(
+                text("SELECT pid, locktype, mode, relation::regclass::text FROM pg_locks WHERE NOT granted")
+            ).all()
+    finally:
+        admin.dispose()
+    lines = [f"session {tuple(row)}" for row in sessions] + [f"waiting lock {tuple(row)}" for row in locks]
+    return "\n".join(lines) or "no session busy, no lock waited for"
