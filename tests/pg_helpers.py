@@ -185,9 +185,7 @@ def pg_waits() -> str:
                     " AND backend_type = 'client backend' ORDER BY query_start"
                 )
             ).all()
-            locks = c.execute(
-                text("SELECT pid, locktype, mode, relation::regclass::text FROM pg_locks WHERE NOT granted")
-            ).all()
+            locks = c.execute(text("SELECT pid, locktype, mode, relation::regclass::text FROM pg_locks WHERE NOT granted")).all()
     finally:
         admin.dispose()
     lines = [f"session {tuple(row)}" for row in sessions] + [f"waiting lock {tuple(row)}" for row in locks]
