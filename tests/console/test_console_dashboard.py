@@ -56,6 +56,19 @@ def test_the_dashboard_shows_spend_running_work_its_use_and_the_platform(page: P
         "() => Chart.getChart('allocation-chart').data.datasets.find((d) => d.label === 'H100').data.at(-1)"
     )
     assert allocated > 0, allocated  # the instance's two H100s, as a share of the model's
+    # a refresh (every second here) draws its charts before the last ones go: looked at every
+    # 20 ms for three refreshes, a chart is always there (the last ones were destroyed while
+    # the API was asked again, and a look in between found none)
+    missing_at = page.evaluate(
+        """async () => {
+             for (let i = 0; i < 150; i++) {
+               if (!Chart.getChart('allocation-chart')) return i;
+               await new Promise((r) => setTimeout(r, 20));
+             }
+             return -1;
+           }"""
+    )
+    assert missing_at == -1, f"no allocation chart at look {missing_at}"
     expect(page.locator("#queue-length")).to_have_text("0")
     expect(page.locator("#held-now")).to_contain_text("H100 2/")
     expect(page.locator("#node-states")).to_contain_text("ready")

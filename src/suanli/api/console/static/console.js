@@ -666,11 +666,12 @@ async function viewEvents() {
 // -- dashboard --------------------------------------------------------------------------
 
 // Chart.js (static/vendor, served by this server) draws the charts. A live part is built
-// again on every refresh, so the charts of the last one are destroyed first.
+// again on every refresh into charts of its own; the last one's are destroyed only when the
+// new part replaces it (render), so a chart never goes blank while the API is asked again.
 let charts = [];
 const COLOURS = ["#2457c5", "#1b7f3b", "#a15c00", "#b3261e", "#6b3fa0", "#00838f", "#5d6b82"];
 
-function chart(id, type, labels, datasets, yTitle, percent = false, registry = charts) {
+function chart(id, type, labels, datasets, yTitle, percent, registry) {
   const canvas = el("canvas", { id, height: 220, role: "img", "aria-label": yTitle });
   registry.push(new Chart(canvas, {
     type,
@@ -727,9 +728,7 @@ async function showUsage(kind, w) {
   }
 }
 
-async function viewDashboard() {
-  charts.forEach((c) => c.destroy());
-  charts = [];
+async function viewDashboard(made) {
   const days = dashboardDays();
   const [board, instances, jobs, alerts] = await Promise.all([api("GET", `/v1/dashboard?days=${days}`), apiAll("/v1/instances"),
     apiAll("/v1/jobs"), api("GET", "/v1/alerts")]);
@@ -748,7 +747,7 @@ async function viewDashboard() {
           el("div", { class: "big", id: "running-count" }, String(running.length))),
         el("div", {}, el("div", { class: "muted" }, isOperator() ? t("Costs now, every tenant") : t("Costs now")), el("div", { class: "big" }, t("{price} per hour", { price: money(perHour, cur) })))),
       chart("spend-chart", "bar", board.spend.starts.map(shortDay), [{ label: t("Spend per day"), data: spend.map((v) => v / 1e6) }],
-        t("Spend ({currency})", { currency: cur }))),
+        t("Spend ({currency})", { currency: cur }), false, made)),
     el("section", {}, el("h2", {}, isOperator() ? t("Running work, every tenant") : t("Running work")),
       table(["KIND", "ID", "NAME", "GPU", "UPTIME", "COST", "RATE", ""],
         running.map(([kind, w]) => [t(kind), String(w.id), w.name, gpuDesc(w), uptime(w.started_at || w.created_at), costCell(w), rateCell(w),
@@ -774,10 +773,10 @@ async function viewDashboard() {
           Object.entries(c.nodes.states).map(([s, n]) => `${n} ${t(s)}`).join(", ") || "0"))),
       el("h2", {}, t("Allocated share of each GPU model")),
       chart("allocation-chart", "line", c.allocation.starts.map(shortTime),
-        models.map((m) => ({ label: m, data: c.allocation.values[m].map((v) => 100 * v) })), t("% of GPUs held"), true),
+        models.map((m) => ({ label: m, data: c.allocation.values[m].map((v) => 100 * v) })), t("% of GPUs held"), true, made),
       el("h2", {}, t("Revenue per day")),
       chart("revenue-chart", "bar", c.revenue.starts.map(shortDay), [{ label: t("Revenue per day"), data: c.revenue.values.revenue.map((v) => v / 1e6) }],
-        t("Revenue ({currency})", { currency: cur })),
+        t("Revenue ({currency})", { currency: cur }), false, made),
       el("h2", {}, t("Why work waits")),
       table(["WHY", "COUNT"], c.queue.reasons.map((r) => [r.reason, num(r.count)]), "Nothing waits.")));
   }
@@ -997,8 +996,14 @@ async function render() {
       view.replaceChildren(form, el("div", { id: "live" }), el("section", { id: "usage", hidden: true }), el("section", { id: "logs", hidden: true }));
       view.dataset.view = name;
     }
-    const live = [await VIEWS[name].live()].flat();
-    if (stale()) return;
+    const made = [];  // the charts this render draws
+    const live = [await VIEWS[name].live(made)].flat();
+    if (stale()) {
+      made.forEach((c) => c.destroy());
+      return;
+    }
+    charts.forEach((c) => c.destroy());
+    charts = made;
     document.getElementById("live").replaceChildren(...live);
   } catch (e) {
     if (stale()) return;
