@@ -10,20 +10,18 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
 
 from suanli.control.autostop import AutostopSettings
 from suanli.control.metrics import MetricsSettings
-from suanli.db.models import Allocation
 from tests.containers.container_helpers import make_server
 from tests.containers.test_container_lifecycle import run
 from tests.containers.test_container_ssh import OPTS, add_key, ssh_ready, user
 from tests.control.control_helpers import Server, wait_state, wait_until
 from tests.event_helpers import events_text
+from tests.metrics.autostop_helpers import Timeline
 
 WINDOW_S = 15
 INTERVAL_S = 2.0
@@ -75,46 +73,12 @@ def test_idle_stopped_within_window_busy_and_ssh_held_never(asrv: Server, keypai
         shlex.split(held["ssh"]) + ["-i", str(key), *OPTS, "sleep 300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        assert asrv.ctx.metrics is not None and asrv.ctx.loop is not None
-        # each look of the collector: its time, when its hooks (auto-stop's first) were done,
-        # and the instances it sampled; and each tick of the control loop: when it began and
-        # ended. On a loaded machine a look (``podman stats``) or a tick takes seconds.
-        looks: list[tuple[float, float, set[int]]] = []
-        asrv.ctx.metrics.after.append(
-            lambda got, now: looks.append((now, time.time(), {u.workload_id for u in got if u.kind == "instance"}))
-        )
-        ticks: list[tuple[float, float]] = []
-
-        def timed(*args, _tick=asrv.ctx.loop.tick, **kwargs):  # type: ignore[no-untyped-def]
-            began = time.time()
-            try:
-                return _tick(*args, **kwargs)
-            finally:
-                ticks.append((began, time.time()))
-
-        asrv.ctx.loop.tick = timed  # type: ignore[method-assign]
+        timeline = Timeline.record(asrv)
+        assert asrv.ctx.metrics is not None
         asrv.ctx.metrics.start()  # only now: the busy one must not be judged before its spinner runs
         started = time.time()
         wait_state(asrv, "instance", idle["id"], ("stopping", "stopped"), WINDOW_S + 30)
-        events = asrv.get(f"/v1/events?kind=instance&object_id={idle['id']}")
-        created_at, ran_at, stop_at = (
-            datetime.fromisoformat(next(e for e in events if e["to_state"] == state)["ts"]).timestamp()
-            for state in ("pending", "running", "stopping")
-        )
-        # The look that finds it idle: the first at least (window - notice) after its run began
-        # (its allocation: idle since then), its first reading aside (an average since start
-        # makes no judgment); with looks every interval, the promise "within window + one
-        # collection interval". It stops at its deadline (idle since + window), or at once when
-        # that look came later: by the end of the first tick that began after both.
-        with asrv.ctx.db.reads() as s:
-            placed = s.scalar(select(func.min(Allocation.started_at)).where(Allocation.instance_id == idle["id"]))
-        since = placed.replace(tzinfo=UTC).timestamp()
-        seen = [(now, done) for now, done, ids in looks if idle["id"] in ids]
-        judged = next((done for now, done in seen[1:] if now - since >= WINDOW_S - min(NOTICE_S, WINDOW_S / 4)), None)
-        due = max(judged or stop_at, since + WINDOW_S)
-        by = wait_until(lambda: next((end for began, end in ticks if began >= due), None), 30)
-        assert judged is not None and by is not None, (since - ran_at, seen, ticks, ran_at, events_text(events))
-        assert created_at + WINDOW_S <= stop_at <= by, (stop_at - since, by - since, seen, events_text(events))
+        events = timeline.assert_stopped_in_time(asrv, idle["id"], WINDOW_S, NOTICE_S)
         assert "noticed" in [e["to_state"] for e in events], events_text(events)
         wait_state(asrv, "instance", idle["id"], ("stopped",), 30)
         # the others stay through two more windows after the idle one stopped
