@@ -46,7 +46,7 @@ from suanli.billing.money import div_half_up
 from suanli.billing.offers import Offer, offers
 from suanli.billing.pricebook import resolve_model
 from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms
-from suanli.billing.tables import RatingState, Subscription, Usage
+from suanli.billing.tables import PriceVersion, RatingState, Subscription, Usage
 from suanli.db.models import Allocation, Instance, Job
 from suanli.db.session import Database
 
@@ -98,6 +98,25 @@ def costs(
             if at_ms is not None or attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+def billing_stamp(db: Database) -> tuple:
+    """What changes a workload's figures besides its own state and the passing of time,
+    in one statement: the last rating run (it moves accruing into rated), the newest
+    price version, and the newest subscription and cancellation (what reserved work
+    costs). Equal stamps and an unchanged workload mean equal figures, give or take what
+    accrued in between and the spot market's drift (``api.cost_cache``)."""
+    with db.reads() as s:
+        row = s.execute(
+            select(
+                select(RatingState.watermark_ms).where(RatingState.id == 1).scalar_subquery(),
+                select(RatingState.last_run).where(RatingState.id == 1).scalar_subquery(),
+                select(func.max(PriceVersion.id)).scalar_subquery(),
+                select(func.max(Subscription.id)).scalar_subquery(),
+                select(func.max(Subscription.cancelled_ms)).scalar_subquery(),
+            )
+        ).one()
+    return tuple(row)
 
 
 def _costs(s: Session, kind: Kind, ids: list[int], at: int, period_ms: int) -> dict[int, WorkloadCost]:
@@ -270,4 +289,4 @@ def _covered(s: Session, tenants: list[int], at: int) -> set[int]:
     return out
 
 
-__all__ = ["WorkloadCost", "costs"]
+__all__ = ["WorkloadCost", "billing_stamp", "costs"]

@@ -24,7 +24,7 @@ PAYS = documented(402)
 def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[InstanceOut]:
     allocs = allocations_for(ctx.db, rows)
     access = access_for(ctx, rows, str(request.base_url))
-    costs = costs_for(ctx.db, rows)
+    costs = costs_for(ctx, rows)
     samples = metrics_for(ctx.db, rows)
     waits = ctx.waiting("instance", [r.id for r in rows])
     return [

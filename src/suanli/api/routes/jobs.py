@@ -28,7 +28,7 @@ def _out(ctx: ServerContext, rows: list[Job]) -> list[JobOut]:
     """Jobs as the API shows them: allocations, costs, dependencies and, for a queued
     job, why it waits (a dependency first, then the last scheduling pass's reason)."""
     allocs = allocations_for(ctx.db, rows)
-    costs = costs_for(ctx.db, rows)
+    costs = costs_for(ctx, rows)
     samples = metrics_for(ctx.db, rows)
     with ctx.db.sessions() as s:
         deps = pipelines.depends_on(s, [r.id for r in rows])
