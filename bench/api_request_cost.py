@@ -1,10 +1,11 @@
 """What one API request costs the server, without the load: database statements and CPU
 time per request of ``POST /v1/instances``, ``GET /v1/instances`` (a renter's 40: ``list``
-the page asked again, its cost figures kept a few seconds, ``list_computed`` with them
-computed, as the first time or after a change; ``api.cost_cache``) and ``GET /healthz``, the app in-process (``api.server.build``, the control loop off), each
-as a ratio to the health check measured in the same run. ``bench/api_load.py`` measures
-the same requests under load; this one says where a change moved them, on a loaded
-machine too (statement counts do not depend on the load, CPU time less than wall time).
+the page asked again, kept a few seconds, ``list_computed`` computed, as the first time
+or after a change; ``api.page_cache``) and ``GET /healthz``, the app in-process
+(``api.server.build``, the control loop off), each as a ratio to the health check
+measured in the same run. ``bench/api_load.py`` measures the same requests under load;
+this one says where a change moved them, on a loaded machine too (statement counts do
+not depend on the load, CPU time less than wall time).
 
     .venv/bin/python bench/api_request_cost.py                 # SQLite
     .venv/bin/python bench/api_request_cost.py --db postgresql # a fresh database on the local server
@@ -98,8 +99,8 @@ def main() -> None:
             def list_() -> None:
                 assert len(http.get("/v1/instances", headers=renter).json()) == ROWS
 
-            def list_computed() -> None:  # the page's cost figures computed, not kept (api.cost_cache)
-                ctx.cost_figures.clear()
+            def list_computed() -> None:  # the page computed, not kept (api.page_cache)
+                ctx.pages.clear()
                 list_()
 
             out = {

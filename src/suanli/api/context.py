@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from suanli.api.cost_cache import CostCache
+from suanli.api.page_cache import PageCache
 from suanli.backends.base import Backend
 from suanli.control import loop_report, wakeup
 from suanli.control.access import DEFAULT_PROXY_DOMAIN, port_url
@@ -43,9 +43,9 @@ class ServerContext:
     #: verified tokens, per process: a token revoked through another API worker stops
     #: working here within the cache's window (``TokenCache.ttl_s``)
     tokens: TokenCache = field(default_factory=TokenCache)
-    #: the cost figures of pages of instances and jobs, per process, for a few seconds
-    #: (``api.cost_cache``: a page whose rows or billing changed is computed again)
-    cost_figures: CostCache = field(default_factory=CostCache)
+    #: pages of instances and jobs, per process, for a few seconds (``api.page_cache``:
+    #: a page whose rows or billing changed is computed again)
+    pages: PageCache = field(default_factory=PageCache)
     #: bad bearer tokens per source address: 20 a minute, then 429 until the oldest leaves the
     #: window; in the database, one count for every API worker (``control.throttle``)
     bad_tokens: Throttle = field(init=False)

@@ -75,13 +75,12 @@ def cost_out(c: WorkloadCost | None) -> schemas.CostOut | None:
     )
 
 
-def costs_for(ctx: ServerContext, rows: list[Instance] | list[Job]) -> dict[int, schemas.CostOut | None]:
-    """Cost so far and rate now of many rows (one kind) in a few queries, keyed by row id;
-    a page asked again within seconds, unchanged, in one (``api.cost_cache``)."""
+def costs_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, schemas.CostOut | None]:
+    """Cost so far and rate now of many rows (one kind) in a few queries, keyed by row id."""
     if not rows:
         return {}
     kind: workload_cost.Kind = "job" if isinstance(rows[0], Job) else "instance"
-    found = ctx.cost_figures.costs(ctx.db, kind, rows)
+    found = workload_cost.costs(db, kind, [r.id for r in rows])
     return {r.id: cost_out(found.get(r.id)) for r in rows}
 
 

@@ -24,7 +24,7 @@ PAYS = documented(402)
 def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[InstanceOut]:
     allocs = allocations_for(ctx.db, rows)
     access = access_for(ctx, rows, str(request.base_url))
-    costs = costs_for(ctx, rows)
+    costs = costs_for(ctx.db, rows)
     samples = metrics_for(ctx.db, rows)
     waits = ctx.waiting("instance", [r.id for r in rows])
     return [
@@ -72,11 +72,17 @@ def list_(
     paged: Paging = Depends(paging),
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
-) -> list[InstanceOut]:
-    """Your instances (an operator's: everyone's), by id, a page at a time."""
+) -> Response:
+    """Your instances (an operator's: everyone's), by id, a page at a time (a page asked
+    again within seconds, unchanged: ``api.page_cache``)."""
     page = paged.page("instances", (int,))
-    rows = instances.list_(ctx.db, who, include_deleted=include_deleted, page=page)
-    return _outs(ctx, request, respond(request, response, "instances", rows, page, lambda r: (r.id,)))
+
+    def compute() -> list[InstanceOut]:
+        rows = instances.list_(ctx.db, who, include_deleted=include_deleted, page=page)
+        return _outs(ctx, request, respond(request, response, "instances", rows, page, lambda r: (r.id,)))
+
+    stamp = instances.list_stamp(ctx.db, who, include_deleted=include_deleted, page=page)
+    return ctx.pages.respond(ctx.db, request, response, who, stamp, compute)
 
 
 @router.get("/{instance_id}", response_model=InstanceOut)

@@ -28,7 +28,7 @@ def _out(ctx: ServerContext, rows: list[Job]) -> list[JobOut]:
     """Jobs as the API shows them: allocations, costs, dependencies and, for a queued
     job, why it waits (a dependency first, then the last scheduling pass's reason)."""
     allocs = allocations_for(ctx.db, rows)
-    costs = costs_for(ctx, rows)
+    costs = costs_for(ctx.db, rows)
     samples = metrics_for(ctx.db, rows)
     with ctx.db.sessions() as s:
         deps = pipelines.depends_on(s, [r.id for r in rows])
@@ -81,11 +81,15 @@ def list_(
     paged: Paging = Depends(paging),
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
-) -> list[JobOut]:
-    """Your jobs (an operator's: everyone's), by id, a page at a time."""
+) -> Response:
+    """Your jobs (an operator's: everyone's), by id, a page at a time (a page asked again
+    within seconds, unchanged: ``api.page_cache``)."""
     page = paged.page("jobs", (int,))
-    rows = jobs.list_(ctx.db, who, state, page)
-    return _out(ctx, respond(request, response, "jobs", rows, page, lambda r: (r.id,)))
+
+    def compute() -> list[JobOut]:
+        return _out(ctx, respond(request, response, "jobs", jobs.list_(ctx.db, who, state, page), page, lambda r: (r.id,)))
+
+    return ctx.pages.respond(ctx.db, request, response, who, jobs.list_stamp(ctx.db, who, state, page), compute)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)

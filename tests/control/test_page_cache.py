@@ -1,0 +1,144 @@
+"""A listing's page kept a few seconds (``api.page_cache``), the app in-process on SQLite
+and PostgreSQL, the control loop off (it would move rows between requests): asked again
+unchanged, a page is the same answer from two statements; a change to one of its rows
+(the renter's own, or one made behind the API), a rating run, a price or its age make it
+computed again; no one is ever answered from another's page."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event, update
+
+from suanli.billing import rater, store
+from suanli.clock import ManualClock
+from suanli.db.models import Instance
+from tests.control.control_helpers import Server, start_server
+from tests.control.test_paging import create, get, member
+
+
+@pytest.fixture
+def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
+    srv = start_server(tmp_path / "data", db_url, start_loop=False, runtime="process", allow_process_runtime=True)
+    srv.ctx.pages.clock = ManualClock(time.time())
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def statements(server: Server) -> list[str]:
+    """The statements sent to the database (transaction control left out) since the last clear."""
+    sent: list[str] = []
+    event.listen(server.ctx.db.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    return sent
+
+
+def queries(sent: list[str]) -> list[str]:
+    return [q for q in sent if not q.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"))]
+
+
+def without_costs(body: bytes) -> list[dict]:
+    """A page's rows less what moves with the wall clock alone (what accrued so far)."""
+    return [{k: v for k, v in row.items() if k not in ("cost", "cost_so_far")} for row in json.loads(body)]
+
+
+def test_a_page_asked_again_unchanged_is_the_same_answer_from_two_statements(server: Server, statements: list[str]) -> None:
+    [create(server) for _ in range(3)]
+    first = get(server, "/v1/instances", limit=2)
+    statements.clear()
+    again = get(server, "/v1/instances", limit=2)
+    assert again.status_code == 200 and again.content == first.content
+    assert len(queries(statements)) == 2, statements  # the page's rows, the billing stamp
+    # the paging headers come back with the kept page
+    assert again.headers["x-next-cursor"] == first.headers["x-next-cursor"] and again.headers["link"] == first.headers["link"]
+    assert again.headers["content-type"] == first.headers["content-type"] == "application/json"
+    # a kept page is what computing it now gives, but for what accrued since
+    server.ctx.pages.clear()
+    assert without_costs(get(server, "/v1/instances", limit=2).content) == without_costs(first.content)
+
+
+def test_its_age_makes_it_computed_again(server: Server, statements: list[str]) -> None:
+    create(server)
+    clock = server.ctx.pages.clock
+    assert isinstance(clock, ManualClock)
+    get(server, "/v1/instances")
+    clock.advance(4.9)
+    statements.clear()
+    get(server, "/v1/instances")
+    assert len(queries(statements)) == 2
+    clock.advance(0.2)  # 5.1 s old
+    statements.clear()
+    get(server, "/v1/instances")
+    assert len(queries(statements)) > 2, statements
+    clock.set(clock.now() - 60)  # a clock set back: never served from an answer "in the future"
+    statements.clear()
+    get(server, "/v1/instances")
+    assert len(queries(statements)) > 2, statements
+
+
+def test_a_renters_own_change_shows_on_the_next_request(server: Server) -> None:
+    ids = [create(server) for _ in range(2)]
+    assert [r["state"] for r in get(server, "/v1/instances").json()] == ["pending", "pending"]
+    server.post(f"/v1/instances/{ids[0]}/stop", expect=200)
+    assert [r["state"] for r in get(server, "/v1/instances").json()] == ["stopped", "pending"]
+    new = create(server)
+    assert [r["id"] for r in get(server, "/v1/instances").json()] == [*ids, new]
+    assert server.http.delete(f"/v1/instances/{ids[1]}", headers=server.headers).status_code == 200
+    assert [r["id"] for r in get(server, "/v1/instances").json()] == [ids[0], new]
+
+
+def test_a_change_behind_the_api_to_any_column_shows_on_the_next_request(server: Server) -> None:
+    """No transition and no ``updated_at``: the loop asking a launching instance to stop
+    changes ``desired`` alone, and the page shows it at once."""
+    iid = create(server)
+    assert get(server, "/v1/instances").json()[0]["desired"] == "running"
+    with server.ctx.db.transaction() as s:
+        s.execute(update(Instance).where(Instance.id == iid).values(desired="stopped"))
+    assert get(server, "/v1/instances").json()[0]["desired"] == "stopped"
+
+
+def test_a_rating_run_or_a_new_price_makes_it_computed_again(server: Server, statements: list[str]) -> None:
+    create(server)
+    get(server, "/v1/instances")
+    rater.run(server.ctx.db, cutoff_ms=store.now_ms())
+    statements.clear()
+    get(server, "/v1/instances")
+    assert len(queries(statements)) > 2, statements
+    statements.clear()
+    get(server, "/v1/instances")
+    assert len(queries(statements)) == 2
+    store.set_price(server.ctx.db, "ops", "H100", "on-demand", "99")
+    statements.clear()
+    get(server, "/v1/instances")
+    assert len(queries(statements)) > 2, statements
+
+
+def test_no_one_is_answered_from_anothers_page(server: Server) -> None:
+    lab, rival = member(server, "lab"), member(server, "rival")
+    lab_ids = [create(server, lab) for _ in range(2)]
+    rival_ids = [create(server, rival)]
+    admin_ids = [create(server)]
+    for _ in range(2):  # computed, then kept: the same URL for everyone
+        assert [r["id"] for r in get(server, "/v1/instances", lab).json()] == lab_ids
+        assert [r["id"] for r in get(server, "/v1/instances", rival).json()] == rival_ids
+        assert [r["id"] for r in get(server, "/v1/instances").json()] == lab_ids + rival_ids + admin_ids
+    # a second user of the lab's tenant: the same rows, from a page of its own
+    lab_too = server.post("/v1/users", {"name": "lab-second", "role": "member", "tenant": "lab"}, expect=201).json()["token"]
+    assert [r["id"] for r in get(server, "/v1/instances", lab_too).json()] == lab_ids
+    assert get(server, "/v1/instances", "not-a-token").status_code == 401
+
+
+def test_a_jobs_page_is_kept_and_a_cancel_shows_at_once(server: Server, statements: list[str]) -> None:
+    job = server.post("/v1/jobs", {"name": "j", "run": "true"}, expect=201).json()["id"]
+    assert [r["state"] for r in get(server, "/v1/jobs").json()] == ["queued"]
+    statements.clear()
+    assert [r["state"] for r in get(server, "/v1/jobs").json()] == ["queued"]
+    assert len(queries(statements)) == 2, statements
+    server.post(f"/v1/jobs/{job}/cancel", expect=200)
+    assert [r["state"] for r in get(server, "/v1/jobs").json()] == ["cancelled"]
