@@ -24,7 +24,7 @@ from suanli.control.lifecycle import record_event, transition
 from suanli.control.secrets import Keyring
 from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import check_max_price
-from suanli.db import keyset
+from suanli.db import keyset, stamps
 from suanli.db.models import Instance
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
@@ -118,8 +118,11 @@ def create(
         return row
 
 
-def _listed(who: Principal, include_deleted: bool, page: keyset.Page | None) -> Select[Any]:
-    q = select(Instance)
+#: what ``list_stamp`` reads (``db.stamps``)
+_STAMPED = stamps.every_column(Instance)
+
+
+def _listed(q: Select[Any], who: Principal, include_deleted: bool, page: keyset.Page | None) -> Select[Any]:
     if not who.sees_all:
         q = q.where(Instance.tenant_id == who.tenant_id)
     if not include_deleted:
@@ -131,14 +134,14 @@ def list_(db: Database, who: Principal, include_deleted: bool = False, page: key
     """``who``'s instances (an operator's: everyone's) by id; ``page``: one page of them
     (``db.keyset``: one row more than asked when more follow)."""
     with db.reads() as s:
-        return list(s.scalars(_listed(who, include_deleted, page)))
+        return list(s.scalars(_listed(select(Instance), who, include_deleted, page)))
 
 
 def list_stamp(db: Database, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> tuple:
     """Every column of the rows ``list_`` gives, as plain tuples (one statement, no
     objects built): equal stamps, the same rows with the same values (``api.page_cache``)."""
     with db.reads() as s:
-        return tuple(map(tuple, s.execute(_listed(who, include_deleted, page).with_only_columns(*Instance.__table__.columns))))
+        return tuple(map(tuple, s.execute(_listed(_STAMPED, who, include_deleted, page))))
 
 
 def get(db: Database, who: Principal, instance_id: int) -> Instance:

@@ -16,7 +16,7 @@ from suanli.control.lifecycle import JOB_FINAL, record_event
 from suanli.control.secrets import Keyring
 from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import Task
-from suanli.db import keyset
+from suanli.db import keyset, stamps
 from suanli.db.models import Job
 from suanli.db.session import Database
 from suanli.errors import Invalid, NotFound
@@ -99,8 +99,11 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
         return row
 
 
-def _listed(who: Principal, state: str | None, page: keyset.Page | None) -> Select[Any]:
-    q = select(Job)
+#: what ``list_stamp`` reads (``db.stamps``)
+_STAMPED = stamps.every_column(Job)
+
+
+def _listed(q: Select[Any], who: Principal, state: str | None, page: keyset.Page | None) -> Select[Any]:
     if not who.sees_all:
         q = q.where(Job.tenant_id == who.tenant_id)
     if state:
@@ -112,13 +115,13 @@ def list_(db: Database, who: Principal, state: str | None = None, page: keyset.P
     """``who``'s jobs (an operator's: everyone's) by id; ``page``: one page of them
     (``db.keyset``: one row more than asked when more follow)."""
     with db.reads() as s:
-        return list(s.scalars(_listed(who, state, page)))
+        return list(s.scalars(_listed(select(Job), who, state, page)))
 
 
 def list_stamp(db: Database, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> tuple:
     """Every column of the rows ``list_`` gives, as plain tuples (``api.page_cache``)."""
     with db.reads() as s:
-        return tuple(map(tuple, s.execute(_listed(who, state, page).with_only_columns(*Job.__table__.columns))))
+        return tuple(map(tuple, s.execute(_listed(_STAMPED, who, state, page))))
 
 
 def get(db: Database, who: Principal, job_id: int) -> Job:
