@@ -52,7 +52,9 @@ def measure(call: Callable[[], object], n: int, count: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", default="sqlite", choices=["sqlite", "postgresql"])
-    ap.add_argument("--where", action="store_true", help="also print which code issued each statement of one list")
+    ap.add_argument(
+        "--where", action="store_true", help="also print which code issued each statement of one computed list and one create"
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -112,8 +114,10 @@ def main() -> None:
             }
             if args.where:
                 count["trace"] = 1
-                list_computed()
-                out["list_statements_by_caller"] = dict(where.most_common())
+                for op, call in (("list_computed", list_computed), ("create", create)):
+                    where.clear()
+                    call()
+                    out[f"{op}_statements_by_caller"] = dict(where.most_common())
         ctx.db.dispose()
     finally:
         if drop is not None:
@@ -125,8 +129,11 @@ def main() -> None:
     for op in ("healthz", "list", "list_computed", "create"):
         m = out[op]
         print(f"{op:<14}{m['statements']:>11}{m['cpu_ms']:>9}{m['wall_ms_median']:>13}{m.get('cpu_vs_healthz', 1):>15}")
-    for k, v in out.get("list_statements_by_caller", {}).items():
-        print(f"  {v:>3} {k}")
+    for op in ("list_computed", "create"):
+        if f"{op}_statements_by_caller" in out:
+            print(f"{op}, statements by caller:")
+            for k, v in out[f"{op}_statements_by_caller"].items():
+                print(f"  {v:>3} {k}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))
