@@ -1,7 +1,7 @@
 """A listing's page kept a few seconds (``api.page_cache``), the app in-process on SQLite
 and PostgreSQL, the control loop off (it would move rows between requests): asked again
 unchanged, a page is the same answer from two statements; a change to one of its rows
-(the renter's own, or one made behind the API), a rating run, a price or its age make it
+(the renter's own, or one made behind the API), a price, a subscription or its age make it
 computed again; no one is ever answered from another's page."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, update
+from sqlalchemy import event, select, update
 
 from suanli.billing import rater, store
+from suanli.billing.workload_cost import billing_stamp
 from suanli.clock import ManualClock
-from suanli.db.models import Instance
+from suanli.db.models import Instance, Tenant
 from tests.control.control_helpers import Server, start_server
 from tests.control.test_paging import create, get, member
 
@@ -103,20 +104,35 @@ def test_a_change_behind_the_api_to_any_column_shows_on_the_next_request(server:
     assert get(server, "/v1/instances").json()[0]["desired"] == "stopped"
 
 
-def test_a_rating_run_or_a_new_price_makes_it_computed_again(server: Server, statements: list[str]) -> None:
+def test_a_new_price_makes_it_computed_again_a_rating_run_does_not(server: Server, statements: list[str]) -> None:
     create(server)
     get(server, "/v1/instances")
-    rater.run(server.ctx.db, cutoff_ms=store.now_ms())
+    rater.run(server.ctx.db, cutoff_ms=store.now_ms())  # moves what accrued into what is rated: the total stays
     statements.clear()
     get(server, "/v1/instances")
-    assert len(queries(statements)) > 2, statements
-    statements.clear()
-    get(server, "/v1/instances")
-    assert len(queries(statements)) == 2
+    assert len(queries(statements)) == 2, statements
     store.set_price(server.ctx.db, "ops", "H100", "on-demand", "99")
     statements.clear()
     get(server, "/v1/instances")
     assert len(queries(statements)) > 2, statements
+
+
+def test_the_billing_stamp_moves_with_a_subscription_bought_and_cancelled(server: Server) -> None:
+    db = server.ctx.db
+
+    def stamp() -> tuple:
+        with db.reads() as s:
+            return billing_stamp(s)
+
+    server.post("/v1/tenants", {"name": "acme"}, expect=201)
+    store.topup(db, "acme", "1000000")
+    before = stamp()
+    with db.reads() as s:
+        tenant = s.scalar(select(Tenant.id).where(Tenant.name == "acme"))
+    sub = store.subscribe(db, "acme", "reserved", "H100", 1)
+    bought = stamp()
+    store.cancel_subscription(db, sub.id, tenant)
+    assert len({before, bought, stamp()}) == 3
 
 
 def test_no_one_is_answered_from_anothers_page(server: Server) -> None:

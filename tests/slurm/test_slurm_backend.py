@@ -145,8 +145,12 @@ def test_exec_runs_inside_the_job_with_its_environment_gpus_and_notice(slurm: Sl
     # The wrapper ends the job notice_s after the notice; the fixture's 5 s ran out before the
     # last exec when each srun took seconds on a loaded machine ("instance-7 is not running").
     backend.notice_s = 120
-    h = backend.submit(spec("instance-7", node, (0, 1), run='trap "" USR1; sleep 300'))  # an instance's keeper
+    h = backend.submit(spec("instance-7", node, (0, 1), run='trap "" USR1; : >trapped; sleep 300'))
     _, indices = running_placement(backend, h)
+    # "running" is the job's state, not the workload's: a notice before its trap ran killed it
+    # (exit 128 + USR1, once in a five-run check); the product sends instances no signal at all
+    trapped = backend.task_dir("instance-7") / "work" / "trapped"
+    wait_until(trapped.exists, 20, "the workload's USR1 trap")
     done = backend.exec(h, 'echo "cvd=$CUDA_VISIBLE_DEVICES job=$SUANLI_JOB_ID node=$SLURMD_NODENAME pwd=$PWD"; exit 3')
     assert done.exit_code == 3
     assert f"cvd={','.join(map(str, indices))} job=1 node={node} pwd={backend.task_dir('instance-7')}/work" in done.output

@@ -1,17 +1,17 @@
 """Whole answers of list pages (a renter's instances or jobs), kept for a few seconds.
 
 Why: the console and ``watch``-style scripts ask for the same page every few seconds,
-and computing one is a dozen statements (allocations, access, waiting reasons, usage
+and computing one is two dozen statements (allocations, access, waiting reasons, usage
 samples and, most of all, the cost figures: rated sums, posted records, a rater pass
-per tenant) and 5–10 ms of CPU. A page asked again is answered from memory, with two
-statements, when nothing it shows was seen to change: the page's rows, every column
-(``list_stamp``: a transition, a stop asked, a reclaim notice, a new or deleted row), and
-the billing stamp (a rating run, a price version, a subscription bought or cancelled;
+per tenant) and 10-25 ms of CPU. A page asked again is answered from memory, after two
+statements in one read, when nothing it shows was seen to change: the page's rows, every
+column (``list_stamp``: a transition, a stop asked, a reclaim notice, a new or deleted
+row), and the billing stamp (a price version, a subscription bought or cancelled;
 ``workload_cost.billing_stamp``). So a renter sees their own change on the next request.
 What may be older than the request, by at most ``max_age_ms`` (5 s, inside billing's
-10-s visibility rule): what accrued meanwhile, a spot rate following the market, the
-latest usage sample and a waiting row's reason. Each API worker process keeps its own;
-a page is kept per user and URL, so no one is answered from another's page.
+10-s visibility rule): what accrued meanwhile and how a rating run split it into rated
+and accruing, a spot rate following the market, the latest usage sample and a waiting
+row's reason. Each API worker process keeps its own; a page is kept per user and URL.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.orm import Session
 
 from suanli.billing.workload_cost import billing_stamp
 from suanli.clock import SYSTEM, Clock
@@ -55,15 +56,16 @@ class PageCache:
         request: Request,
         response: Response,
         who: Principal,
-        rows_stamp: tuple,
+        rows_stamp: Callable[[Session], tuple],
         compute: Callable[[], Sequence[BaseModel]],
     ) -> Response:
         """The page at ``request``'s URL as ``who`` sees it: kept, or ``compute``\\ d (which
-        may set the paging headers on ``response``) and kept. ``rows_stamp`` is read
-        before the page is computed, so a change racing with it makes the next request
-        compute again rather than keep an older page."""
+        may set the paging headers on ``response``) and kept. The stamps are read before
+        the page is computed, so a change racing with it makes the next request compute
+        again rather than keep an older page."""
         key = (who.user_id, who.tenant_id, who.role, who.pinned, str(request.url))
-        stamp = (rows_stamp, billing_stamp(db))
+        with db.reads() as s:
+            stamp = (rows_stamp(s), billing_stamp(s))
         at = self.clock.now_ms()
         with self._lock:
             hit = self._pages.get(key)

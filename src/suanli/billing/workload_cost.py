@@ -100,23 +100,21 @@ def costs(
     raise AssertionError("unreachable")
 
 
-def billing_stamp(db: Database) -> tuple:
-    """What changes a workload's figures besides its own state and the passing of time,
-    in one statement: the last rating run (it moves accruing into rated), the newest
+def billing_stamp(s: Session) -> tuple:
+    """What changes a workload's rate besides its own row, in one statement: the newest
     price version, and the newest subscription and cancellation (what reserved work
-    costs). Equal stamps and an unchanged workload mean equal figures, give or take what
-    accrued in between and the spot market's drift (``api.cost_cache``)."""
-    with db.reads() as s:
-        row = s.execute(
+    costs). Equal stamps and an unchanged row mean the same figures but for what accrued
+    in between and the spot market's drift (``api.page_cache``). A rating run is not in
+    it: it moves what accrued into what is rated, the total stays."""
+    return tuple(
+        s.execute(
             select(
-                select(RatingState.watermark_ms).where(RatingState.id == 1).scalar_subquery(),
-                select(RatingState.last_run).where(RatingState.id == 1).scalar_subquery(),
                 select(func.max(PriceVersion.id)).scalar_subquery(),
                 select(func.max(Subscription.id)).scalar_subquery(),
                 select(func.max(Subscription.cancelled_ms)).scalar_subquery(),
             )
         ).one()
-    return tuple(row)
+    )
 
 
 def _costs(s: Session, kind: Kind, ids: list[int], at: int, period_ms: int) -> dict[int, WorkloadCost]:

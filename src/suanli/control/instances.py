@@ -137,11 +137,10 @@ def list_(db: Database, who: Principal, include_deleted: bool = False, page: key
         return list(s.scalars(_listed(select(Instance), who, include_deleted, page)))
 
 
-def list_stamp(db: Database, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> tuple:
+def list_stamp(s: Session, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> tuple:
     """Every column of the rows ``list_`` gives, as plain tuples (one statement, no
     objects built): equal stamps, the same rows with the same values (``api.page_cache``)."""
-    with db.reads() as s:
-        return tuple(map(tuple, s.execute(_listed(_STAMPED, who, include_deleted, page))))
+    return tuple(map(tuple, s.execute(_listed(_STAMPED, who, include_deleted, page))))
 
 
 def get(db: Database, who: Principal, instance_id: int) -> Instance:

@@ -118,10 +118,9 @@ def list_(db: Database, who: Principal, state: str | None = None, page: keyset.P
         return list(s.scalars(_listed(select(Job), who, state, page)))
 
 
-def list_stamp(db: Database, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> tuple:
+def list_stamp(s: Session, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> tuple:
     """Every column of the rows ``list_`` gives, as plain tuples (``api.page_cache``)."""
-    with db.reads() as s:
-        return tuple(map(tuple, s.execute(_listed(_STAMPED, who, state, page))))
+    return tuple(map(tuple, s.execute(_listed(_STAMPED, who, state, page))))
 
 
 def get(db: Database, who: Principal, job_id: int) -> Job:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from sqlalchemy.orm import Session
 
 from suanli.api.context import ServerContext
 from suanli.api.convert import access_for, allocations_for, costs_for, history_out, instance_out, metrics_for
@@ -81,7 +82,9 @@ def list_(
         rows = instances.list_(ctx.db, who, include_deleted=include_deleted, page=page)
         return _outs(ctx, request, respond(request, response, "instances", rows, page, lambda r: (r.id,)))
 
-    stamp = instances.list_stamp(ctx.db, who, include_deleted=include_deleted, page=page)
+    def stamp(s: Session) -> tuple:
+        return instances.list_stamp(s, who, include_deleted=include_deleted, page=page)
+
     return ctx.pages.respond(ctx.db, request, response, who, stamp, compute)
 
 

@@ -89,7 +89,7 @@ def list_(
     def compute() -> list[JobOut]:
         return _out(ctx, respond(request, response, "jobs", jobs.list_(ctx.db, who, state, page), page, lambda r: (r.id,)))
 
-    return ctx.pages.respond(ctx.db, request, response, who, jobs.list_stamp(ctx.db, who, state, page), compute)
+    return ctx.pages.respond(ctx.db, request, response, who, lambda s: jobs.list_stamp(s, who, state, page), compute)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
