@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -56,6 +57,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _connections(pid: int, port: int) -> int:
+    """Established TCP connections to local ``port`` that process ``pid`` holds."""
+    inodes = set()
+    for fd in (Path("/proc") / str(pid) / "fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    held = 0
+    for table in ("tcp", "tcp6"):
+        for line in (Path("/proc/net") / table).read_text().splitlines()[1:]:
+            f = line.split()
+            if int(f[1].rsplit(":", 1)[1], 16) == port and f[3] == "01" and f[9] in inodes:  # 01: ESTABLISHED
+                held += 1
+    return held
+
+
 def _job(http: httpx.Client, job_id: int) -> dict:
     r = http.get(f"/v1/jobs/{job_id}")
     assert r.status_code == 200, r.text
@@ -76,6 +96,18 @@ def test_the_server_runs_its_parts_apart_restarts_the_worker_and_stops_them_all(
         worker = wait_until(lambda: _part(sup, "worker"), 30)
         assert _part(sup, "api-1") and _part(sup, "api-2") and _part(sup, "proxy"), [_comm(p) for p in _children(sup)]
         http = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {srv.token}"}, timeout=30)
+        # 20 clients connecting at once, each keeping its connection: both API workers hold some
+        # (on one shared socket the first to wake accepted the whole burst)
+        burst = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(20)]
+        try:
+            for c in burst:
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert all(c.recv(12) == b"HTTP/1.1 200" for c in burst)
+            held = {n: _connections(_part(sup, n), srv.port) for n in ("api-1", "api-2")}  # type: ignore[arg-type]
+            assert sum(held.values()) >= 20 and all(held.values()), held
+        finally:
+            for c in burst:
+                c.close()
         # the worker's loop ticks, and the API (another process) reads its counters
         first = wait_until(lambda: http.get("/healthz").json()["loop_ticks"], 60)
         assert wait_until(lambda: http.get("/healthz").json()["loop_ticks"] > first, 30)

@@ -4,9 +4,10 @@ which restarts one that dies:
 - **worker**: every background thread of ``api.background`` (control loop, billing,
   metrics and idle auto-stop, alerts, audit retention) and the listener of the API's
   wakes (``control.wakeup``); it owns every side effect on workloads.
-- **api-1** .. **api-N**: the HTTP API, one uvicorn server per process on one listening
-  socket the supervisor bound (the kernel spreads connections among them); they only serve
-  requests, and reach the worker through the database and wake datagrams.
+- **api-1** .. **api-N**: the HTTP API, one uvicorn server per process, each on a listening
+  socket of its own on the API's port that the supervisor bound (``SO_REUSEPORT``: the
+  kernel spreads connections among them, ``listen``); they only serve requests, and reach
+  the worker through the database and wake datagrams.
 - **proxy**: the port proxy (``api.proxy_app``), renters' published ports. It gets a
   process of its own rather than a place in either: its connections are renters' own
   traffic, long-lived (WebSockets, downloads) and unbounded in volume, so in the worker
@@ -101,7 +102,7 @@ def _serve(app: Any, sock: socket.socket, cfg: PartConfig, ready: Ready) -> None
 
 
 def run_api(cfg: PartConfig, sock: socket.socket, ready: Ready) -> None:
-    """One API worker: the app on the shared socket; wakes go to the worker by datagram."""
+    """One API worker: the app on its socket; wakes go to the worker by datagram."""
     from suanli.api.app import create_app
     from suanli.control import wakeup
 
@@ -116,20 +117,45 @@ def run_proxy(cfg: PartConfig, sock: socket.socket, ready: Ready) -> None:
     _serve(create_proxy_app(_context(cfg, background_work=False)), sock, cfg, ready)
 
 
-def listen(host: str, port: int, what: str) -> socket.socket:
-    """A listening socket the API's (or the proxy's) processes share, bound before any
-    part starts: a port in use is said at once, by the supervisor."""
+def listen(host: str, port: int, what: str, count: int = 1) -> list[socket.socket]:
+    """``count`` listening sockets on one port, bound before any part starts: a port in
+    use is said at once, by the supervisor.
+
+    Several (one per API worker) are bound with ``SO_REUSEPORT``, and the kernel spreads
+    new connections across them by address. One socket shared by the workers is not
+    spread: an asyncio server accepts every connection waiting when it wakes, so the
+    worker that woke first took a whole burst and kept it for as long as the clients kept
+    their connections alive (under 50 clients, one of two API workers served every
+    request and the other none). A plain bind comes first, so a port that another
+    server's sockets hold, with ``SO_REUSEPORT`` or without, is refused rather than
+    shared."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shared = count > 1 and hasattr(socket, "SO_REUSEPORT")
+    socks: list[socket.socket] = []
+    try:
+        if shared:  # the plain bind: refused where any socket holds the port
+            with _tcp(family) as probe:
+                probe.bind((host, port))
+                port = probe.getsockname()[1]  # port 0: the one the kernel chose, for all
+        for _ in range(count if shared else 1):
+            sock = _tcp(family)
+            socks.append(sock)
+            if shared:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            sock.listen(2048)
+            sock.set_inheritable(True)
+    except OSError as exc:
+        for sock in socks:
+            sock.close()
+        raise SystemExit(f"the {what} cannot listen on {host}:{port}: {exc.strerror}") from None
+    return socks
+
+
+def _tcp(family: socket.AddressFamily) -> socket.socket:
     # IPPROTO_TCP named, not left 0: asyncio turns Nagle off (TCP_NODELAY) only on accepted
     # sockets whose protocol says TCP. With Nagle on, a response written in two parts
     # (headers, then body) waited for the client's delayed ACK: 40 ms added to most answers.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise SystemExit(f"the {what} cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
     return sock

@@ -351,8 +351,8 @@ def serve(
             else f"; *.{proxy_domain} must resolve to this server)"
         )
     )
-    api_sock = parts.listen(host, port, "API")
-    proxy_sock = parts.listen(host, proxy_port, "port proxy (choose another port with --proxy-port)")
+    api_socks = parts.listen(host, port, "API", workers)
+    [proxy_sock] = parts.listen(host, proxy_port, "port proxy (choose another port with --proxy-port)")
     echo(f"processes: a worker (control loop, billing, metrics, alerts), {workers} API worker(s), the port proxy")
     ctx.db.dispose()  # the parts open their own; nothing of the supervisor's crosses the fork
     if workers > 1:  # every API worker's request metrics in one scrape (``api.metrics``)
@@ -379,7 +379,12 @@ def serve(
     status = supervisor.Supervisor(
         [
             supervisor.Part("worker", partial(parts.run_worker, config)),
-            *(supervisor.Part(f"api-{n + 1}", partial(parts.run_api, config, api_sock)) for n in range(workers)),
+            # a restarted API worker gets its predecessor's socket: connections that came
+            # meanwhile wait in its queue
+            *(
+                supervisor.Part(f"api-{n + 1}", partial(parts.run_api, config, api_socks[n % len(api_socks)]))
+                for n in range(workers)
+            ),
             supervisor.Part("proxy", partial(parts.run_proxy, config, proxy_sock)),
         ],
         echo,
