@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from suanli.api.context import ServerContext
 from suanli.control.auth import Principal, authenticate, hash_token
 from suanli.errors import Forbidden, Unauthorized
 
+# ``context``, ``paging`` and ``principal`` are ``async``: FastAPI runs a plain ``def``
+# dependency on a worker thread, a hand-off each (three per request) that under many
+# clients waits for a free thread and the GIL; what may block (the database) still runs
+# on a thread.
 
-def context(request: Request) -> ServerContext:
+
+async def context(request: Request) -> ServerContext:
     return request.app.state.ctx
 
 
@@ -23,7 +29,17 @@ def bearer(request: Request) -> str | None:
     return header[7:].strip() if header.lower().startswith("bearer ") else None
 
 
-def principal(request: Request, ctx: ServerContext = Depends(context)) -> Principal:
+async def principal(request: Request, ctx: ServerContext = Depends(context)) -> Principal:
+    """``authenticated``, on this thread for a token in this process's cache, else on a
+    worker thread (it reads the database)."""
+    token = bearer(request)
+    who = ctx.tokens.get(hash_token(token)) if token else None
+    if who is None:
+        return await run_in_threadpool(authenticated, request, ctx)
+    return _admitted(request, who)
+
+
+def authenticated(request: Request, ctx: ServerContext) -> Principal:
     """Who is asking, from the bearer token. A source that sent too many bad tokens
     waits (429) before its next token is even looked at (a token this process verified
     in the last seconds is not a guess: it skips that read); a token's scopes are checked
@@ -40,6 +56,10 @@ def principal(request: Request, ctx: ServerContext = Depends(context)) -> Princi
             if token:
                 ctx.bad_tokens.fail(where)
             raise
+    return _admitted(request, who)
+
+
+def _admitted(request: Request, who: Principal) -> Principal:
     request.state.principal = who
     if not who.allows(request.method, request.url.path):
         raise Forbidden(f"this token's scopes ({', '.join(who.scopes)}) do not allow {request.method} {request.url.path}")

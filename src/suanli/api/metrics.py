@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 
 from suanli.api.context import ServerContext
-from suanli.api.deps import bearer, principal, source
+from suanli.api.deps import authenticated, bearer, source
 from suanli.control import metrics as usage_metrics
 from suanli.db.models import Gpu, Instance, Job, Node, Tenant
 from suanli.db.session import Database
@@ -174,7 +174,7 @@ def install(app: FastAPI, ctx: ServerContext, loop_stats=None) -> CollectorRegis
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
         if bearer(request) is not None or source(request) not in LOOPBACK:
-            principal(request, ctx).require("admin", "operator")
+            authenticated(request, ctx).require("admin", "operator")
         return Response(generate_latest(scraped), media_type=CONTENT_TYPE_LATEST)
 
     return registry

@@ -63,7 +63,7 @@ class Paging:
         return Page(self.limit, decode(self.cursor, name, types))
 
 
-def paging(
+async def paging(
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description=f"rows per page (1..{MAX_LIMIT})"),
     cursor: str | None = Query(
         None,
