@@ -17,7 +17,7 @@ from sqlalchemy import event, select, update
 from suanli.billing import rater, store
 from suanli.billing.workload_cost import billing_stamp
 from suanli.clock import ManualClock
-from suanli.db.models import Instance, Tenant
+from suanli.db.models import Instance, Tenant, WaitingReason
 from tests.control.control_helpers import Server, start_server
 from tests.control.test_paging import create, get, member
 
@@ -96,12 +96,19 @@ def test_a_renters_own_change_shows_on_the_next_request(server: Server) -> None:
 
 def test_a_change_behind_the_api_to_any_column_shows_on_the_next_request(server: Server) -> None:
     """No transition and no ``updated_at``: the loop asking a launching instance to stop
-    changes ``desired`` alone, and the page shows it at once."""
+    changes ``desired`` alone, and the page shows it at once; so a new waiting reason."""
     iid = create(server)
     assert get(server, "/v1/instances").json()[0]["desired"] == "running"
     with server.ctx.db.transaction() as s:
         s.execute(update(Instance).where(Instance.id == iid).values(desired="stopped"))
     assert get(server, "/v1/instances").json()[0]["desired"] == "stopped"
+    # the scheduler's reason for a wait is written apart from the row: shown at once too
+    with server.ctx.db.transaction() as s:
+        s.add(WaitingReason(kind="instance", workload_id=iid, code="capacity", detail="gpu"))
+    assert get(server, "/v1/instances").json()[0]["waiting"]["code"] == "capacity"
+    with server.ctx.db.transaction() as s:
+        s.get(WaitingReason, ("instance", iid)).code = "price-above-bid"  # type: ignore[union-attr]
+    assert get(server, "/v1/instances").json()[0]["waiting"]["code"] == "price-above-bid"
 
 
 def test_a_new_price_makes_it_computed_again_a_rating_run_does_not(server: Server, statements: list[str]) -> None:

@@ -5,13 +5,14 @@ and computing one is two dozen statements (allocations, access, waiting reasons,
 samples and, most of all, the cost figures: rated sums, posted records, a rater pass
 per tenant) and 10-25 ms of CPU. A page asked again is answered from memory, after two
 statements in one read, when nothing it shows was seen to change: the page's rows, every
-column (``list_stamp``: a transition, a stop asked, a reclaim notice, a new or deleted
-row), and the billing stamp (a price version, a subscription bought or cancelled;
-``workload_cost.billing_stamp``). So a renter sees their own change on the next request.
-What may be older than the request, by at most ``max_age_ms`` (5 s, inside billing's
-10-s visibility rule): what accrued meanwhile and how a rating run split it into rated
-and accruing, a spot rate following the market, the latest usage sample and a waiting
-row's reason. Each API worker process keeps its own; a page is kept per user and URL.
+column, and their waiting reasons (``list_stamp``: a transition, a stop asked, a reclaim
+notice, a new or deleted row, the scheduler's reason for a wait), and the billing stamp
+(a price version, a subscription bought or cancelled; ``workload_cost.billing_stamp``).
+So a renter sees their own change on the next request. What may be older than the
+request, by at most ``max_age_ms`` (5 s, inside billing's 10-s visibility rule): what
+accrued meanwhile and how a rating run split it into rated and accruing, a spot rate
+following the market, the latest usage sample and the states of a job's dependencies.
+Each API worker process keeps its own; a page is kept per user and URL.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def create(
 
 
 #: what ``list_stamp`` reads (``db.stamps``)
-_STAMPED = stamps.every_column(Instance)
+_STAMPED = stamps.every_column(Instance, "instance")
 
 
 def _listed(q: Select[Any], who: Principal, include_deleted: bool, page: keyset.Page | None) -> Select[Any]:
@@ -138,8 +138,9 @@ def list_(db: Database, who: Principal, include_deleted: bool = False, page: key
 
 
 def list_stamp(s: Session, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> tuple:
-    """Every column of the rows ``list_`` gives, as plain tuples (one statement, no
-    objects built): equal stamps, the same rows with the same values (``api.page_cache``)."""
+    """Every column of the rows ``list_`` gives and their waiting reasons, as plain
+    tuples (one statement, no objects built): equal stamps, the same rows with the same
+    values (``api.page_cache``)."""
     return tuple(map(tuple, s.execute(_listed(_STAMPED, who, include_deleted, page))))
 
 

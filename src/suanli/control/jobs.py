@@ -100,7 +100,7 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
 
 
 #: what ``list_stamp`` reads (``db.stamps``)
-_STAMPED = stamps.every_column(Job)
+_STAMPED = stamps.every_column(Job, "job")
 
 
 def _listed(q: Select[Any], who: Principal, state: str | None, page: keyset.Page | None) -> Select[Any]:
@@ -119,7 +119,8 @@ def list_(db: Database, who: Principal, state: str | None = None, page: keyset.P
 
 
 def list_stamp(s: Session, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> tuple:
-    """Every column of the rows ``list_`` gives, as plain tuples (``api.page_cache``)."""
+    """Every column of the rows ``list_`` gives and their waiting reasons, as plain
+    tuples (``api.page_cache``)."""
     return tuple(map(tuple, s.execute(_listed(_STAMPED, who, state, page))))
 
 

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Select, Text, cast, select
+from sqlalchemy import JSON, Select, Text, and_, cast, select
 from sqlalchemy.orm import DeclarativeBase
 
+from suanli.db.models import WaitingReason
 
-def every_column(model: type[DeclarativeBase]) -> Select[Any]:
-    """``SELECT`` of every column of ``model``'s table, JSON ones as text; add the
-    ``WHERE``, order and limit of the rows to stamp."""
+
+def every_column(model: type[DeclarativeBase], kind: str) -> Select[Any]:
+    """``SELECT`` of every column of ``model``'s table, JSON ones as text, and of each
+    row's waiting reason (``kind``: ``instance`` or ``job``; the loop writes it apart from
+    the row, and a page shows it); add the ``WHERE``, order and limit of the rows."""
     table = model.__table__
-    return select(*(cast(c, Text) if isinstance(c.type, JSON) else c for c in table.columns)).select_from(table)
+    columns = [cast(c, Text) if isinstance(c.type, JSON) else c for c in table.columns]
+    waits = and_(WaitingReason.kind == kind, WaitingReason.workload_id == table.c.id)
+    return (
+        select(*columns, WaitingReason.code, WaitingReason.detail, WaitingReason.since)
+        .select_from(table)
+        .outerjoin(WaitingReason, waits)
+    )
