@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,16 +51,36 @@ class Jobs:
     def wait_state(self, job_id: int, *states: str, timeout_s: float = 20) -> SlurmJob:
         return wait_until(lambda: self.state(job_id, *states), timeout_s, f"job {job_id} in {states}")
 
-    def wait_text(self, path: Path, text: str, timeout_s: float = 20) -> str:
-        """Wait for ``text`` in the file; on timeout, show what the file did say."""
+    def wait_text(self, path: Path, text: str, timeout_s: float = 20, job_id: int | None = None) -> str:
+        """Wait for ``text`` in the file; on timeout, show what the file did say, and with
+        ``job_id`` what Slurm says of the job (``story``)."""
         deadline = time.monotonic() + timeout_s
         while True:
             content = path.read_text() if path.exists() else ""
             if text in content:
                 return content
             if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {text!r} in {path}; it holds {content!r}")
+                story = "" if job_id is None else "\n" + self.story(job_id)
+                pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {text!r} in {path}; it holds {content!r}{story}")
             time.sleep(0.1)
+
+    def story(self, job_id: int) -> str:
+        """What Slurm recorded of a job, for a failure message: each step's state and exit
+        code (an exit by signal shows as ``0:N``), and the daemons' log lines naming it."""
+        try:
+            steps = self.client.run(["sacct", "-D", "-P", "-j", str(job_id), "--format=JobID,State,ExitCode,Start,End"])
+        except SlurmError as exc:
+            steps = f"sacct failed: {exc}"
+        conf = self.client.slurm_conf
+        root = Path(os.environ.get("SUANLI_SLURM_ROOT") or (conf.parent.parent if conf else "/nonexistent"))
+        named = re.compile(rf"(JobId=|job[ _]?|StepId=){job_id}\b", re.IGNORECASE)
+        lines = [
+            f"{log.name}: {line}"
+            for log in sorted((root / "log").glob("*.log"))
+            for line in log.read_text(errors="replace").splitlines()
+            if named.search(line)
+        ]
+        return f"sacct of job {job_id}:\n{steps}\nlog lines naming it:\n" + "\n".join(lines[-60:])
 
     def output(self, name: str, job_id: int) -> Path:
         return self.out_dir / f"{name}-{job_id}.out"

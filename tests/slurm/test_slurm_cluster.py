@@ -126,7 +126,7 @@ def test_spot_job_preempted_by_slurm_qos_is_told_and_requeued(slurm: SlurmClient
     urgent = jobs.submit(name="ondemand", node=node.name, gpu_type="h100", gpu_count=1, command="sleep 30")
     jobs.wait_state(urgent, "RUNNING")
     running_s = time.monotonic() - t0
-    jobs.wait_text(jobs.output("spot", spot), "suanli: notice received")
+    jobs.wait_text(jobs.output("spot", spot), "suanli: notice received", job_id=spot)
     told = wait_until(lambda: log.read_text().splitlines()[1:], 10, "the spot workload to log a signal")
     assert told[0].split()[0] in ("USR1", "TERM"), told
     requeued = wait_until(lambda: (j := slurm.job(spot)) and j.restarts == 1 and j, 20, "spot job requeued")
