@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.console.console_helpers import new_context
 from tests.control.control_helpers import LiveServer
@@ -71,7 +72,12 @@ def console_server(tmp_path: Path) -> Iterator[LiveServer]:
 def page(chromium, console_server: LiveServer):  # type: ignore[no-untyped-def]
     context = new_context(chromium, console_server.url)
     p = context.new_page()
+    # the page's timeout bounds actions (click, fill); `expect` assertions have their own,
+    # 5 s unless set, and they wait on the platform's work (a job queued, run, reconciled,
+    # then shown by the next refresh): a five-run check under load once saw a job still
+    # "running" when 5 s ran out. Both get the 20 s a control-plane test waits for a state.
     p.set_default_timeout(20_000)
+    expect.set_options(timeout=20_000)
     try:
         yield p
     finally:
