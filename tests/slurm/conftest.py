@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from suanli.backends.slurm import SlurmClient
-from tests.slurm.slurm_helpers import Jobs
+from tests.slurm.slurm_helpers import Jobs, cluster_root
 
 LOCK_WAIT_S = 300.0
 
@@ -54,9 +54,8 @@ def slurm() -> SlurmClient:
 
 @contextmanager
 def _cluster_lock(client: SlurmClient) -> Iterator[None]:
-    assert client.slurm_conf is not None
-    root = Path(os.environ.get("SUANLI_SLURM_ROOT") or client.slurm_conf.parent.parent)
-    with open(root / "tests.lock", "w") as lock:
+    path = cluster_root(client) / "tests.lock"
+    with open(path, "w") as lock:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:
             try:
@@ -64,7 +63,7 @@ def _cluster_lock(client: SlurmClient) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"another test run held {root / 'tests.lock'} for {LOCK_WAIT_S:.0f}s")
+                    pytest.fail(f"another test run held {path} for {LOCK_WAIT_S:.0f}s")
                 time.sleep(0.1)
         yield
 

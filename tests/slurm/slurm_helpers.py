@@ -28,6 +28,12 @@ def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, inter
         time.sleep(interval_s)
 
 
+def cluster_root(client: SlurmClient) -> Path:
+    """Where scripts/slurm-cluster keeps the cluster's state (configs, logs, PID files)."""
+    assert client.slurm_conf is not None
+    return Path(os.environ.get("SUANLI_SLURM_ROOT") or Path(client.slurm_conf).parent.parent)
+
+
 class Jobs:
     """Submits jobs for one test and cancels whatever is left at the end."""
 
@@ -71,12 +77,10 @@ class Jobs:
             steps = self.client.run(["sacct", "-D", "-P", "-j", str(job_id), "--format=JobID,State,ExitCode,Start,End"])
         except SlurmError as exc:
             steps = f"sacct failed: {exc}"
-        conf = self.client.slurm_conf
-        root = Path(os.environ.get("SUANLI_SLURM_ROOT") or (conf.parent.parent if conf else "/nonexistent"))
         named = re.compile(rf"(JobId=|job[ _]?|StepId=){job_id}\b", re.IGNORECASE)
         lines = [
             f"{log.name}: {line}"
-            for log in sorted((root / "log").glob("*.log"))
+            for log in sorted((cluster_root(self.client) / "log").glob("*.log"))
             for line in log.read_text(errors="replace").splitlines()
             if named.search(line)
         ]

@@ -26,7 +26,7 @@ from suanli.db.models import Gpu, Job, Node
 from suanli.scheduler import make_policy
 from tests.event_helpers import events_text
 from tests.platform_helpers import Platform, make_platform, restarted
-from tests.slurm.slurm_helpers import Jobs, nodes_with_gpu, wait_until
+from tests.slurm.slurm_helpers import Jobs, cluster_root, nodes_with_gpu, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -148,12 +148,6 @@ def test_node_down_fails_over_to_another_node_from_the_checkpoint(slurm: SlurmCl
         slurm.set_node_state(node, "resume")
     wait_until(lambda: slurm.node(node).health == NodeHealth.UP, 30, f"{node} back up")
     p.until(lambda: [e for e in p.events("node") if e.to_state == "ready" and "slurm:" in e.message], 10, "node ready again")
-
-
-def cluster_root(slurm: SlurmClient) -> Path:
-    """Where scripts/slurm-cluster keeps the cluster's state (PID files under run/)."""
-    assert slurm.slurm_conf is not None
-    return Path(os.environ.get("SUANLI_SLURM_ROOT") or Path(slurm.slurm_conf).parent.parent)
 
 
 def slurmd_pid(root: Path, node: str) -> int | None:
