@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests import http_helpers as web
 from tests.console.console_helpers import container_live_server, new_context
 from tests.control.control_helpers import LiveServer, free_port, wait_until
 
@@ -93,7 +93,7 @@ def test_add_refuse_and_remove_ssh_keys(page: Page, console_server: LiveServer, 
 
     text.fill("ssh-ed25519 not-base64 x@y")  # the server's refusal, shown as the server words it
     form.get_by_role("button", name="Add key").click()
-    said = httpx.post(
+    said = web.post(
         console_server.url + "/v1/keys",
         json={"public_key": "ssh-ed25519 not-base64 x@y"},
         headers={"Authorization": f"Bearer {console_server.token}"},
@@ -198,7 +198,7 @@ def test_rent_with_an_image_and_a_port_then_open_it(
     expect(link).to_have_attribute("target", "_blank")
     expect(link).to_have_attribute("rel", "noopener noreferrer")
     bare, host = via_loopback(url)
-    assert httpx.get(bare, headers=host).status_code == 401  # opened bare, the proxy wants credentials
+    assert web.get(bare, headers=host).status_code == 401  # opened bare, the proxy wants credentials
     with page.context.expect_page() as opened:
         link.click()
     tab = opened.value
@@ -360,7 +360,7 @@ def test_a_container_instance_shows_an_ssh_command_that_works(
         assert started["exit_code"] == 0, started
         auth = {"Authorization": f"Bearer {srv.token}"}
         base, host = via_loopback(inst["ports"]["8888"])
-        wait_until(lambda: httpx.get(base + "hello.txt", headers={**host, **auth}).status_code == 200, 20)
+        wait_until(lambda: web.get(base + "hello.txt", headers={**host, **auth}).status_code == 200, 20)
         link = box.locator("a[data-port='8888']")
         expect(link).to_have_attribute("href", inst["ports"]["8888"])
         with context.expect_page() as opened:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from suanli.backends.local import imagebuild
+from tests import http_helpers as web
 from tests.containers.test_container_ports import via_loopback
 from tests.control.control_helpers import LiveServer, wait_until
 
@@ -32,14 +33,14 @@ def test_jupyterlab_runs_a_kernel_through_the_proxy(jupyter_image: None, live: L
     assert url == f"http://{inst['id']}-8888.localhost:{live.proxy_port}/"
     base, host = via_loopback(url)
     auth = {"Authorization": f"Bearer {live.token}"}
-    with httpx.Client(base_url=base, headers={**host, **auth}) as client:
+    with web.client(base_url=base, headers={**host, **auth}) as client:
         page = wait_until(lambda: _get(client, "lab"), 60)
         assert "JupyterLab" in page.text and '"baseUrl": "/"' in page.text
         xsrf = client.cookies.get("_xsrf")
         kernel = client.post("api/kernels", headers={"X-XSRFToken": xsrf or ""}, json={"name": "python3"})
         assert kernel.status_code == 201, kernel.text
-    assert httpx.get(base + "lab", headers=host).status_code == 401  # Jupyter has no token of its own: the proxy is the door
-    with httpx.Client(base_url=base, headers=host) as browser:  # a browser: the link's token, then the pass alone
+    assert web.get(base + "lab", headers=host).status_code == 401  # Jupyter has no token of its own: the proxy is the door
+    with web.client(base_url=base, headers=host) as browser:  # a browser: the link's token, then the pass alone
         assert browser.get(f"lab?token={live.token}").status_code == 307
         assert "JupyterLab" in browser.get("lab").text
         api = browser.get("api/kernels")

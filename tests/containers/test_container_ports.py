@@ -13,9 +13,8 @@ import socket
 import subprocess
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from suanli.client import SuanliClient
+from tests import http_helpers as web
 from tests.control.control_helpers import LiveServer, cli_command, wait_until
 
 #: A stdlib-only HTTP + WebSocket echo service, run inside the instance (no pip there).
@@ -84,26 +83,26 @@ def test_http_and_websocket_reach_the_instance_through_the_proxy(live: LiveServe
     assert start["exit_code"] == 0, start
     base, host = via_loopback(url)
     auth = {"Authorization": f"Bearer {live.token}"}
-    page = wait_until(lambda: (x := httpx.get(base + "lab?x=1", headers={**host, **auth})).status_code == 200 and x, 20)
+    page = wait_until(lambda: (x := web.get(base + "lab?x=1", headers={**host, **auth})).status_code == 200 and x, 20)
     assert page.text == f"hello from instance-{inst['id']} path=/lab?x=1"  # the path reaches the service unchanged
-    assert httpx.get(base, headers=host).status_code == 401  # no credential
+    assert web.get(base, headers=host).status_code == 401  # no credential
     admin.request("POST", "/v1/tenants", json={"name": "other"})
     admin.topup("other", "1000")  # prepaid: a new tenant rents nothing without a balance
     stranger = admin.request("POST", "/v1/users", json={"name": "s", "tenant": "other"})["token"]
-    assert httpx.get(base, headers={**host, "Authorization": f"Bearer {stranger}"}).status_code == 404
+    assert web.get(base, headers={**host, "Authorization": f"Bearer {stranger}"}).status_code == 404
     assert SuanliClient(live.url, stranger).instances() == []
 
     # a browser's link: ?token= traded for a host-only pass, which then opens this port alone
-    link = httpx.get(base + f"lab?token={live.token}", headers=host)
+    link = web.get(base + f"lab?token={live.token}", headers=host)
     assert link.status_code == 307 and link.headers["location"] == "/lab" and "Domain" not in link.headers["set-cookie"]
     cookie = {"Cookie": link.headers["set-cookie"].split(";")[0]}
-    assert httpx.get(base + "lab", headers={**host, **cookie}).text.endswith("path=/lab")
+    assert web.get(base + "lab", headers={**host, **cookie}).text.endswith("path=/lab")
     # the path form (API clients): the bearer header opens it, the browser's cookie does not
     path_form = f"http://127.0.0.1:{live.proxy_port}/proxy/instances/{inst['id']}/8888/"
-    assert httpx.get(path_form + "x", headers=auth).text.endswith("path=/x")
-    assert httpx.get(path_form + "x", headers=cookie).status_code == 401
+    assert web.get(path_form + "x", headers=auth).text.endswith("path=/x")
+    assert web.get(path_form + "x", headers=cookie).status_code == 401
     # the API's own origin serves no proxy: renters' pages never share the console's origin
-    assert httpx.get(f"{live.url}/proxy/instances/{inst['id']}/8888/", headers=auth).status_code == 404
+    assert web.get(f"{live.url}/proxy/instances/{inst['id']}/8888/", headers=auth).status_code == 404
 
     sock = socket.create_connection(("127.0.0.1", live.proxy_port))
     with connect(url.replace("http://", "ws://") + "ws", sock=sock, additional_headers=auth, proxy=None) as ws:

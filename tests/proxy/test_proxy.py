@@ -45,6 +45,7 @@ from suanli.api.server import build
 from suanli.control.access import PASS_TTL_S, check_pass, load_secret, make_pass, parse_port_host
 from suanli.control.auth import Principal, hash_token
 from suanli.db.models import ApiToken, Instance
+from tests import http_helpers as web
 from tests.control.control_helpers import closed_port
 
 BIG = bytes(range(256)) * 8192  # 2 MiB
@@ -224,7 +225,7 @@ def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
     held = ExitStack()  # the port of nothing, bound until the end
     try:
         port_9000 = held.enter_context(closed_port())
-        with httpx.Client(base_url=suanli.url, headers={"Authorization": f"Bearer {boot.admin_token}"}) as api:
+        with web.client(base_url=suanli.url, headers={"Authorization": f"Bearer {boot.admin_token}"}) as api:
             ids = []
             for name in ("jupyter", "other", "waiting"):
                 r = api.post("/v1/instances", json={"name": name, "gpu_milli": 100})
@@ -244,7 +245,7 @@ def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
 
 
 def new_user(env: Env, name: str, tenant: str | None = None) -> str:
-    with httpx.Client(base_url=env.api, headers=env.auth()) as api:
+    with web.client(base_url=env.api, headers=env.auth()) as api:
         if tenant:
             assert api.post("/v1/tenants", json={"name": tenant}).status_code == 201
             assert api.post("/v1/billing/topups", json={"tenant": tenant, "amount": "1000"}).status_code == 201  # prepaid
@@ -261,7 +262,7 @@ def open_link(env: Env, instance: int | None = None, port: int = 8888, rest: str
     """What a browser does with the console's link: ``?token=`` on the port's host; returns
     the ``suanli_proxy`` cookie's value (the pass) after checking its attributes."""
     sep = "&" if "?" in rest else "?"
-    r = httpx.get(env.base + "/" + rest + f"{sep}token={token or env.token}", headers=env.at(instance, port))
+    r = web.get(env.base + "/" + rest + f"{sep}token={token or env.token}", headers=env.at(instance, port))
     assert r.status_code == 307, r.text
     name, _, rest_of = r.headers["set-cookie"].partition("=")
     value, *attrs = rest_of.split("; ")
@@ -275,7 +276,7 @@ def open_link(env: Env, instance: int | None = None, port: int = 8888, rest: str
 
 
 def test_a_port_host_passes_the_path_unchanged(env: Env) -> None:
-    r = httpx.get(env.base + "/tree/a%2Fb?x=1&token=jupyters-own", headers=env.at(**env.auth(), Cookie="_xsrf=abc"))
+    r = web.get(env.base + "/tree/a%2Fb?x=1&token=jupyters-own", headers=env.at(**env.auth(), Cookie="_xsrf=abc"))
     assert r.status_code == 200, r.text
     assert r.headers["x-service"] == "yes"
     got = r.json()
@@ -288,10 +289,10 @@ def test_a_port_host_passes_the_path_unchanged(env: Env) -> None:
     assert h["x-forwarded-for"] == "127.0.0.1" and h["x-forwarded-proto"] == "http"
 
     # on a port's host every path is the service's, the path form's included
-    r = httpx.get(env.base + f"/proxy/instances/{env.other}/8888/x", headers=env.at(**env.auth()))
+    r = web.get(env.base + f"/proxy/instances/{env.other}/8888/x", headers=env.at(**env.auth()))
     assert r.json()["path"] == f"/proxy/instances/{env.other}/8888/x"
 
-    r = httpx.post(env.base + "/api/contents", headers=env.at(**env.auth()), content=BIG)
+    r = web.post(env.base + "/api/contents", headers=env.at(**env.auth()), content=BIG)
     assert r.status_code == 200
     assert (r.json()["method"], r.json()["length"], r.json()["sha256"]) == ("POST", len(BIG), hashlib.sha256(BIG).hexdigest())
 
@@ -299,47 +300,47 @@ def test_a_port_host_passes_the_path_unchanged(env: Env) -> None:
         yield b"part1-"
         yield b"part2"
 
-    r = httpx.put(env.base + "/upload", headers=env.at(**env.auth()), content=chunked())
+    r = web.put(env.base + "/upload", headers=env.at(**env.auth()), content=chunked())
     assert (r.json()["method"], r.json()["length"]) == ("PUT", 11)
 
-    r = httpx.get(env.base + "/big", headers=env.at(**env.auth()))
+    r = web.get(env.base + "/big", headers=env.at(**env.auth()))
     assert r.status_code == 200 and r.content == BIG
 
-    r = httpx.head(env.base + "/x", headers=env.at(**env.auth()))
+    r = web.head(env.base + "/x", headers=env.at(**env.auth()))
     assert r.status_code == 200 and r.content == b""
 
 
 def test_a_port_hosts_redirects_and_cookies(env: Env) -> None:
-    r = httpx.get(env.base + "/redirect", headers=env.at(**env.auth()))
+    r = web.get(env.base + "/redirect", headers=env.at(**env.auth()))
     assert r.status_code == 302 and r.headers["location"] == "/elsewhere"  # the service's own root: unchanged
     assert sorted(r.headers.get_list("set-cookie")) == ["a=1; Path=/; SameSite=lax", "b=2; Path=/; SameSite=lax"]
-    r = httpx.get(env.base + "/own-address", headers=env.at(**env.auth()))
+    r = web.get(env.base + "/own-address", headers=env.at(**env.auth()))
     assert r.headers["location"] == "/there?q=1"  # the upstream's loopback address never reaches the browser
     # a service sets cookies for its own host only, and never the proxy's
-    r = httpx.get(env.base + "/toss", headers=env.at(**env.auth()))
+    r = web.get(env.base + "/toss", headers=env.at(**env.auth()))
     assert r.status_code == 200 and r.headers.get_list("set-cookie") == ["_xsrf=attacker; Path=/; SameSite=lax"]
 
 
 def test_token_link_sets_a_host_only_pass_then_the_cookie_alone_works(env: Env) -> None:
-    r = httpx.get(env.base + f"/lab/a%2Fb?token={env.token}&x=1", headers=env.at())
+    r = web.get(env.base + f"/lab/a%2Fb?token={env.token}&x=1", headers=env.at())
     assert r.status_code == 307, r.text
     assert r.headers["location"] == "/lab/a%2Fb?x=1"
     value = open_link(env, rest="lab")
     assert env.token not in value and check_pass(load_secret(env.ctx.data_dir), value, env.instance, 8888, time.time())
     cookie = {"Cookie": f"{COOKIE}={value}"}
 
-    r = httpx.get(env.base + "/lab/a%2Fb?x=1", headers=env.at(**cookie))
+    r = web.get(env.base + "/lab/a%2Fb?x=1", headers=env.at(**cookie))
     assert r.status_code == 200, r.text
     got = r.json()
     assert got["path"] == "/lab/a%2Fb" and got["query"] == "x=1"
     assert COOKIE not in got["headers"].get("cookie", "") and "authorization" not in got["headers"]
 
     # a service's own Authorization (an API key) passes through when the cookie authenticates
-    r = httpx.get(env.base + "/v1/models", headers=env.at(**cookie, Authorization="Bearer service-api-key"))
+    r = web.get(env.base + "/v1/models", headers=env.at(**cookie, Authorization="Bearer service-api-key"))
     assert r.status_code == 200 and r.json()["headers"]["authorization"] == "Bearer service-api-key"
 
     # a sibling tossed a forged suanli_proxy in next to the real one: the real one still counts
-    r = httpx.get(env.base + "/x", headers=env.at(Cookie=f"{COOKIE}=forged; {COOKIE}={value}"))
+    r = web.get(env.base + "/x", headers=env.at(Cookie=f"{COOKIE}=forged; {COOKIE}={value}"))
     assert r.status_code == 200
 
 
@@ -348,17 +349,17 @@ def test_the_hole_is_closed_a_pass_opens_its_own_port_only(env: Env) -> None:
     for B (it does not: host-only), the proxy refuses it: the pass names one port."""
     value = open_link(env, env.instance)
     cookie = f"{COOKIE}={value}"
-    assert httpx.get(env.base + "/x", headers=env.at(env.instance, Cookie=cookie)).status_code == 200
+    assert web.get(env.base + "/x", headers=env.at(env.instance, Cookie=cookie)).status_code == 200
     for instance, port in ((env.other, 8888), (env.instance, 9000), (env.pending, 8888)):
-        status, code, _ = error(httpx.get(env.base + "/x", headers=env.at(instance, port, Cookie=cookie)))
+        status, code, _ = error(web.get(env.base + "/x", headers=env.at(instance, port, Cookie=cookie)))
         assert (status, code) == (401, "unauthorized"), (instance, port)
 
     # the path form is one origin for every port: it takes no cookie and no ?token=, only the header
-    status, code, message = error(httpx.get(env.url(instance=env.other, rest="x"), headers={"Cookie": cookie}))
+    status, code, message = error(web.get(env.url(instance=env.other, rest="x"), headers={"Cookie": cookie}))
     assert (status, code) == (401, "unauthorized") and "only an Authorization: Bearer header" in message
-    r = httpx.get(env.url(instance=env.other, rest=f"x?token={env.token}"))
+    r = web.get(env.url(instance=env.other, rest=f"x?token={env.token}"))
     assert r.status_code == 401 and "set-cookie" not in r.headers
-    assert httpx.get(env.url(instance=env.other, rest="x"), headers=env.auth()).status_code == 200
+    assert web.get(env.url(instance=env.other, rest="x"), headers=env.auth()).status_code == 200
 
     # a pass is not the token and is not made up: tampered, expired, or of another server's secret
     secret = load_secret(env.ctx.data_dir)
@@ -370,9 +371,7 @@ def test_the_hole_is_closed_a_pass_opens_its_own_port_only(env: Env) -> None:
     foreign = make_pass(os.urandom(32), token_id, env.instance, 8888, int(time.time()) + 60)
     for bad in (tampered, expired, foreign, env.token):
         assert (
-            httpx.get(
-                env.base + "/x", headers=env.at(env.other if bad is tampered else None, Cookie=f"{COOKIE}={bad}")
-            ).status_code
+            web.get(env.base + "/x", headers=env.at(env.other if bad is tampered else None, Cookie=f"{COOKIE}={bad}")).status_code
             == 401
         ), bad
 
@@ -382,7 +381,7 @@ def test_a_revoked_token_revokes_its_passes(env: Env) -> None:
     value = open_link(env, token=token)
     with env.ctx.db.transaction() as s:
         s.query(ApiToken).filter(ApiToken.token_hash == hash_token(token)).update({"revoked": True})
-    status, _, message = error(httpx.get(env.base + "/x", headers=env.at(Cookie=f"{COOKIE}={value}")))
+    status, _, message = error(web.get(env.base + "/x", headers=env.at(Cookie=f"{COOKIE}={value}")))
     assert status == 401 and "revoked" in message
 
 
@@ -392,7 +391,7 @@ def test_the_secret_is_private_and_survives_a_restart(env: Env, tmp_path: Path) 
     value = open_link(env)
     again = Uvicorn(create_proxy_app(env.ctx))  # a second app on the same data dir: the same key
     try:
-        r = httpx.get(again.url + "/x", headers={"Host": f"{env.instance}-8888.localhost", "Cookie": f"{COOKIE}={value}"})
+        r = web.get(again.url + "/x", headers={"Host": f"{env.instance}-8888.localhost", "Cookie": f"{COOKIE}={value}"})
         assert r.status_code == 200
     finally:
         again.close()
@@ -406,60 +405,60 @@ def test_cookie_is_refused_from_another_origin(env: Env) -> None:
     cookie = f"{COOKIE}={open_link(env)}"
     for evil in ("http://evil.example", env.origin(env.other), env.base, "null"):
         for method in ("POST", "GET"):
-            r = httpx.request(method, env.base + "/api/kernels", headers=env.at(Cookie=cookie, Origin=evil), content=b"{}")
+            r = web.request(method, env.base + "/api/kernels", headers=env.at(Cookie=cookie, Origin=evil), content=b"{}")
             assert error(r)[:2] == (403, "cross_origin"), (method, evil)
     for site, mode in (("same-site", "no-cors"), ("cross-site", "cors"), ("same-site", "websocket")):
-        r = httpx.get(env.base + "/lab", headers=env.at(Cookie=cookie, **{"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode}))
+        r = web.get(env.base + "/lab", headers=env.at(Cookie=cookie, **{"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode}))
         assert error(r)[:2] == (403, "cross_origin"), (site, mode)
     navigate = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
-    assert httpx.get(env.base + "/lab", headers=env.at(Cookie=cookie, **navigate)).status_code == 200  # a link opens it
+    assert web.get(env.base + "/lab", headers=env.at(Cookie=cookie, **navigate)).status_code == 200  # a link opens it
     own = {"Origin": env.origin(), "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}
-    assert httpx.post(env.base + "/api/kernels", headers=env.at(Cookie=cookie, **own), content=b"{}").status_code == 200
-    assert httpx.get(env.base + "/api/kernels", headers=env.at(Cookie=cookie, **own)).status_code == 200
+    assert web.post(env.base + "/api/kernels", headers=env.at(Cookie=cookie, **own), content=b"{}").status_code == 200
+    assert web.get(env.base + "/api/kernels", headers=env.at(Cookie=cookie, **own)).status_code == 200
     # a bearer header is no ambient credential: any origin may send it
-    assert httpx.post(env.base + "/api/kernels", headers=env.at(**env.auth(), Origin="http://evil.example")).status_code == 200
+    assert web.post(env.base + "/api/kernels", headers=env.at(**env.auth(), Origin="http://evil.example")).status_code == 200
 
 
 def test_bad_link_token_sets_no_cookie(env: Env) -> None:
-    r = httpx.get(env.base + "/?token=sl_not-a-token", headers=env.at())
+    r = web.get(env.base + "/?token=sl_not-a-token", headers=env.at())
     assert r.status_code == 401 and "set-cookie" not in r.headers
 
 
 def test_refusals(env: Env) -> None:
-    assert error(httpx.get(env.base + "/", headers=env.at()))[:2] == (401, "unauthorized")
-    assert error(httpx.get(env.base + "/", headers=env.at(**env.auth("sl_forged"))))[:2] == (401, "unauthorized")
-    assert error(httpx.get(env.url()))[:2] == (401, "unauthorized")
+    assert error(web.get(env.base + "/", headers=env.at()))[:2] == (401, "unauthorized")
+    assert error(web.get(env.base + "/", headers=env.at(**env.auth("sl_forged"))))[:2] == (401, "unauthorized")
+    assert error(web.get(env.url()))[:2] == (401, "unauthorized")
 
     other = new_user(env, "eve", tenant="lab")
-    assert error(httpx.get(env.base + "/", headers=env.at(**env.auth(other))))[:2] == (404, "not_found")
-    assert error(httpx.get(env.url(), headers=env.auth(other)))[:2] == (404, "not_found")
-    r = httpx.get(env.base + f"/?token={other}", headers=env.at())
+    assert error(web.get(env.base + "/", headers=env.at(**env.auth(other))))[:2] == (404, "not_found")
+    assert error(web.get(env.url(), headers=env.auth(other)))[:2] == (404, "not_found")
+    r = web.get(env.base + f"/?token={other}", headers=env.at())
     assert r.status_code == 404 and "set-cookie" not in r.headers
 
     member = new_user(env, "bob")  # a member of the instance's tenant may use it
-    assert httpx.get(env.base + "/", headers=env.at(**env.auth(member))).status_code == 200
+    assert web.get(env.base + "/", headers=env.at(**env.auth(member))).status_code == 200
 
-    status, code, message = error(httpx.get(env.base + "/", headers=env.at(port=7000, **env.auth())))
+    status, code, message = error(web.get(env.base + "/", headers=env.at(port=7000, **env.auth())))
     assert (status, code) == (404, "not_published") and "8888, 9000" in message
 
-    status, code, message = error(httpx.get(env.base + "/", headers=env.at(env.pending, **env.auth())))
+    status, code, message = error(web.get(env.base + "/", headers=env.at(env.pending, **env.auth())))
     assert (status, code) == (409, "invalid_state") and "pending" in message
 
-    status, code, message = error(httpx.post(env.base + "/x", headers=env.at(port=9000, **env.auth()), content=b"x"))
+    status, code, message = error(web.post(env.base + "/x", headers=env.at(port=9000, **env.auth()), content=b"x"))
     assert (status, code) == (502, "upstream_unreachable") and "nothing listens on port 9000" in message
 
-    assert error(httpx.get(env.base + "/", headers=env.at(99999, **env.auth())))[:2] == (404, "not_found")
+    assert error(web.get(env.base + "/", headers=env.at(99999, **env.auth())))[:2] == (404, "not_found")
     # neither a port's host nor the path form: the proxy says where ports are
-    status, code, message = error(httpx.get(env.base + "/lab", headers=env.auth()))
+    status, code, message = error(web.get(env.base + "/lab", headers=env.auth()))
     assert (status, code) == (404, "not_found") and "ID-PORT.localhost" in message
-    assert error(httpx.get(env.base + "/", headers={"Host": "7-8888.evil.example", **env.auth()}))[:2] == (404, "not_found")
+    assert error(web.get(env.base + "/", headers={"Host": "7-8888.evil.example", **env.auth()}))[:2] == (404, "not_found")
 
 
 # -- the path form (API clients, bearer header only) ------------------------------------------------
 
 
 def test_path_form_strips_its_prefix(env: Env) -> None:
-    r = httpx.get(env.url(rest="tree/a%2Fb?x=1&token=jupyters-own"), headers={**env.auth(), "Cookie": "_xsrf=abc"})
+    r = web.get(env.url(rest="tree/a%2Fb?x=1&token=jupyters-own"), headers={**env.auth(), "Cookie": "_xsrf=abc"})
     assert r.status_code == 200, r.text
     got = r.json()
     assert got["path"] == "/tree/a%2Fb" and got["query"] == "x=1&token=jupyters-own"
@@ -467,31 +466,31 @@ def test_path_form_strips_its_prefix(env: Env) -> None:
     assert "authorization" not in h and h["cookie"] == "_xsrf=abc" and h["host"] == env.base[7:]
     assert h["x-forwarded-prefix"] == proxy_path(env.instance, 8888).rstrip("/")
 
-    r = httpx.post(env.url(rest="api/contents"), headers=env.auth(), content=BIG)
+    r = web.post(env.url(rest="api/contents"), headers=env.auth(), content=BIG)
     assert (r.json()["length"], r.json()["sha256"]) == (len(BIG), hashlib.sha256(BIG).hexdigest())
 
 
 def test_path_form_redirects_stay_under_the_prefix(env: Env) -> None:
-    r = httpx.get(env.base + f"/proxy/instances/{env.instance}/8888?a=1", headers=env.auth())
+    r = web.get(env.base + f"/proxy/instances/{env.instance}/8888?a=1", headers=env.auth())
     assert r.status_code == 307 and r.headers["location"] == proxy_path(env.instance, 8888) + "?a=1"
 
-    r = httpx.get(env.url(rest="redirect"), headers=env.auth())
+    r = web.get(env.url(rest="redirect"), headers=env.auth())
     assert r.status_code == 302
     assert r.headers["location"] == proxy_path(env.instance, 8888) + "elsewhere"
     assert sorted(r.headers.get_list("set-cookie")) == ["a=1; Path=/; SameSite=lax", "b=2; Path=/; SameSite=lax"]
-    r = httpx.get(env.url(rest="own-address"), headers=env.auth())
+    r = web.get(env.url(rest="own-address"), headers=env.auth())
     assert r.headers["location"] == proxy_path(env.instance, 8888) + "there?q=1"
 
 
 def test_proxy_alone_on_its_own_origin(env: Env) -> None:
     own = Uvicorn(create_proxy_app(env.ctx))
     try:
-        r = httpx.get(own.url + proxy_path(env.instance, 8888) + "x", headers=env.auth())
+        r = web.get(own.url + proxy_path(env.instance, 8888) + "x", headers=env.auth())
         assert r.status_code == 200 and r.json()["path"] == "/x"
-        assert httpx.get(own.url + "/v1/instances", headers=env.auth()).status_code == 404  # no API there
+        assert web.get(own.url + "/v1/instances", headers=env.auth()).status_code == 404  # no API there
     finally:
         own.close()
-    assert httpx.get(env.api + f"/proxy/instances/{env.instance}/8888/", headers=env.auth()).status_code == 404
+    assert web.get(env.api + f"/proxy/instances/{env.instance}/8888/", headers=env.auth()).status_code == 404
 
 
 def test_resolve_upstream_and_listing_url(env: Env) -> None:
@@ -510,7 +509,7 @@ def test_resolve_upstream_and_listing_url(env: Env) -> None:
         None,
     ):
         assert parse_port_host(host, "localhost" if host and "localhost" in host else "proxy.example.com") is None, host
-    listed = httpx.get(env.api + "/v1/instances", headers=env.auth()).json()
+    listed = web.get(env.api + "/v1/instances", headers=env.auth()).json()
     ports = {i["id"]: i["ports"] for i in listed}
     assert ports[env.instance] == {
         "8888": f"http://{env.instance}-8888.localhost:{env.proxy_port}/",

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from suanli.api.tls import HSTS, is_loopback, plain_warning
+from tests import http_helpers as web
 from tests.control.control_helpers import (
     PortTaken,
     cli_command,
@@ -149,20 +150,20 @@ def test_tls_serves_https_with_hsts_and_a_secure_proxy_cookie(tmp_path: Path) ->
     with server(data, "--tls-cert", str(cert), "--tls-key", str(key), cert=cert) as running:
         port, proxy_port = running.port, running.proxy_port
         base = f"https://127.0.0.1:{port}"
-        r = httpx.get(base + "/healthz", verify=trusting(cert))
+        r = web.get(base + "/healthz", verify=trusting(cert))
         assert r.status_code == 200 and r.headers["strict-transport-security"] == HSTS
         with pytest.raises(httpx.TransportError):
-            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).raise_for_status()  # no plain HTTP beside it
+            web.get(f"http://127.0.0.1:{port}/healthz", timeout=5).raise_for_status()  # no plain HTTP beside it
         token = (data / "admin-token").read_text().strip()
         auth = {"Authorization": f"Bearer {token}"}
-        inst = httpx.post(
+        inst = web.post(
             base + "/v1/instances",
             json={"gpu_model": "h100", "gpu_count": 1, "ports": [8080]},
             headers=auth,
             verify=trusting(cert),
         ).json()
         assert inst["ports"]["8080"].startswith("https://"), inst
-        r = httpx.get(
+        r = web.get(
             f"https://127.0.0.1:{proxy_port}/?token={token}",
             headers={"Host": f"{inst['id']}-8080.localhost"},
             verify=trusting(cert),
@@ -175,7 +176,7 @@ def test_tls_serves_https_with_hsts_and_a_secure_proxy_cookie(tmp_path: Path) ->
 
 def _get(url: str, cert: Path | None = None) -> httpx.Response | None:
     try:
-        return httpx.get(url, verify=trusting(cert) if cert else True, timeout=2)
+        return web.get(url, verify=trusting(cert) if cert else True, timeout=2)
     except httpx.TransportError:
         return None
 
@@ -253,9 +254,9 @@ def _launch_one(data: Path, port: int) -> str:
     url = f"http://127.0.0.1:{port}"
     token = (data / "admin-token").read_text().strip()
     auth = {"Authorization": f"Bearer {token}"}
-    job = httpx.post(url + "/v1/jobs", json={"run": "sleep 1"}, headers=auth).json()
+    job = web.post(url + "/v1/jobs", json={"run": "sleep 1"}, headers=auth).json()
     return wait_until(
-        lambda: (s := httpx.get(f"{url}/v1/jobs/{job['id']}", headers=auth).json()["state"]) in ("succeeded", "failed") and s,
+        lambda: (s := web.get(f"{url}/v1/jobs/{job['id']}", headers=auth).json()["state"]) in ("succeeded", "failed") and s,
         60,
     )
 
