@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from suanli.api.freshness import Freshness
 from suanli.api.page_cache import PageCache
 from suanli.backends.base import Backend
 from suanli.control import loop_report, wakeup
@@ -25,6 +26,7 @@ from suanli.control.metrics import Collector
 from suanli.control.secrets import Keyring
 from suanli.control.throttle import Throttle
 from suanli.control.waiting import Reason
+from suanli.db.changes import ChangeWatch
 from suanli.db.session import Database
 
 
@@ -46,6 +48,9 @@ class ServerContext:
     #: pages of instances and jobs, per process, for a few seconds (``api.page_cache``:
     #: a page whose rows or billing changed is computed again)
     pages: PageCache = field(default_factory=PageCache)
+    #: the database's change token as of each request (``api.freshness``): a kept page
+    #: is answered without a read while nothing was committed
+    fresh: Freshness = field(init=False)
     #: bad bearer tokens per source address: 20 a minute, then 429 until the oldest leaves the
     #: window; in the database, one count for every API worker (``control.throttle``)
     bad_tokens: Throttle = field(init=False)
@@ -78,6 +83,7 @@ class ServerContext:
     waker: wakeup.Sender | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
+        self.fresh = Freshness(ChangeWatch(self.db))
         self.bad_tokens = Throttle(self.db, "bad_tokens", 20, 60.0)
         self.bad_sign_ins = Throttle(self.db, "sign_ins", 10, 900.0)
 

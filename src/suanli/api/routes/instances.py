@@ -66,7 +66,7 @@ def create(
 
 
 @router.get("", response_model=list[InstanceOut], responses=PAGED)
-def list_(
+async def list_(
     request: Request,
     response: Response,
     include_deleted: bool = Query(False, alias="all", description="include deleted instances"),
@@ -85,7 +85,7 @@ def list_(
     def stamp(s: Session) -> tuple:
         return instances.list_stamp(s, who, include_deleted=include_deleted, page=page)
 
-    return ctx.pages.respond(ctx.db, request, response, who, stamp, compute)
+    return await ctx.pages.answer(ctx.db, ctx.fresh, request, response, who, stamp, compute)
 
 
 @router.get("/{instance_id}", response_model=InstanceOut)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from suanli.api.context import ServerContext
 from suanli.api.convert import allocations_for, costs_for, event_out, history_out, job_out, metrics_for
@@ -74,7 +75,7 @@ def submit_pipeline(
 
 
 @router.get("/jobs", response_model=list[JobOut], responses=PAGED)
-def list_(
+async def list_(
     request: Request,
     response: Response,
     state: TextQuery = None,
@@ -89,7 +90,10 @@ def list_(
     def compute() -> list[JobOut]:
         return _out(ctx, respond(request, response, "jobs", jobs.list_(ctx.db, who, state, page), page, lambda r: (r.id,)))
 
-    return ctx.pages.respond(ctx.db, request, response, who, lambda s: jobs.list_stamp(s, who, state, page), compute)
+    def stamp(s: Session) -> tuple:
+        return jobs.list_stamp(s, who, state, page)
+
+    return await ctx.pages.answer(ctx.db, ctx.fresh, request, response, who, stamp, compute)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)

@@ -1,0 +1,114 @@
+"""The database's change token (``db.changes``) and the look shared by waiting requests
+(``api.freshness``), on a real SQLite file and PostgreSQL: equal tokens mean nothing was
+committed in between, and no request is given a token read before it arrived."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Hashable
+
+from sqlalchemy import delete, text
+from sqlalchemy.sql.util import find_tables
+
+from suanli.api.freshness import Freshness
+from suanli.control import instances, jobs
+from suanli.control.auth import Principal
+from suanli.db.changes import ChangeWatch
+from suanli.db.models import Tenant, WaitingReason
+from suanli.db.session import Database
+
+
+def commit(db: Database, workload_id: int) -> None:
+    """A commit a page could show (a waiting reason: a table every database watches)."""
+    with db.transaction() as s:
+        s.add(WaitingReason(kind="job", workload_id=workload_id, code="capacity", detail=""))
+
+
+def test_the_token_moves_with_every_commit_a_page_could_show_and_only_then(db_url: str) -> None:
+    db = Database(db_url)
+    watch = ChangeWatch(db)
+    try:
+        assert watch.can_tell
+        first = watch.version()
+        with db.reads() as s:  # a read commits nothing
+            s.get(Tenant, 1)
+        assert watch.version() == first
+        with db.transaction() as s:  # nor does a transaction rolled back
+            s.add(WaitingReason(kind="instance", workload_id=1, code="capacity", detail=""))
+            s.flush()
+            s.rollback()
+        assert watch.version() == first
+        with db.transaction() as s:
+            s.add(WaitingReason(kind="instance", workload_id=1, code="capacity", detail=""))
+        second = watch.version()
+        assert second != first
+        assert watch.version() == second
+        with db.transaction() as s:
+            s.execute(delete(WaitingReason))
+        assert watch.version() not in (first, second)
+        # a lost connection: "cannot tell" once, then a token of a new connection
+        watch._look.close()  # type: ignore[union-attr]
+        assert watch.version() is None
+        assert watch.version() not in (None, first, second)
+    finally:
+        watch.close()
+        db.dispose()
+
+
+def test_every_table_a_page_stamp_reads_notifies_on_postgresql(pg_url: str) -> None:
+    """Migration 0016 names the tables; the stamps may come to read another."""
+    who = Principal(user_id=1, tenant_id=1, name="ops", role="admin")
+    stamped = {
+        t.name
+        for stmt in (instances._listed(instances._STAMPED, who, True, None), jobs._listed(jobs._STAMPED, who, None, None))
+        for t in find_tables(stmt, include_joins=True)
+    } | {"billing_price_versions", "billing_subscriptions"}  # workload_cost.billing_stamp
+    db = Database(pg_url)
+    try:
+        with db.reads() as s:
+            noticed = set(s.scalars(text("SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = 'suanli_change_notice'")))
+        assert stamped <= noticed, stamped - noticed
+    finally:
+        db.dispose()
+
+
+class HeldWatch(ChangeWatch):
+    """A real watch whose look, once it has read the token, waits to be let go: the test
+    decides what arrives while a look is in flight."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.looks = 0
+        self.gate = threading.Event()
+        self.reading = threading.Event()
+
+    def version(self) -> Hashable | None:
+        token = super().version()
+        self.looks += 1
+        self.reading.set()
+        assert self.gate.wait(10)
+        return token
+
+
+def test_a_request_never_gets_a_token_read_before_it_arrived(db_url: str) -> None:
+    db = Database(db_url)
+    watch = HeldWatch(db)
+    fresh = Freshness(watch)
+
+    async def scenario() -> tuple[Hashable, Hashable, Hashable]:
+        early = asyncio.create_task(fresh.version())
+        await asyncio.to_thread(watch.reading.wait, 10)  # the first look has read its token
+        commit(db, 7)  # committed after that read, before the next two arrive
+        late = [asyncio.create_task(fresh.version()) for _ in range(2)]
+        await asyncio.sleep(0)
+        watch.gate.set()
+        return await early, *(await asyncio.gather(*late))
+
+    try:
+        before, *after = asyncio.run(scenario())
+        assert after[0] == after[1] != before  # the two late ones share one look, after the commit
+        assert watch.looks == 2
+    finally:
+        watch.close()
+        db.dispose()
