@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Hashable
 
 from sqlalchemy import delete, text
 from sqlalchemy.sql.util import find_tables
@@ -14,15 +13,22 @@ from sqlalchemy.sql.util import find_tables
 from suanli.api.freshness import Freshness
 from suanli.control import instances, jobs
 from suanli.control.auth import Principal
-from suanli.db.changes import ChangeWatch
+from suanli.db.changes import Changes, ChangeWatch
 from suanli.db.models import Tenant, WaitingReason
 from suanli.db.session import Database
 
 
 def commit(db: Database, workload_id: int) -> None:
-    """A commit a page could show (a waiting reason: a table every database watches)."""
+    """A commit a page could show (a waiting reason)."""
     with db.transaction() as s:
         s.add(WaitingReason(kind="job", workload_id=workload_id, code="capacity", detail=""))
+
+
+def tokens(watch: ChangeWatch) -> tuple:
+    """The tokens of an operator's pages and of tenant 5's."""
+    seen = watch.version()
+    assert seen is not None
+    return seen.token(None), seen.token(5)
 
 
 def test_the_token_moves_with_every_commit_a_page_could_show_and_only_then(db_url: str) -> None:
@@ -30,33 +36,35 @@ def test_the_token_moves_with_every_commit_a_page_could_show_and_only_then(db_ur
     watch = ChangeWatch(db)
     try:
         assert watch.can_tell
-        first = watch.version()
+        first = tokens(watch)
         with db.reads() as s:  # a read commits nothing
             s.get(Tenant, 1)
-        assert watch.version() == first
-        with db.transaction() as s:  # nor does a transaction rolled back
+        commit_tenant = Tenant(name="not-shown")  # nor does a commit no page shows
+        with db.transaction() as s:
+            s.add(commit_tenant)
+        assert tokens(watch) == first
+        with db.transaction() as s:  # nor a transaction rolled back
             s.add(WaitingReason(kind="instance", workload_id=1, code="capacity", detail=""))
             s.flush()
             s.rollback()
-        assert watch.version() == first
-        with db.transaction() as s:
-            s.add(WaitingReason(kind="instance", workload_id=1, code="capacity", detail=""))
-        second = watch.version()
-        assert second != first
-        assert watch.version() == second
+        assert tokens(watch) == first
+        commit(db, 1)  # the waiting reason of a row that is not there: every tenant's pages
+        second = tokens(watch)
+        assert second[0] != first[0] and second[1] != first[1]
+        assert tokens(watch) == second
         with db.transaction() as s:
             s.execute(delete(WaitingReason))
-        assert watch.version() not in (first, second)
-        # a lost connection: "cannot tell" once, then a token of a new connection
+        assert tokens(watch)[1] not in (first[1], second[1])
+        # a lost connection: "cannot tell" once, then tokens of a new connection
         watch._look.close()  # type: ignore[union-attr]
         assert watch.version() is None
-        assert watch.version() not in (None, first, second)
+        assert tokens(watch)[1] not in (first[1], second[1])
     finally:
         watch.close()
         db.dispose()
 
 
-def test_every_table_a_page_stamp_reads_notifies_on_postgresql(pg_url: str) -> None:
+def test_every_table_a_page_stamp_reads_has_the_triggers(db_url: str) -> None:
     """Migration 0016 names the tables; the stamps may come to read another."""
     who = Principal(user_id=1, tenant_id=1, name="ops", role="admin")
     stamped = {
@@ -64,10 +72,14 @@ def test_every_table_a_page_stamp_reads_notifies_on_postgresql(pg_url: str) -> N
         for stmt in (instances._listed(instances._STAMPED, who, True, None), jobs._listed(jobs._STAMPED, who, None, None))
         for t in find_tables(stmt, include_joins=True)
     } | {"billing_price_versions", "billing_subscriptions"}  # workload_cost.billing_stamp
-    db = Database(pg_url)
+    db = Database(db_url)
     try:
         with db.reads() as s:
-            noticed = set(s.scalars(text("SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = 'suanli_change_notice'")))
+            if db.is_sqlite:
+                q = "SELECT tbl_name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'suanli_change_%'"
+            else:
+                q = "SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = 'suanli_change_notice'"
+            noticed = set(s.scalars(text(q)))
         assert stamped <= noticed, stamped - noticed
     finally:
         db.dispose()
@@ -83,12 +95,12 @@ class HeldWatch(ChangeWatch):
         self.gate = threading.Event()
         self.reading = threading.Event()
 
-    def version(self) -> Hashable | None:
-        token = super().version()
+    def version(self) -> Changes | None:
+        seen = super().version()
         self.looks += 1
         self.reading.set()
         assert self.gate.wait(10)
-        return token
+        return seen
 
 
 def test_a_request_never_gets_a_token_read_before_it_arrived(db_url: str) -> None:
@@ -96,7 +108,7 @@ def test_a_request_never_gets_a_token_read_before_it_arrived(db_url: str) -> Non
     watch = HeldWatch(db)
     fresh = Freshness(watch)
 
-    async def scenario() -> tuple[Hashable, Hashable, Hashable]:
+    async def scenario() -> tuple[Changes | None, ...]:
         early = asyncio.create_task(fresh.version())
         await asyncio.to_thread(watch.reading.wait, 10)  # the first look has read its token
         commit(db, 7)  # committed after that read, before the next two arrive
@@ -107,7 +119,9 @@ def test_a_request_never_gets_a_token_read_before_it_arrived(db_url: str) -> Non
 
     try:
         before, *after = asyncio.run(scenario())
-        assert after[0] == after[1] != before  # the two late ones share one look, after the commit
+        assert before is not None and after[0] is not None
+        assert after[0] == after[1]  # the two late ones share one look, after the commit
+        assert after[0].token(None) != before.token(None)
         assert watch.looks == 2
     finally:
         watch.close()

@@ -50,8 +50,8 @@ def without_costs(body: bytes) -> list[dict]:
 
 
 def kept(server: Server) -> int:
-    """Statements a kept page costs when nothing was committed since it was kept: none
-    where the database tells that (``db.changes``: SQLite), else its two stamps."""
+    """Statements a kept page costs when nothing that changes it was committed since it
+    was kept: none where the database tells that (``db.changes``), else its two stamps."""
     return 0 if server.ctx.fresh.watch.can_tell else 2
 
 
@@ -85,11 +85,11 @@ def test_its_age_makes_it_computed_again(server: Server, statements: list[str]) 
     clock = server.ctx.pages.clock
     assert isinstance(clock, ManualClock)
     get(server, "/v1/instances")
-    clock.advance(4.9)
+    clock.advance(2.9)  # younger than any page's life (3 to 5 s)
     statements.clear()
     get(server, "/v1/instances")
     assert len(queries(statements)) == kept(server)
-    clock.advance(0.2)  # 5.1 s old
+    clock.advance(2.2)  # 5.1 s old: older than every page's life
     statements.clear()
     get(server, "/v1/instances")
     assert len(queries(statements)) > 2, statements
@@ -171,6 +171,20 @@ def test_no_one_is_answered_from_anothers_page(server: Server) -> None:
     lab_too = server.post("/v1/users", {"name": "lab-second", "role": "member", "tenant": "lab"}, expect=201).json()["token"]
     assert [r["id"] for r in get(server, "/v1/instances", lab_too).json()] == lab_ids
     assert get(server, "/v1/instances", "not-a-token").status_code == 401
+
+
+def test_another_tenants_change_leaves_a_kept_page_kept_and_the_operators_not(server: Server, statements: list[str]) -> None:
+    lab, rival = member(server, "lab"), member(server, "rival")
+    create(server, lab)
+    theirs = create(server, rival)
+    mine = get(server, "/v1/instances", lab).content
+    everyone = get(server, "/v1/instances").json()
+    server.post(f"/v1/instances/{theirs}/stop", expect=200, token=rival)
+    statements.clear()
+    assert get(server, "/v1/instances", lab).content == mine
+    assert len(queries(statements)) == kept(server), statements
+    now = get(server, "/v1/instances").json()
+    assert [r["state"] for r in now] != [r["state"] for r in everyone] and now[-1]["state"] == "stopped"
 
 
 def test_a_jobs_page_is_kept_and_a_cancel_shows_at_once(server: Server, statements: list[str]) -> None:

@@ -14,21 +14,20 @@ token older than itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
 
 from starlette.concurrency import run_in_threadpool
 
-from suanli.db.changes import ChangeWatch
+from suanli.db.changes import Changes, ChangeWatch
 
 
 class Freshness:
     def __init__(self, watch: ChangeWatch) -> None:
         self.watch = watch
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._next: asyncio.Future[Hashable | None] | None = None  # the look not yet started
+        self._next: asyncio.Future[Changes | None] | None = None  # the look not yet started
         self._looking = False
 
-    async def version(self) -> Hashable | None:
+    async def version(self) -> Changes | None:
         """``watch.version()`` read after this call began (``None``: the database cannot tell)."""
         if not self.watch.can_tell:
             return None

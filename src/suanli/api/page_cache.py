@@ -14,15 +14,18 @@ accrued meanwhile and how a rating run split it into rated and accruing, a spot 
 following the market, the latest usage sample and the states of a job's dependencies.
 Each API worker process keeps its own; a page is kept per user and URL.
 
-When the database can tell that nothing at all was committed since a page was kept
-(``db.changes``, SQLite), the page is answered on the event loop with no read and no
+When the database tells that nothing changing the tenant's pages was committed since a
+page was kept (``db.changes``: per-tenant counts, one look shared by the requests waiting
+for it, ``api.freshness``), the page is answered on the event loop with no read and no
 worker thread (``answer``): under 50 clients those hand-offs, not the two statements,
-were most of a listing's wait. A commit anywhere sends the next request for each page
-back to the two statements, which decide as before.
+were most of a listing's wait. Such a commit sends the next request for each of that
+tenant's pages (an operator's: every page) back to the two statements, which decide as
+before.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,6 +49,8 @@ KEPT_HEADERS = ("x-next-cursor", "link")
 @dataclass(frozen=True)
 class Answer:
     at_ms: int
+    #: how long it may be answered: drawn per page between ``min_age_ms`` and ``max_age_ms``
+    life_ms: int
     stamp: Hashable
     #: the database's change token (``db.changes``) read before the stamp; None: unknown
     version: Hashable | None
@@ -56,6 +61,10 @@ class Answer:
 @dataclass
 class PageCache:
     max_age_ms: int = 5_000
+    #: each page lives a random span from this to ``max_age_ms``: pages computed together
+    #: (50 clients arriving at once) would otherwise all be computed again together, every
+    #: 5 s, and stall every request of the process meanwhile (a second, measured)
+    min_age_ms: int = 3_000
     size: int = 1_024  # pages; when full it starts again empty
     clock: Clock = SYSTEM
     _pages: dict[Hashable, Answer] = field(default_factory=dict, repr=False)
@@ -73,7 +82,8 @@ class PageCache:
     ) -> Response:
         """``respond``, but a kept page under the database's change token of a look that
         began after this request arrived is answered here, on the event loop."""
-        version = await fresh.version()
+        changes = await fresh.version()
+        version = None if changes is None else changes.token(None if who.sees_all else who.tenant_id)
         with self._lock:
             hit = self._pages.get(_key(who, request))
         if version is not None and hit is not None and hit.version == version and self._young(hit):
@@ -108,12 +118,15 @@ class PageCache:
         at = self.clock.now_ms()
         outs = compute()
         body = JSONResponse([o.model_dump(mode="json") for o in outs]).body  # as FastAPI renders a response_model
-        hit = Answer(at, stamp, version, bytes(body), {h: response.headers[h] for h in KEPT_HEADERS if h in response.headers})
+        life = random.randint(self.min_age_ms, self.max_age_ms)  # noqa: S311 - spreading load, not a secret
+        hit = Answer(
+            at, life, stamp, version, bytes(body), {h: response.headers[h] for h in KEPT_HEADERS if h in response.headers}
+        )
         self._keep(key, hit)
         return _response(hit)
 
     def _young(self, hit: Answer) -> bool:
-        return 0 <= self.clock.now_ms() - hit.at_ms <= self.max_age_ms
+        return 0 <= self.clock.now_ms() - hit.at_ms <= hit.life_ms
 
     def _keep(self, key: Hashable, hit: Answer) -> None:
         with self._lock:

@@ -1,17 +1,16 @@
-"""Has anything a listing shows been committed since I last looked? One round trip per
-look, on one connection of the watch's own, so a process can tell that nothing changed
-without reading what it keeps (``api.page_cache``).
+"""Has anything a tenant's listing pages show been committed since I last looked? One
+round trip per look, on a connection of the watch's own, so a process can tell that
+nothing changed without reading what it keeps (``api.page_cache``).
 
-``ChangeWatch.version()`` returns a token: two equal tokens mean that nothing was
-committed in between, by any connection of any process. On SQLite that is any commit:
-the token is ``PRAGMA data_version``, which SQLite moves whenever another connection
-commits (it reads the WAL index as any read does; no table is scanned). On PostgreSQL
-it is a commit to a table a page's stamps read: those tables notify a channel at commit
-(migration 0016), the watch listens, and a look is a ``SELECT 1`` after which every
-notice of a transaction committed before the look began has been received (the server
-sends a session's pending notices before it reports ready for the next query). A watch
-that cannot look (no file, a lost connection) says ``None``: the caller reads what it
-needs, as it would without a watch.
+``ChangeWatch.version()`` returns what it saw (``Changes``): per tenant, how many commits
+changed that tenant's pages so far, counted by migration 0016's triggers. On SQLite the
+triggers count in ``page_changes`` and a look is ``PRAGMA data_version`` (which SQLite
+moves whenever another connection commits; it reads the WAL index, no table), then the
+counts only if it moved. On PostgreSQL the triggers notify, the watch listens, and a
+look is a ``SELECT 1``, after which every notice of a transaction committed before the
+look began has been received (the server sends a session's pending notices before it
+reports ready for the next query). A watch that cannot look (no file, a lost
+connection) says ``None``: the caller reads what it needs, as it would without a watch.
 """
 
 from __future__ import annotations
@@ -19,8 +18,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Hashable
-from typing import Protocol
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from sqlalchemy.engine import make_url
 
@@ -32,8 +32,24 @@ log = logging.getLogger(__name__)
 CHANNEL = "suanli_changes"
 
 
+@dataclass(frozen=True)
+class Changes:
+    """What one look saw: per tenant, commits that changed its pages (tenant 0: every
+    tenant's). Counts only grow while the watch keeps its connection (``opened``)."""
+
+    opened: int
+    counts: Mapping[int, int]
+
+    def token(self, tenant_id: int | None) -> Hashable:
+        """Equal tokens: nothing that changes the pages of ``tenant_id`` (None: of every
+        tenant, an operator's pages) was committed in between."""
+        if tenant_id is None:
+            return (self.opened, sum(self.counts.values()))
+        return (self.opened, self.counts.get(0, 0), self.counts.get(tenant_id, 0))
+
+
 class _Look(Protocol):
-    def read(self) -> int: ...
+    def read(self) -> Mapping[int, int]: ...
     def close(self) -> None: ...
 
 
@@ -42,9 +58,15 @@ class _SQLiteLook:
         # autocommit (no transaction held between looks) and never a write
         self.con = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.con.execute("PRAGMA query_only=ON")
+        self.seen: int | None = None
+        self.counts: Mapping[int, int] = {}
 
-    def read(self) -> int:
-        return int(self.con.execute("PRAGMA data_version").fetchone()[0])
+    def read(self) -> Mapping[int, int]:
+        version = int(self.con.execute("PRAGMA data_version").fetchone()[0])
+        if version != self.seen:  # a commit somewhere: read the counts (a row per tenant)
+            self.counts = dict(self.con.execute("SELECT tenant_id, seq FROM page_changes").fetchall())
+            self.seen = version
+        return self.counts
 
     def close(self) -> None:
         self.con.close()
@@ -54,17 +76,25 @@ class _PostgresLook:
     def __init__(self, conninfo: str) -> None:
         import psycopg
 
-        self.notices = 0
+        self.heard: dict[int, int] = {}
+        self.copied: Mapping[int, int] = {}
         self.con = psycopg.connect(conninfo, autocommit=True)
         self.con.add_notify_handler(self._heard)
         self.con.execute(f"LISTEN {CHANNEL}")
 
-    def _heard(self, _notice: object) -> None:
-        self.notices += 1
+    def _heard(self, notice: Any) -> None:
+        try:
+            tenant = int(notice.payload)
+        except ValueError:
+            tenant = 0  # not one of ours: count it against every tenant
+        self.heard[tenant] = self.heard.get(tenant, 0) + 1
+        self.copied = {}
 
-    def read(self) -> int:
+    def read(self) -> Mapping[int, int]:
         self.con.execute("SELECT 1")  # the notices sent before its answer are counted by then
-        return self.notices
+        if not self.copied and self.heard:
+            self.copied = dict(self.heard)
+        return self.copied
 
     def close(self) -> None:
         self.con.close()
@@ -92,9 +122,9 @@ class ChangeWatch:
     def can_tell(self) -> bool:
         return self._open is not None
 
-    def version(self) -> Hashable | None:
-        """A token that differs from the last one if anything was committed in between;
-        ``None``: this database cannot tell, or the look failed (read what you need)."""
+    def version(self) -> Changes | None:
+        """What was committed so far, per tenant; ``None``: this database cannot tell, or
+        the look failed (read what you need)."""
         if self._open is None:
             return None
         with self._lock:
@@ -102,7 +132,7 @@ class ChangeWatch:
                 if self._look is None:
                     self._look = self._open()
                     self._opened += 1
-                return (self._opened, self._look.read())
+                return Changes(self._opened, self._look.read())
             except Exception as exc:  # noqa: BLE001 - any failure only means "cannot tell now"
                 log.warning("change watch: cannot look (%s); pages read their stamps", exc)
                 self._drop()

@@ -528,6 +528,16 @@ class WaitingReason(Base):
     since: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class PageChange(Base):
+    """Per tenant, how many commits changed what its listing pages show, counted by
+    migration 0016's triggers on SQLite and read by ``db.changes`` (PostgreSQL notifies
+    instead and leaves this empty); tenant 0: what every tenant's pages show."""
+
+    __tablename__ = "page_changes"
+    tenant_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
 class AuthFailure(Base):
     """One failed attempt (a bad token, a failed sign-in) by key, for the throttles that
     every API process shares (``control.throttle.DbThrottle``); ``at``: Unix seconds."""
