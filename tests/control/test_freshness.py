@@ -26,7 +26,7 @@ def commit(db: Database, workload_id: int) -> None:
 
 def tokens(watch: ChangeWatch) -> tuple:
     """The tokens of an operator's pages and of tenant 5's."""
-    seen = watch.version()
+    seen = watch.look()
     assert seen is not None
     return seen.token(None), seen.token(5)
 
@@ -57,7 +57,7 @@ def test_the_token_moves_with_every_commit_a_page_could_show_and_only_then(db_ur
         assert tokens(watch)[1] not in (first[1], second[1])
         # a lost connection: "cannot tell" once, then tokens of a new connection
         watch._look.close()  # type: ignore[union-attr]
-        assert watch.version() is None
+        assert watch.look() is None
         assert tokens(watch)[1] not in (first[1], second[1])
     finally:
         watch.close()
@@ -95,8 +95,8 @@ class HeldWatch(ChangeWatch):
         self.gate = threading.Event()
         self.reading = threading.Event()
 
-    def version(self) -> Changes | None:
-        seen = super().version()
+    def look(self) -> Changes | None:
+        seen = super().look()
         self.looks += 1
         self.reading.set()
         assert self.gate.wait(10)
@@ -109,10 +109,10 @@ def test_a_request_never_gets_a_token_read_before_it_arrived(db_url: str) -> Non
     fresh = Freshness(watch)
 
     async def scenario() -> tuple[Changes | None, ...]:
-        early = asyncio.create_task(fresh.version())
+        early = asyncio.create_task(fresh.changes())
         await asyncio.to_thread(watch.reading.wait, 10)  # the first look has read its token
         commit(db, 7)  # committed after that read, before the next two arrive
-        late = [asyncio.create_task(fresh.version()) for _ in range(2)]
+        late = [asyncio.create_task(fresh.changes()) for _ in range(2)]
         await asyncio.sleep(0)
         watch.gate.set()
         return await early, *(await asyncio.gather(*late))

@@ -48,8 +48,8 @@ class ServerContext:
     #: pages of instances and jobs, per process, for a few seconds (``api.page_cache``:
     #: a page whose rows or billing changed is computed again)
     pages: PageCache = field(default_factory=PageCache)
-    #: the database's change token as of each request (``api.freshness``): a kept page
-    #: is answered without a read while nothing was committed
+    #: what the database saw committed, per tenant, as of each request (``api.freshness``):
+    #: a kept page is answered without a read while nothing changing it was committed
     fresh: Freshness = field(init=False)
     #: bad bearer tokens per source address: 20 a minute, then 429 until the oldest leaves the
     #: window; in the database, one count for every API worker (``control.throttle``)

@@ -1,5 +1,5 @@
-"""The database's change token as of a moment after the request arrived, one look shared
-by every request waiting for it (Kubernetes' "consistent reads from cache" do the same
+"""What the database's change watch saw in a look that began after the request arrived,
+one look shared by every request waiting for it (Kubernetes' "consistent reads from cache" do the same
 with etcd's revision).
 
 Why: a kept page may be answered only if nothing it shows changed before the request
@@ -27,8 +27,8 @@ class Freshness:
         self._next: asyncio.Future[Changes | None] | None = None  # the look not yet started
         self._looking = False
 
-    async def version(self) -> Changes | None:
-        """``watch.version()`` read after this call began (``None``: the database cannot tell)."""
+    async def changes(self) -> Changes | None:
+        """``watch.look()`` begun after this call was (``None``: the database cannot tell)."""
         if not self.watch.can_tell:
             return None
         loop = asyncio.get_running_loop()
@@ -48,7 +48,7 @@ class Freshness:
             while self._next is not None:
                 waiter, self._next = self._next, None
                 try:
-                    waiter.set_result(await run_in_threadpool(self.watch.version))
+                    waiter.set_result(await run_in_threadpool(self.watch.look))
                 except Exception as exc:  # the waiters fail their requests; the next look tries again
                     waiter.set_exception(exc)
         finally:

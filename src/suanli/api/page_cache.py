@@ -52,8 +52,8 @@ class Answer:
     #: how long it may be answered: drawn per page between ``min_age_ms`` and ``max_age_ms``
     life_ms: int
     stamp: Hashable
-    #: the database's change token (``db.changes``) read before the stamp; None: unknown
-    version: Hashable | None
+    #: the tenant's change token (``db.changes``) read before the stamp; None: unknown
+    token: Hashable | None
     body: bytes
     headers: dict[str, str]
 
@@ -80,15 +80,15 @@ class PageCache:
         rows_stamp: Callable[[Session], tuple],
         compute: Callable[[], Sequence[BaseModel]],
     ) -> Response:
-        """``respond``, but a kept page under the database's change token of a look that
-        began after this request arrived is answered here, on the event loop."""
-        changes = await fresh.version()
-        version = None if changes is None else changes.token(None if who.sees_all else who.tenant_id)
+        """``respond``, but a kept page whose tenant's change token is what a look begun
+        after this request arrived saw is answered here, on the event loop."""
+        changes = await fresh.changes()
+        token = None if changes is None else changes.token(None if who.sees_all else who.tenant_id)
         with self._lock:
             hit = self._pages.get(_key(who, request))
-        if version is not None and hit is not None and hit.version == version and self._young(hit):
+        if token is not None and hit is not None and hit.token == token and self._young(hit):
             return _response(hit)
-        return await run_in_threadpool(self.respond, db, request, response, who, rows_stamp, compute, version)
+        return await run_in_threadpool(self.respond, db, request, response, who, rows_stamp, compute, token)
 
     def respond(
         self,
@@ -98,30 +98,28 @@ class PageCache:
         who: Principal,
         rows_stamp: Callable[[Session], tuple],
         compute: Callable[[], Sequence[BaseModel]],
-        version: Hashable | None = None,
+        token: Hashable | None = None,
     ) -> Response:
         """The page at ``request``'s URL as ``who`` sees it: kept, or ``compute``\\ d (which
         may set the paging headers on ``response``) and kept. The stamps are read before
         the page is computed, so a change racing with it makes the next request compute
-        again rather than keep an older page; ``version`` (the change token, read before
-        the stamps) is kept with it."""
+        again rather than keep an older page; ``token`` (the tenant's change token, read
+        before the stamps) is kept with it."""
         key = _key(who, request)
         with db.reads() as s:
             stamp = (rows_stamp(s), billing_stamp(s))
         with self._lock:
             hit = self._pages.get(key)
         if hit is not None and hit.stamp == stamp and self._young(hit):
-            if hit.version != version:
-                hit = replace(hit, version=version)
+            if hit.token != token:
+                hit = replace(hit, token=token)
                 self._keep(key, hit)
             return _response(hit)
         at = self.clock.now_ms()
         outs = compute()
         body = JSONResponse([o.model_dump(mode="json") for o in outs]).body  # as FastAPI renders a response_model
         life = random.randint(self.min_age_ms, self.max_age_ms)  # noqa: S311 - spreading load, not a secret
-        hit = Answer(
-            at, life, stamp, version, bytes(body), {h: response.headers[h] for h in KEPT_HEADERS if h in response.headers}
-        )
+        hit = Answer(at, life, stamp, token, bytes(body), {h: response.headers[h] for h in KEPT_HEADERS if h in response.headers})
         self._keep(key, hit)
         return _response(hit)
 

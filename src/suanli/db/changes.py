@@ -2,7 +2,7 @@
 round trip per look, on a connection of the watch's own, so a process can tell that
 nothing changed without reading what it keeps (``api.page_cache``).
 
-``ChangeWatch.version()`` returns what it saw (``Changes``): per tenant, how many commits
+``ChangeWatch.look()`` returns what it saw (``Changes``): per tenant, how many commits
 changed that tenant's pages so far, counted by migration 0016's triggers. On SQLite the
 triggers count in ``page_changes`` and a look is ``PRAGMA data_version`` (which SQLite
 moves whenever another connection commits; it reads the WAL index, no table), then the
@@ -122,7 +122,7 @@ class ChangeWatch:
     def can_tell(self) -> bool:
         return self._open is not None
 
-    def version(self) -> Changes | None:
+    def look(self) -> Changes | None:
         """What was committed so far, per tenant; ``None``: this database cannot tell, or
         the look failed (read what you need)."""
         if self._open is None:
