@@ -16,6 +16,7 @@ from suanli.control.auth import Principal
 from suanli.db.changes import Changes, ChangeWatch
 from suanli.db.models import Tenant, WaitingReason
 from suanli.db.session import Database
+from tests.async_helpers import run_async
 
 
 def commit(db: Database, workload_id: int) -> None:
@@ -118,7 +119,7 @@ def test_a_request_never_gets_a_token_read_before_it_arrived(db_url: str) -> Non
         return await early, *(await asyncio.gather(*late))
 
     try:
-        before, *after = asyncio.run(scenario())
+        before, *after = run_async(scenario())
         assert before is not None and after[0] is not None
         assert after[0] == after[1]  # the two late ones share one look, after the commit
         assert after[0].token(None) != before.token(None)

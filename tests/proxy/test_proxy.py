@@ -46,27 +46,10 @@ from suanli.control.access import PASS_TTL_S, check_pass, load_secret, make_pass
 from suanli.control.auth import Principal, hash_token
 from suanli.db.models import ApiToken, Instance
 from tests import http_helpers as web
+from tests.async_helpers import run_async
 from tests.control.control_helpers import closed_port
 
 BIG = bytes(range(256)) * 8192  # 2 MiB
-
-
-def run_async(coro) -> None:  # type: ignore[no-untyped-def]
-    """``asyncio.run`` in a thread of its own: the browser suite's Playwright keeps an event
-    loop running in the main thread for the whole session."""
-    box: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            asyncio.run(coro)
-        except BaseException as exc:  # re-raised in the test's thread
-            box.append(exc)
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if box:
-        raise box[0]
 
 
 # -- real servers in threads ----------------------------------------------------------------
