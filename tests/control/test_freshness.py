@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 from sqlalchemy import delete, text
 from sqlalchemy.sql.util import find_tables
@@ -124,6 +125,30 @@ def test_a_request_never_gets_a_token_read_before_it_arrived(db_url: str) -> Non
         assert after[0] == after[1]  # the two late ones share one look, after the commit
         assert after[0].token(None) != before.token(None)
         assert watch.looks == 2
+    finally:
+        watch.close()
+        db.dispose()
+
+
+def test_a_watch_nobody_asks_still_reads_its_notices(db_url: str) -> None:
+    """PostgreSQL holds every notice a listener has not read and cannot trim its queue
+    past them: an API worker nobody lists through still reads them."""
+    db = Database(db_url)
+    watch = ChangeWatch(db, idle_look_s=0.2)
+    try:
+        watch.look()
+        if db.is_sqlite:  # nothing held for it: no thread
+            assert watch._keeper is None
+            return
+        commit(db, 3)
+        deadline = time.monotonic() + 10
+        while not watch._look.heard and time.monotonic() < deadline:  # type: ignore[union-attr]
+            time.sleep(0.05)
+        assert watch._look.heard  # type: ignore[union-attr]
+        watch.close()
+        assert watch._keeper is not None
+        watch._keeper.join(5)
+        assert not watch._keeper.is_alive()
     finally:
         watch.close()
         db.dispose()

@@ -9,8 +9,11 @@ moves whenever another connection commits; it reads the WAL index, no table), th
 counts only if it moved. On PostgreSQL the triggers notify, the watch listens, and a
 look is a ``SELECT 1``, after which every notice of a transaction committed before the
 look began has been received (the server sends a session's pending notices before it
-reports ready for the next query). A watch that cannot look (no file, a lost
-connection) says ``None``: the caller reads what it needs, as it would without a watch.
+reports ready for the next query). The server keeps every notice for a listener that
+does not read them, and cannot trim its queue (all databases' notices) past the oldest
+unread, so a PostgreSQL watch also looks when nobody asked for ``idle_look_s``. A watch
+that cannot look (no file, a lost connection) says ``None``: the caller reads what it
+needs, as it would without a watch.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,11 +54,16 @@ class Changes:
 
 
 class _Look(Protocol):
+    #: unread, the server holds what this look has not read (PostgreSQL's notices)
+    must_read: bool
+
     def read(self) -> Mapping[int, int]: ...
     def close(self) -> None: ...
 
 
 class _SQLiteLook:
+    must_read = False
+
     def __init__(self, path: str) -> None:
         # autocommit (no transaction held between looks) and never a write
         self.con = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -73,6 +83,8 @@ class _SQLiteLook:
 
 
 class _PostgresLook:
+    must_read = True
+
     def __init__(self, conninfo: str) -> None:
         import psycopg
 
@@ -112,11 +124,15 @@ def _opener(db: Database) -> Callable[[], _Look] | None:
 
 
 class ChangeWatch:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, idle_look_s: float = 10.0) -> None:
         self._open = _opener(db)
         self._look: _Look | None = None
         self._opened = 0  # a token is only comparable with one from the same connection
         self._lock = threading.Lock()
+        self.idle_look_s = idle_look_s
+        self._looked = 0.0  # time.monotonic() of the last look
+        self._keeper: threading.Thread | None = None
+        self._closed = False
 
     @property
     def can_tell(self) -> bool:
@@ -132,7 +148,13 @@ class ChangeWatch:
                 if self._look is None:
                     self._look = self._open()
                     self._opened += 1
-                return Changes(self._opened, self._look.read())
+                    if self._look.must_read and self._keeper is None:
+                        self._looked = time.monotonic()  # this look, under way
+                        self._keeper = threading.Thread(target=_keep_looking, args=(weakref.ref(self),), daemon=True)
+                        self._keeper.start()
+                seen = Changes(self._opened, self._look.read())
+                self._looked = time.monotonic()
+                return seen
             except Exception as exc:  # noqa: BLE001 - any failure only means "cannot tell now"
                 log.warning("change watch: cannot look (%s); pages read their stamps", exc)
                 self._drop()
@@ -140,6 +162,7 @@ class ChangeWatch:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._drop()
 
     def _drop(self) -> None:
@@ -149,3 +172,18 @@ class ChangeWatch:
             except Exception:  # noqa: BLE001, S110 - closing what already failed
                 pass
             self._look = None
+
+
+def _keep_looking(ref: weakref.ref[ChangeWatch]) -> None:
+    """A watch's look when no request asked for one in ``idle_look_s``; ends with the
+    watch (closed, or collected: the thread holds no reference between looks)."""
+    while True:
+        watch = ref()
+        if watch is None or watch._closed:
+            return
+        pause = watch.idle_look_s - (time.monotonic() - watch._looked)
+        if pause <= 0:
+            watch.look()
+            pause = watch.idle_look_s
+        del watch
+        time.sleep(pause)
