@@ -138,9 +138,9 @@ class ChangeWatch:
     def can_tell(self) -> bool:
         return self._open is not None
 
-    def look(self) -> Changes | None:
+    def look(self, quiet: bool = False) -> Changes | None:
         """What was committed so far, per tenant; ``None``: this database cannot tell, or
-        the look failed (read what you need)."""
+        the look failed (read what you need; ``quiet``: not worth a warning)."""
         if self._open is None:
             return None
         with self._lock:
@@ -156,7 +156,9 @@ class ChangeWatch:
                 self._looked = time.monotonic()
                 return seen
             except Exception as exc:  # noqa: BLE001 - any failure only means "cannot tell now"
-                log.warning("change watch: cannot look (%s); pages read their stamps", exc)
+                log.log(
+                    logging.DEBUG if quiet else logging.WARNING, "change watch: cannot look (%s); pages read their stamps", exc
+                )
                 self._drop()
                 return None
 
@@ -183,7 +185,8 @@ def _keep_looking(ref: weakref.ref[ChangeWatch]) -> None:
             return
         pause = watch.idle_look_s - (time.monotonic() - watch._looked)
         if pause <= 0:
-            watch.look()
+            if watch._look is not None:  # a lost connection is opened again by a request, not here
+                watch.look(quiet=True)
             pause = watch.idle_look_s
         del watch
         time.sleep(pause)
