@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import make_url
 
-from suanli.db.session import Database, sqlite_path
+from suanli.db.session import Database
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class _PostgresLook:
         import psycopg
 
         self.heard: dict[int, int] = {}
-        self.copied: Mapping[int, int] = {}
+        self.copied: Mapping[int, int] | None = {}  # None: heard more since the last copy
         self.con = psycopg.connect(conninfo, autocommit=True)
         self.con.add_notify_handler(self._heard)
         self.con.execute(f"LISTEN {CHANNEL}")
@@ -100,11 +100,11 @@ class _PostgresLook:
         except ValueError:
             tenant = 0  # not one of ours: count it against every tenant
         self.heard[tenant] = self.heard.get(tenant, 0) + 1
-        self.copied = {}
+        self.copied = None
 
     def read(self) -> Mapping[int, int]:
         self.con.execute("SELECT 1")  # the notices sent before its answer are counted by then
-        if not self.copied and self.heard:
+        if self.copied is None:
             self.copied = dict(self.heard)
         return self.copied
 
@@ -113,9 +113,9 @@ class _PostgresLook:
 
 
 def _opener(db: Database) -> Callable[[], _Look] | None:
-    path = sqlite_path(db.url.split("?", 1)[0])
-    if path is not None:
-        return None if str(path) in ("", ":memory:") else lambda: _SQLiteLook(str(path))
+    if db.file is not None:
+        path = str(db.file)
+        return lambda: _SQLiteLook(path)
     url = make_url(db.url)
     if url.get_backend_name() == "postgresql":
         conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)

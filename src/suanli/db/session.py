@@ -57,8 +57,10 @@ class Database:
     def __init__(self, url: str, pool_size: int = 10) -> None:
         self.url = url
         path = sqlite_path(url.split("?", 1)[0])
-        if path is not None and str(path) not in ("", ":memory:"):
-            private_sqlite(path)
+        #: the SQLite database's file (None: PostgreSQL, or SQLite in memory)
+        self.file = path if path is not None and str(path) not in ("", ":memory:") else None
+        if self.file is not None:
+            private_sqlite(self.file)
         self.engine = make_engine(url, pool_size)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         #: sessions for work that only reads: on SQLite they do not take the write lock
