@@ -13,15 +13,19 @@ from playwright.sync_api import Page, expect
 from sqlalchemy import select
 
 from suanli.billing.tables import Usage
+from suanli.control.dashboard import DAY_MS
 from suanli.db.models import Tenant
 from tests.console.console_helpers import row, sign_in
 from tests.control.control_helpers import LiveServer, wait_until
 
 
 def _spent(srv: LiveServer, tenant: str | int, micros: int) -> None:
-    """A rated usage record of ``micros`` for ``tenant`` (name or id), an hour ago."""
+    """A rated usage record of ``micros`` for ``tenant`` (name or id), an hour ago or at
+    midnight UTC if that is later: the one-day window starts there (a record an hour ago
+    fell out of it in the first hour of a day)."""
     assert srv.ctx is not None
-    ms = int(time.time() * 1000) - 3_600_000
+    now_ms = int(time.time() * 1000)
+    ms = max(now_ms - 3_600_000, now_ms - now_ms % DAY_MS)
     with srv.ctx.db.transaction() as s:
         tid = tenant if isinstance(tenant, int) else s.scalar(select(Tenant.id).where(Tenant.name == tenant))
         s.add(
