@@ -123,8 +123,12 @@ async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op
     """Every client repeats ``ops`` until time is up, each on its own connection;
     returns requests/s and latencies (all, and by op)."""
     lat: dict[str, list[float]] = {name: [] for name, _, _, _ in ops}
+    #: per second of the phase: requests started, and how many took over the list target
+    #: and the slowest (where a tail lies: a burst, or spread)
+    seconds_seen: dict[int, list[float]] = {}
     errors: dict[int, int] = {}
-    deadline = time.perf_counter() + seconds
+    start = time.perf_counter()
+    deadline = start + seconds
 
     async def client(token: str | None) -> None:
         # a client of its own per renter (one keep-alive connection each), as separate
@@ -139,6 +143,7 @@ async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op
                     t0 = time.perf_counter()
                     r = await http.request(method, path, json=body)
                     lat[name].append(time.perf_counter() - t0)
+                    seconds_seen.setdefault(int(t0 - start), []).append(lat[name][-1])
                     if r.status_code >= 400:
                         errors[r.status_code] = errors.get(r.status_code, 0) + 1
 
@@ -162,6 +167,10 @@ async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op
             }
             for name, v in lat.items()
         },
+        "by_second": [
+            {"s": sec, "n": len(v), "over_target": sum(x * 1000 > LIST_P99_MAX_MS for x in v), "max_ms": round(max(v) * 1000)}
+            for sec, v in sorted(seconds_seen.items())
+        ],
     }
 
 

@@ -49,6 +49,11 @@ def without_costs(body: bytes) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in ("cost", "cost_so_far")} for row in json.loads(body)]
 
 
+def settled(server: Server) -> None:
+    """Wait for the pages being computed again in the background (on the app's event loop)."""
+    server.http.portal.call(server.ctx.pages.settled)  # type: ignore[union-attr]
+
+
 def kept(server: Server) -> int:
     """Statements a kept page costs when nothing that changes it was committed since it
     was kept: none where the database tells that (``db.changes``), else its two stamps."""
@@ -89,11 +94,35 @@ def test_its_age_makes_it_computed_again(server: Server, statements: list[str]) 
     statements.clear()
     get(server, "/v1/instances")
     assert len(queries(statements)) == kept(server)
-    clock.advance(2.2)  # 5.1 s old: older than every page's life
+    clock.advance(2.2)  # 5.1 s old: older than every page's life, younger than stale_ms
+    statements.clear()
+    get(server, "/v1/instances")  # answered as kept while computed again in the background
+    settled(server)
+    assert len(queries(statements)) > 2, statements
+    statements.clear()
+    get(server, "/v1/instances")
+    assert len(queries(statements)) == kept(server), statements  # the page computed again is young
+    clock.advance(8.1)  # older than stale_ms: computed on the request's path
+    statements.clear()
+    get(server, "/v1/instances")
+    assert len(queries(statements)) > 2 and not server.ctx.pages._refreshing, statements
+    clock.set(clock.now() - 60)  # a clock set back: never served from an answer "in the future"
     statements.clear()
     get(server, "/v1/instances")
     assert len(queries(statements)) > 2, statements
-    clock.set(clock.now() - 60)  # a clock set back: never served from an answer "in the future"
+
+
+def test_a_page_waiting_for_a_busy_refresher_is_answered_as_kept_until_stale(server: Server, statements: list[str]) -> None:
+    create(server)
+    server.ctx.pages.refreshers = 0  # every background slot taken
+    clock = server.ctx.pages.clock
+    assert isinstance(clock, ManualClock)
+    first = get(server, "/v1/instances")
+    clock.advance(5.1)  # past its life: kept, and nothing starts
+    statements.clear()
+    assert get(server, "/v1/instances").content == first.content
+    assert len(queries(statements)) == kept(server) and not server.ctx.pages._refreshing, statements
+    clock.advance(3.0)  # 8.1 s: older than stale_ms, the request computes it
     statements.clear()
     get(server, "/v1/instances")
     assert len(queries(statements)) > 2, statements

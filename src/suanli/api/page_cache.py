@@ -9,7 +9,7 @@ column, and their waiting reasons (``list_stamp``: a transition, a stop asked, a
 notice, a new or deleted row, the scheduler's reason for a wait), and the billing stamp
 (a price version, a subscription bought or cancelled; ``workload_cost.billing_stamp``).
 So a renter sees their own change on the next request. What may be older than the
-request, by at most ``max_age_ms`` (5 s, inside billing's 10-s visibility rule): what
+request, by at most ``stale_ms`` (8 s, inside billing's 10-s visibility rule): what
 accrued meanwhile and how a rating run split it into rated and accruing, a spot rate
 following the market, the latest usage sample and the states of a job's dependencies.
 Each API worker process keeps its own; a page is kept per user and URL.
@@ -21,10 +21,22 @@ worker thread (``answer``): under 50 clients those hand-offs, not the two statem
 were most of a listing's wait. Such a commit sends the next request for each of that
 tenant's pages (an operator's: every page) back to the two statements, which decide as
 before.
+
+A page past its life whose tenant's token has not moved differs from computing it now
+only by what moves with the clock (what accrued, the spot market, the latest sample). It
+is answered at once, up to ``stale_ms`` old (8 s, inside billing's 10-s visibility rule),
+while it is computed again in the background (HTTP's stale-while-revalidate, RFC 5861):
+under 50 clients the pages expiring every few seconds, each computed on the request's
+path, were most of a listing's tail. At most ``refreshers`` pages are computed so at once
+per process (a page waiting for one is answered as it is meanwhile); past ``stale_ms`` the
+request computes its page as before. However they are asked for, at most ``computing``
+pages are computed at once per process.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -44,6 +56,8 @@ from suanli.db.session import Database
 
 #: what a cached answer repeats of the computed one besides its body
 KEPT_HEADERS = ("x-next-cursor", "link")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,10 +79,20 @@ class PageCache:
     #: (50 clients arriving at once) would otherwise all be computed again together, every
     #: 5 s, and stall every request of the process meanwhile (a second, measured)
     min_age_ms: int = 3_000
+    #: a page past its life, its token unmoved, is answered up to this old while computed again
+    stale_ms: int = 8_000
+    #: pages computed in the background at once (per process)
+    refreshers: int = 2
+    #: pages computed at once (per process): 50 computed together each took the whole
+    #: burst's time, and starved the event loop answering kept pages meanwhile
+    computing: int = 2
     size: int = 1_024  # pages; when full it starts again empty
     clock: Clock = SYSTEM
     _pages: dict[Hashable, Answer] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _computing: threading.Semaphore = field(init=False, repr=False)
+    #: the keys being computed in the background, and their tasks (kept from the collector)
+    _refreshing: dict[Hashable, asyncio.Task] = field(default_factory=dict, repr=False)
 
     async def answer(
         self,
@@ -81,14 +105,24 @@ class PageCache:
         compute: Callable[[], Sequence[BaseModel]],
     ) -> Response:
         """``respond``, but a kept page whose tenant's change token is what a look begun
-        after this request arrived saw is answered here, on the event loop."""
+        after this request arrived saw is answered here, on the event loop: young, or up
+        to ``stale_ms`` old while it is computed again in the background."""
         changes = await fresh.changes()
         token = None if changes is None else changes.token(None if who.sees_all else who.tenant_id)
+        key = _key(who, request)
         with self._lock:
-            hit = self._pages.get(_key(who, request))
-        if token is not None and hit is not None and hit.token == token and self._young(hit):
-            return _response(hit)
-        return await run_in_threadpool(self.respond, db, request, response, who, rows_stamp, compute, token)
+            hit = self._pages.get(key)
+
+        def again() -> Response:
+            return self.respond(db, request, response, who, rows_stamp, compute, token)
+
+        if token is not None and hit is not None and hit.token == token:
+            if self._young(hit):
+                return _response(hit)
+            if 0 <= self._age(hit) <= self.stale_ms:
+                self._refresh(key, again)
+                return _response(hit)
+        return await run_in_threadpool(again)
 
     def respond(
         self,
@@ -115,16 +149,49 @@ class PageCache:
                 hit = replace(hit, token=token)
                 self._keep(key, hit)
             return _response(hit)
-        at = self.clock.now_ms()
-        outs = compute()
+        with self._computing:
+            at = self.clock.now_ms()
+            outs = compute()
         body = JSONResponse([o.model_dump(mode="json") for o in outs]).body  # as FastAPI renders a response_model
         life = random.randint(self.min_age_ms, self.max_age_ms)  # noqa: S311 - spreading load, not a secret
         hit = Answer(at, life, stamp, token, bytes(body), {h: response.headers[h] for h in KEPT_HEADERS if h in response.headers})
         self._keep(key, hit)
         return _response(hit)
 
+    def __post_init__(self) -> None:
+        self._computing = threading.Semaphore(self.computing)
+
+    def _age(self, hit: Answer) -> int:
+        """Milliseconds since it was computed (negative: the clock was set back)."""
+        return self.clock.now_ms() - hit.at_ms
+
     def _young(self, hit: Answer) -> bool:
-        return 0 <= self.clock.now_ms() - hit.at_ms <= hit.life_ms
+        return 0 <= self._age(hit) <= hit.life_ms
+
+    def _refresh(self, key: Hashable, again: Callable[[], Response]) -> None:
+        """Have ``key``'s page computed again in the background, unless it already is or
+        ``refreshers`` pages already are (a request after those starts it)."""
+        loop = asyncio.get_running_loop()
+        for k, task in list(self._refreshing.items()):
+            if task.get_loop() is not loop:  # left by an event loop that ended (tests build one per client)
+                del self._refreshing[k]
+        if key in self._refreshing or len(self._refreshing) >= self.refreshers:
+            return  # under way, or a later request starts it (the page is still within stale_ms)
+
+        async def refresh() -> None:
+            try:
+                await run_in_threadpool(again)
+            except Exception:  # the page stays as it was; past ``stale_ms`` a request computes it and sees why
+                log.debug("page refresh failed", exc_info=True)
+            finally:
+                self._refreshing.pop(key, None)
+
+        self._refreshing[key] = loop.create_task(refresh())
+
+    async def settled(self) -> None:
+        """Wait for the background computations under way (tests, shutdown)."""
+        while self._refreshing:
+            await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
 
     def _keep(self, key: Hashable, hit: Answer) -> None:
         with self._lock:

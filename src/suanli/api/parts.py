@@ -20,6 +20,7 @@ no bootstrap: the supervisor did both before forking).
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import socket
@@ -73,6 +74,7 @@ def run_worker(cfg: PartConfig, ready: Ready) -> None:
         signal.signal(sig, lambda *_: halt.set())
     ctx = _context(cfg, background_work=True)
     threads = background(ctx, wakes=True)
+    settle_heap()
     start_all(threads)
     log.info("worker: %s running", ", ".join(t.name for t in threads))
     ready()
@@ -88,6 +90,15 @@ def run_worker(cfg: PartConfig, ready: Ready) -> None:
 KEEP_ALIVE_S = 75
 
 
+def settle_heap() -> None:
+    """Move what a part built before serving (its imports, its app) out of the garbage
+    collector's sight. Why: under 50 clients an API worker's full collection ran every
+    1-2 s and took 100-200 ms, finding nothing, and every request in flight waited it
+    out (most of a listing's tail); with the start-up heap frozen it takes 10-30 ms."""
+    gc.collect()
+    gc.freeze()
+
+
 def _serve(app: Any, sock: socket.socket, cfg: PartConfig, ready: Ready) -> None:
     import uvicorn
 
@@ -97,6 +108,7 @@ def _serve(app: Any, sock: socket.socket, cfg: PartConfig, ready: Ready) -> None
     config = uvicorn.Config(
         app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S, **(cfg.tls.uvicorn_options() if cfg.tls else {})
     )
+    settle_heap()
     ready()
     uvicorn.Server(config).run(sockets=[sock])
 
