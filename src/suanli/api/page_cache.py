@@ -94,6 +94,9 @@ class PageCache:
     #: the keys being computed in the background, and their tasks (kept from the collector)
     _refreshing: dict[Hashable, asyncio.Task] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        self._computing = threading.Semaphore(self.computing)
+
     async def answer(
         self,
         db: Database,
@@ -158,9 +161,6 @@ class PageCache:
         self._keep(key, hit)
         return _response(hit)
 
-    def __post_init__(self) -> None:
-        self._computing = threading.Semaphore(self.computing)
-
     def _age(self, hit: Answer) -> int:
         """Milliseconds since it was computed (negative: the clock was set back)."""
         return self.clock.now_ms() - hit.at_ms
@@ -189,7 +189,7 @@ class PageCache:
         self._refreshing[key] = loop.create_task(refresh())
 
     async def settled(self) -> None:
-        """Wait for the background computations under way (tests, shutdown)."""
+        """Wait for the background computations under way (tests)."""
         while self._refreshing:
             await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
 
