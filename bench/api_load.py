@@ -21,6 +21,9 @@ aborted run in 10 (``--runs 10``).
     .venv/bin/python bench/api_load.py --db postgresql --clients 50 --runs 10
     .venv/bin/python bench/api_load.py --json out/api_load.json --profile docs/profiles
 
+Each phase in ``--json`` also has ``by_second``: per second of the phase, the requests
+started, how many took over 100 ms and the slowest (whether a tail is a burst or spread).
+
 ``--profile DIR``: py-spy records the server (all its processes) through each phase
 (``DIR/api-<db>-<clients>-<phase>.svg``, flame graphs; needs py-spy and ptrace rights).
 Client and servers share the machine's cores; the numbers are for the whole box.
