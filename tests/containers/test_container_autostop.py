@@ -23,7 +23,7 @@ from tests.control.control_helpers import Server, wait_state, wait_until
 from tests.event_helpers import events_text
 from tests.metrics.autostop_helpers import Timeline
 
-WINDOW_S = 15
+WINDOW_S = 8
 INTERVAL_S = 2.0
 NOTICE_S = 3.0
 

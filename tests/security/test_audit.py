@@ -15,7 +15,7 @@ from suanli.api.audit import OPERATOR_READS, UNAUDITED, WRITES
 from suanli.control import audit
 from suanli.db.clock import utcnow
 from suanli.db.models import AuditRecord
-from tests.control.control_helpers import Server
+from tests.control.control_helpers import Server, wait_until
 
 
 @pytest.fixture
@@ -150,6 +150,59 @@ def test_concurrent_appends_never_fork_the_chain(srv: Server) -> None:
     assert v.ok and v.checked == 90
     with srv.ctx.db.sessions() as s:
         assert s.scalar(select(func.count(func.distinct(AuditRecord.prev_hash)))) == 90
+
+
+@pytest.mark.parametrize("bad", [False, True], ids=["good", "one-bad"])
+def test_the_writer_appends_what_waits_in_one_transaction_and_a_bad_entry_fails_only_its_caller(srv: Server, bad: bool) -> None:
+    """``audit.Writer`` (the API's): entries that arrive while a batch is in flight are
+    appended together by the next one (one tip lock, one instant); an entry that cannot
+    be written (its detail is not JSON) fails its own caller, the others are written."""
+    writer = audit.Writer(srv.ctx.db)
+    before = len(records(srv))
+    outcome: dict[str, Any] = {}
+
+    def write(name: str, detail: dict) -> None:
+        try:
+            outcome[name] = writer.write(audit.Entry(actor=name, action="test.write", object="thing/1", detail=detail))
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            outcome[name] = exc
+
+    with writer._writing:  # a batch in flight: what arrives meanwhile waits for the next one
+        threads = [threading.Thread(target=write, args=(f"t{n}", {"n": n})) for n in range(5)]
+        threads += [threading.Thread(target=write, args=("bad", {"not json": {1, 2}}))] if bad else []
+        for th in threads:
+            th.start()
+        wait_until(lambda: len(writer._waiting) == len(threads), 10)
+    for th in threads:
+        th.join(10)
+    if bad:
+        assert isinstance(outcome.pop("bad"), TypeError), outcome
+    written = records(srv)[before:]
+    assert sorted(r.actor for r in written) == [f"t{n}" for n in range(5)]
+    assert {o.id for o in outcome.values()} == {r.id for r in written}
+    assert [r.id for r in written] == list(range(written[0].id, written[0].id + 5))
+    if not bad:
+        assert len({r.at for r in written}) == 1, [r.at for r in written]  # one batch
+    v = audit.verify(srv.ctx.db)
+    assert v.ok, v
+
+
+def test_the_writer_from_many_threads_keeps_one_chain_in_batches(srv: Server) -> None:
+    writer = audit.Writer(srv.ctx.db)
+    ids: list[int] = []
+
+    def work(n: int) -> None:
+        for i in range(10):
+            ids.append(writer.write(audit.Entry(actor=f"t{n}", action="test.write", object=f"thing/{i}")).id)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(set(ids)) == 80
+    v = audit.verify(srv.ctx.db)
+    assert v.ok and v.checked == len(records(srv)), v
 
 
 def test_retention_deletes_the_oldest_and_the_chain_still_verifies(srv: Server) -> None:

@@ -82,6 +82,7 @@ def _tenant_of(db: Database, obj: str, asked: str | None) -> int | None:
 class AuditMiddleware:
     def __init__(self, app, db: Database) -> None:  # type: ignore[no-untyped-def]
         self.app, self.db = app, db
+        self.writer = audit.Writer(db)
 
     def _audited(self, scope) -> bool:  # type: ignore[no-untyped-def]
         path, method = scope["path"], scope["method"]
@@ -174,7 +175,7 @@ class AuditMiddleware:
         if entry.tenant_id is None:
             tid = _tenant_of(self.db, entry.object, entry.detail.get("tenant"))
             entry = audit.Entry(**{**entry.__dict__, "tenant_id": tid if tid is not None else actors_tenant})
-        audit.write(self.db, entry)
+        self.writer.write(entry)
 
 
 def _json(scope) -> bool:  # type: ignore[no-untyped-def]

@@ -9,15 +9,19 @@ log, or its tip, elsewhere to pin it.)
 
 Every append first updates the head row, which takes its lock (a row lock on PostgreSQL,
 the write lock on SQLite), so concurrent appends are serialised and the chain never
-forks. Retention deletes the oldest records and appends an ``audit.pruned`` record that
-names the hash the remaining chain starts from, so a pruned start is told from a
-deleted one.
+forks. That lock is one for the whole platform, held until the appending transaction
+commits: an API process writes through a ``Writer``, which appends what its threads
+have waiting in one transaction (group commit), so the lock is taken once per batch
+rather than once per request. Retention deletes the oldest records and appends an
+``audit.pruned`` record that names the hash the remaining chain starts from, so a
+pruned start is told from a deleted one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -79,33 +83,96 @@ def _clip(text: str, n: int) -> str:
 
 def append(session: Session, entry: Entry, at: datetime | None = None) -> AuditRecord:
     """Add ``entry`` at the chain's tip, in ``session``'s transaction."""
+    return append_all(session, [entry], at)[0]
+
+
+def append_all(session: Session, entries: list[Entry], at: datetime | None = None) -> list[AuditRecord]:
+    """Add ``entries`` at the chain's tip in their order, in ``session``'s transaction:
+    one statement takes the lock and reads the tip, one inserts, one moves the tip."""
     s = session
-    s.execute(update(AuditHead).where(AuditHead.id == 1).values(last_id=AuditHead.last_id + 1))  # the lock
-    head = s.execute(select(AuditHead.last_id, AuditHead.last_hash).where(AuditHead.id == 1)).one()
-    r = AuditRecord(
-        id=head.last_id,
-        at=at or utcnow(),
-        actor_id=entry.actor_id,
-        actor=_clip(entry.actor, 100),
-        actor_role=_clip(entry.actor_role, 20),
-        tenant_id=entry.tenant_id,
-        action=_clip(entry.action, 100),
-        object=_clip(entry.object, 200),
-        source=_clip(entry.source, 100),
-        result=_clip(entry.result, 40),
-        detail=entry.detail,
-        prev_hash=head.last_hash,
-    )
-    r.hash = record_hash(head.last_hash, r)
-    s.add(r)
-    s.execute(update(AuditHead).where(AuditHead.id == 1).values(last_hash=r.hash))
-    return r
+    moved = update(AuditHead).where(AuditHead.id == 1).values(last_id=AuditHead.last_id + len(entries))
+    last_id, prev_hash = s.execute(moved.returning(AuditHead.last_id, AuditHead.last_hash)).one()  # the lock
+    when = at or utcnow()
+    records = []
+    for n, entry in enumerate(entries, start=last_id - len(entries) + 1):
+        r = AuditRecord(
+            id=n,
+            at=when,
+            actor_id=entry.actor_id,
+            actor=_clip(entry.actor, 100),
+            actor_role=_clip(entry.actor_role, 20),
+            tenant_id=entry.tenant_id,
+            action=_clip(entry.action, 100),
+            object=_clip(entry.object, 200),
+            source=_clip(entry.source, 100),
+            result=_clip(entry.result, 40),
+            detail=entry.detail,
+            prev_hash=prev_hash,
+        )
+        r.hash = prev_hash = record_hash(prev_hash, r)
+        records.append(r)
+    s.add_all(records)
+    s.execute(update(AuditHead).where(AuditHead.id == 1).values(last_hash=prev_hash))
+    return records
 
 
 def write(db: Database, entry: Entry) -> AuditRecord:
     """``append`` in a transaction of its own."""
     with db.transaction() as s:
         return append(s, entry)
+
+
+@dataclass
+class _Waiting:
+    entry: Entry
+    record: AuditRecord | None = None
+    error: BaseException | None = None
+
+
+class Writer:
+    """``write`` for the many threads of one process (the API's handlers), by group
+    commit: the first thread to find no batch in flight appends every entry waiting, its
+    own and the others', in one transaction; the others find theirs written when it
+    commits. Every caller still returns only once its record is committed. A batch that
+    fails is retried an entry at a time, so one bad entry fails only its own caller."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._waiting: list[_Waiting] = []
+        self._queue = threading.Lock()  #: guards ``_waiting``
+        self._writing = threading.Lock()  #: one batch in flight per process
+
+    def write(self, entry: Entry) -> AuditRecord:
+        mine = _Waiting(entry)
+        with self._queue:
+            self._waiting.append(mine)
+        with self._writing:
+            if mine.record is None and mine.error is None:
+                with self._queue:
+                    batch, self._waiting = self._waiting, []
+                self._append(batch)
+        if mine.error is not None:
+            raise mine.error
+        assert mine.record is not None
+        return mine.record
+
+    def _append(self, batch: list[_Waiting]) -> None:
+        try:
+            with self.db.transaction() as s:
+                records = append_all(s, [w.entry for w in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+            else:
+                for w in batch:
+                    self._append([w])
+            return
+        except BaseException as exc:  # interrupted: no caller may wait for a batch nobody writes
+            for w in batch:
+                w.error = exc
+            raise
+        for w, r in zip(batch, records, strict=True):
+            w.record = r
 
 
 @dataclass(frozen=True)
