@@ -50,3 +50,34 @@ def test_process_tasks_report_when_they_ended(tmp_path: Path) -> None:
     st = _wait(rt, h)
     assert st.state == TaskState.EXITED and st.ended_at is not None
     assert killed - 1.5 <= st.ended_at <= killed, (st.ended_at, killed)
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def test_the_sign_of_life_starts_no_process_per_beat(tmp_path: Path) -> None:
+    """The wrapper's beat loop rewrites ``alive`` every second without a ``sleep``
+    process per beat (a process a second for each running task adds up on a busy host):
+    the loop's shell has no child at any of several looks, and ``alive`` keeps moving."""
+    rt = ProcessRuntime(tmp_path)
+    spec = TaskSpec(key="job-1-0", kind="job", workload_id=1, node="n", node_rank=0, run="sleep 300")
+    h = rt.submit(spec, tmp_path / spec.key)
+    try:
+        wrapper = int(json.loads((tmp_path / spec.key / "handle.json").read_text())["pid"])
+        alive = tmp_path / spec.key / "alive"
+        deadline = time.monotonic() + 10
+        while not alive.exists():
+            assert time.monotonic() < deadline, "no sign of life"
+            time.sleep(0.05)
+        first = alive.stat().st_mtime
+        # the wrapper's children: the beat loop (a fork of the wrapper: its command line) and run.sh's shell
+        loops = [c for c in _children(wrapper) if "task.sh" in Path(f"/proc/{c}/cmdline").read_text()]
+        assert len(loops) == 1, [Path(f"/proc/{c}/cmdline").read_text() for c in _children(wrapper)]
+        for _ in range(8):
+            assert _children(loops[0]) == [], [Path(f"/proc/{c}/cmdline").read_text() for c in _children(loops[0])]
+            time.sleep(0.3)
+        assert alive.stat().st_mtime > first
+    finally:
+        rt.stop(h, grace_s=1)
