@@ -16,8 +16,8 @@ from suanli.api.routes import audit as audit_routes
 from suanli.control import loop_report
 
 
-def create_app(ctx: ServerContext) -> FastAPI:
-    app = FastAPI(
+def _fastapi() -> FastAPI:
+    return FastAPI(
         title="Suanli",
         version=__version__,
         description="Rent GPUs as instances or jobs.",
@@ -25,6 +25,10 @@ def create_app(ctx: ServerContext) -> FastAPI:
         docs_url=None,  # api.docs serves them without a CDN
         redoc_url=None,
     )
+
+
+def create_app(ctx: ServerContext) -> FastAPI:
+    app = _fastapi()
     app.state.ctx = ctx
     errors.install(app)
     metrics.install(app, ctx, lambda: loop_report.counters(ctx.db))
@@ -33,8 +37,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
 
     health.install(app, ctx.db)
     app.router.routes.extend(api_routes())
-    console.install(app)
-    docs.install(app)
+    app.router.routes.extend(page_routes())
     if ctx.tls:
         tls.install_hsts(app)
     # The port proxy is not here: it serves renters' own pages, which must not share the
@@ -55,3 +58,15 @@ def api_routes() -> tuple[BaseRoute, ...]:
     for module in (users, nodes, instances, jobs, advise, images, keys, uploads, audit_routes, alert_routes, dashboard, billing):
         shared.include_router(module.router)
     return tuple(shared.routes)
+
+
+@cache
+def page_routes() -> tuple[BaseRoute, ...]:
+    """The console's and the documentation's routes and files, made once per process as
+    ``api_routes`` are: they hold nothing of a server, and a route an app adds itself
+    costs about 5 ms (a response model for each of the default error answers)."""
+    template = _fastapi()
+    own = len(template.router.routes)  # its OpenAPI route: each app has its own
+    console.install(template)
+    docs.install(template)
+    return tuple(template.router.routes[own:])
