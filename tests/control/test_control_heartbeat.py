@@ -135,7 +135,8 @@ def test_a_node_whose_agent_dies_fails_its_job_over_from_the_checkpoint(tmp_path
         node_id = next(n["id"] for n in c.nodes() if n["name"] == lost)
         down = next(e for e in c.events("node", node_id) if e["to_state"] == "down")
         assert down["message"].startswith(f"heartbeat: none from {lost}")
-        states = [e["to_state"] for e in c.events("job", job)]
+        # the loop records "running" after the task has started (and written its start line)
+        states = wait_until(lambda: (s := [e["to_state"] for e in c.events("job", job)])[4:] and s, 10)
         assert states[:5] == ["queued", "running", "requeued", "queued", "running"], states
         down_at = datetime.fromisoformat(down["ts"]).timestamp()
         running_again = float(resumed.split("at=")[1])

@@ -151,7 +151,8 @@ def test_local_spot_job_reclaimed_with_notice_checkpoint_and_resume(platform: Pl
     term_at = float(term[0].split("at=")[1])
     # TERM after the notice, and not before the deadline promised with it
     assert float(told.split("at=")[1]) < term_at and term_at >= noticed.ts.timestamp() + 2 - 0.25, lines
-    states = [e.to_state for e in p.events("job", spot)]
+    # the loop records "running" after the task has started (and written its start line)
+    states = p.until(lambda: (s := [e.to_state for e in p.events("job", spot)])[5:] and s, 10, "the resume recorded")
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", spot))
 
 
@@ -192,7 +193,8 @@ def test_a_spot_job_killed_by_the_notice_itself_is_requeued_not_failed(platform:
     urgent = p.submit(name="urgent", resources={"accelerators": "H100:4"}, run="sleep 0.5")
     p.until(lambda: p.state(urgent, "succeeded"), 40, "on-demand job done")
     p.until(lambda: p.state(spot, "running"), 30, "spot running again")
-    states = [e.to_state for e in p.events("job", spot)]
+    # the loop records "running" after the task has started (and written its start line)
+    states = p.until(lambda: (s := [e.to_state for e in p.events("job", spot)])[5:] and s, 10, "the resume recorded")
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", spot))
     assert "starts over" in [e.message for e in p.events("job", spot)][4], events_text(p.events("job", spot))
 

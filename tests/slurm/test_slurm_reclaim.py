@@ -108,7 +108,8 @@ def test_spot_job_reclaimed_by_on_demand_with_notice_checkpoint_and_resume(slurm
     assert usr1_at < term_at, lines
     assert term_at >= noticed.ts.timestamp() + 3 - 0.25, lines
     lead = term_at - usr1_at
-    states = [e.to_state for e in p.events("job", spot)]
+    # the loop records "running" after the task has started (and written its start line)
+    states = p.until(lambda: (s := [e.to_state for e in p.events("job", spot)])[5:] and s, 10, "the resume recorded")
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", spot))
     print(f"reclaim via Suanli on Slurm: notice {lead:.2f}s before TERM; resumed from step {checkpoint}")
 
