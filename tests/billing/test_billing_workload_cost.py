@@ -120,3 +120,41 @@ def test_a_page_of_many_tenants_is_one_platform_wide_estimate_with_the_same_figu
     assert page == one_by_one  # on demand: the platform-wide and per-tenant estimates agree
     assert all(c.accruing > 0 and c.rated > 0 for c in page.values()), page
     assert [page[i].gpu_per_hour for i in ids] == [(k + 1) * default_book().gpu("H100").on_demand for k in range(len(ids))]
+
+
+def _records_of(recs, kind: str, wid: int) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """Every column of the GPU and storage records of one workload, sorted."""
+    c, want = recs.cols, recs.workload_kinds.index(kind)
+    keep = (c["workload_kind"] == want) & (c["workload_id"] == wid) & (c["kind"] != recs.kinds.index("transfer"))
+    return sorted(zip(*(c[k][keep].tolist() for k in sorted(c))))
+
+
+def test_a_pages_own_rows_rate_as_its_whole_tenant_does_unless_they_held_spot_or_reserved(db_url: str) -> None:
+    """``rater.collect_workloads`` (a listing's page, a create's answer) gives the records a
+    whole-tenant collect gives those workloads; spot or reserved work makes it decline."""
+    w = world(db_url, disk_gib=100, created_ms=0)
+    allocate(w, 0, HOUR)  # the instance held a GPU for an hour, stopped, and runs 2 again since
+    allocate(w, 2 * HOUR, None, gpus=2)
+    job = _job_of(w, allocate(w, HOUR, HOUR + 600_000, job=True))
+    other = _job_of(w, allocate(w, 0, None, gpus=3, job=True))  # the tenant's other work
+    at = 3 * HOUR + 1234
+    whole = rater.collect(w.db, 0, at, HOUR, tenant_id=w.tenant_id, open_until_ms=at)
+    with w.db.sessions() as s:
+        own_instance = rater.collect_workloads(s, "instance", [w.instance_id], 0, at, HOUR)
+        own_job = rater.collect_workloads(s, "job", [job], 0, at, HOUR)
+    assert own_instance is not None and own_job is not None
+    assert _records_of(own_instance, "instance", w.instance_id) == _records_of(whole, "instance", w.instance_id) != []
+    assert _records_of(own_job, "job", job) == _records_of(whole, "job", job) != []
+    assert _records_of(own_job, "job", other) == []  # only the rows asked for were read
+    # the instance's figures, the same through both paths, still add up with the rest to the bill
+    costs = workload_cost.costs(w.db, "job", [job, other], at_ms=at)
+    inst = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=at)[w.instance_id]
+    assert inst.accruing + sum(c.accruing for c in costs.values()) == rater.accruing(w.db, w.tenant_id, at)
+
+    allocate(w, 3 * HOUR, None, priority="spot")  # spot: priced at the tenant's share of the model
+    with w.db.sessions() as s:
+        assert rater.collect_workloads(s, "instance", [w.instance_id], 0, at + HOUR, HOUR) is None
+        assert rater.collect_workloads(s, "job", [job], 0, at + HOUR, HOUR) is not None
+    reserved = _job_of(w, allocate(w, 3 * HOUR, None, priority="reserved", job=True))
+    with w.db.sessions() as s:
+        assert rater.collect_workloads(s, "job", [job, reserved], 0, at + HOUR, HOUR) is None

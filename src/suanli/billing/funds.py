@@ -65,7 +65,7 @@ def per_hour(
     """The most ``request`` (a scheduler Request) can cost an hour wherever it may land:
     its GPUs at the current price book (spot at the market now, capped by the bid)
     plus its disk. Pass ``market`` to price many requests against one reading."""
-    mk = market or spot.market(s)
+    mk = market or spot.market(s, busy=request.priority.value == "spot")
     models = sorted(request.gpu_models) or mk.models()
     milli = spot.demand_milli(request, num_nodes)
     lines = quote(

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import or_, select
@@ -142,23 +143,44 @@ def _concat(parts: list[Records]) -> Records:
 
 def _read(s: Session, since_dt: datetime, since_ms: int, cutoff_ms: int, mine: Callable) -> tuple:
     """The rows a run needs, in one session (the caller's transaction or a new one)."""
-    books = versions(s)
-    allocs = list(
+    allocs = _allocations(s, since_dt, mine(Allocation.tenant_id))
+    insts = _instances(s, since_dt, mine(Instance.tenant_id))
+    transfers = list(
         s.execute(
-            select(*ALLOCATION_COLUMNS).where(
-                or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt), mine(Allocation.tenant_id)
+            select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli).where(
+                Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms, mine(Transfer.tenant_id)
             )
         )
     )
-    caps = capacity_milli(s)
-    insts = list(
+    return versions(s), allocs, _capacity(s, allocs), insts, _subscriptions(s, allocs), transfers
+
+
+def _allocations(s: Session, since_dt: datetime, where: Any) -> list:
+    return list(
+        s.execute(select(*ALLOCATION_COLUMNS).where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= since_dt), where))
+    )
+
+
+def _instances(s: Session, since_dt: datetime, where: Any) -> list:
+    return list(
         s.execute(
             select(
                 Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state, Instance.created_at, Instance.updated_at
-            ).where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), mine(Instance.tenant_id))
+            ).where(or_(Instance.state != "deleted", Instance.updated_at >= since_dt), where)
         )
     )
-    subs = list(
+
+
+def _capacity(s: Session, allocs: list) -> dict[str, int]:
+    """The capacity spot utilisation divides by; read only when spot work is rated."""
+    return capacity_milli(s) if any(a.priority == "spot" for a in allocs) else {}
+
+
+def _subscriptions(s: Session, allocs: list) -> list:
+    """What may cover reserved work; read only when reserved work is rated."""
+    if not any(a.priority == "reserved" for a in allocs):
+        return []
+    return list(
         s.execute(
             select(
                 Subscription.tenant_id,
@@ -171,14 +193,22 @@ def _read(s: Session, since_dt: datetime, since_ms: int, cutoff_ms: int, mine: C
             )
         )
     )
-    transfers = list(
-        s.execute(
-            select(Transfer.id, Transfer.tenant_id, Transfer.ts_ms, Transfer.gib_milli).where(
-                Transfer.ts_ms >= since_ms, Transfer.ts_ms <= cutoff_ms, mine(Transfer.tenant_id)
-            )
-        )
-    )
-    return books, allocs, caps, insts, subs, transfers
+
+
+def collect_workloads(s: Session, kind: str, ids: list[int], since_ms: int, at_ms: int, period_ms: int) -> Records | None:
+    """``collect(..., open_until_ms=at_ms)`` of one tenant, limited to the GPU and storage
+    records of workloads ``ids`` of ``kind``, from their own rows only (a listing's page,
+    or the answer to a create, without reading the rest of the tenant's work). None when
+    they held spot or reserved GPUs since ``since_ms``: those records depend on the
+    tenant's other work (spot at its share of the model, subscriptions covering its
+    earliest reserved work first), so the caller collects the whole tenant."""
+    since_dt = ms_to_dt(since_ms)
+    owner = Allocation.instance_id if kind == "instance" else Allocation.job_id
+    allocs = _allocations(s, since_dt, owner.in_(ids))
+    if any(a.priority in ("spot", "reserved") for a in allocs):
+        return None
+    insts = _instances(s, since_dt, Instance.id.in_(ids)) if kind == "instance" else []
+    return _rate((versions(s), allocs, {}, insts, [], []), since_ms, at_ms, period_ms, at_ms, None)
 
 
 def collect(
@@ -420,14 +450,15 @@ def accruing_many(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: 
         )
     ):
         posted[t].add((kind, src, p))
-    held = or_(Allocation.ended_at.is_(None), Allocation.ended_at > at_dt)
-    kept = or_(Instance.state != "deleted", Instance.updated_at > at_dt)
-    running: dict[int, set] = {t: set() for t in tenants}
-    for t, i in s.execute(select(Allocation.tenant_id, Allocation.id).where(Allocation.tenant_id.in_(tenants), held)):
-        running[t].add(("gpu", i))
-    for t, i in s.execute(select(Instance.tenant_id, Instance.id).where(Instance.tenant_id.in_(tenants), kept)):
-        running[t].add(("storage", i))
     books, allocs, caps, insts, subs, transfers = _read(s, ms_to_dt(since), since, at_ms, lambda col: col.in_(tenants))
+    # running at ``at_ms``: GPUs still held then, disks not yet deleted then
+    running: dict[int, set] = {t: set() for t in tenants}
+    for a in allocs:
+        if a.ended_at is None or a.ended_at > at_dt:
+            running[a.tenant_id].add(("gpu", a.id))
+    for i in insts:
+        if i.state != "deleted" or i.updated_at > at_dt:
+            running[i.tenant_id].add(("storage", i.id))
     allocs_of, insts_of, transfers_of = _by_tenant(allocs, tenants), _by_tenant(insts, tenants), _by_tenant(transfers, tenants)
     out = {}
     for t in tenants:

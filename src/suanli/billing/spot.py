@@ -66,11 +66,13 @@ class Market:
         return fmt_price(micros, self.book.currency, up_to_cents=True)
 
 
-def market(s: Session, at_ms: int | None = None) -> Market:
-    """The market at ``at_ms`` (default now), in the caller's session."""
+def market(s: Session, at_ms: int | None = None, busy: bool = True) -> Market:
+    """The market at ``at_ms`` (default now), in the caller's session; ``busy=False``
+    leaves out what is allocated (read every running allocation's size): enough for
+    on-demand and reserved prices, which do not move with utilisation."""
     at = now_ms() if at_ms is None else at_ms
     _, book = current_book(s, at)
-    return Market(book, at, utilisation.capacity_milli(s), utilisation.busy_now(s, at))
+    return Market(book, at, utilisation.capacity_milli(s), utilisation.busy_now(s, at) if busy else {})
 
 
 def demand_milli(request, num_nodes: int) -> int:

@@ -26,15 +26,18 @@ is billed per GiB moved, not per hour, and is in neither figure.
 A whole page is a few queries whatever its length: the workloads, the watermark, their
 rated sums before the watermark's period, the records posted since (both rated and the
 keys accruing leaves out, in one statement, so a rating run committing meanwhile is
-counted once), the allocations they hold and the market now, plus one ``collect`` per
-tenant on the page (one for a renter's own listing), or one platform-wide ``collect``
-for a page of more than ``PER_TENANT_UP_TO`` tenants (its spot estimates then use the
-model's utilisation, as the posted records will, where a tenant's own uses its share).
+counted once), the allocations they hold and the market now (only if they hold GPUs),
+and what is accruing: rated from the page's own rows (``rater.collect_workloads``)
+unless some of its work held spot or reserved GPUs, whose records depend on the
+tenant's other work; then one ``collect`` per tenant on the page (one for a renter's
+own listing), or one platform-wide ``collect`` for a page of more than
+``PER_TENANT_UP_TO`` tenants (its spot estimates then use the model's utilisation, as
+the posted records will, where a tenant's own uses its share).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,6 +47,7 @@ from sqlalchemy.orm import Session
 from suanli.billing import metering, rater
 from suanli.billing.money import div_half_up
 from suanli.billing.offers import Offer, offers
+from suanli.billing.posting import Records
 from suanli.billing.pricebook import resolve_model
 from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import PriceVersion, RatingState, Subscription, Usage
@@ -178,11 +182,7 @@ def _accruing(
     """Per workload: the records a rating run would make now (running work as if it
     stopped at ``at``) that are not posted yet; as ``rater.accruing``, by workload."""
     out: dict[int, int] = {}
-    # per tenant, as rater.accruing (and so the bill) estimates; a page of many tenants (an
-    # operator's listing) in one platform-wide collect instead, whose spot estimates use
-    # the model's utilisation, as the posted records will
-    for t in tenants if len(tenants) <= PER_TENANT_UP_TO else [None]:
-        recs = rater.collect(None, since, at, period_ms, tenant_id=t, open_until_ms=at, session=s)
+    for recs in _collected(s, kind, tenant_of, tenants, since, at, period_ms):
         c = recs.cols
         want = recs.workload_kinds.index(kind)
         for k, wk, wid, src, p, a in zip(
@@ -200,12 +200,27 @@ def _accruing(
     return out
 
 
+def _collected(
+    s: Session, kind: Kind, tenant_of: dict[int, int], tenants: list[int], since: int, at: int, period_ms: int
+) -> Iterator[Records]:
+    """The records ``_accruing`` reads: the workloads' own (``rater.collect_workloads``)
+    unless they held spot or reserved GPUs; then per tenant, as ``rater.accruing`` (and so
+    the bill) estimates, or for a page of many tenants (an operator's listing) one
+    platform-wide collect, whose spot estimates use the model's utilisation, as the
+    posted records will."""
+    own = rater.collect_workloads(s, kind, list(tenant_of), since, at, period_ms)
+    if own is not None:
+        yield own
+        return
+    for t in tenants if len(tenants) <= PER_TENANT_UP_TO else [None]:
+        yield rater.collect(None, since, at, period_ms, tenant_id=t, open_until_ms=at, session=s)
+
+
 def _rates(
     s: Session, kind: Kind, tenant_of: dict[int, int], tenants: list[int], disks: dict[int, int], at: int
 ) -> tuple[dict[int, int], dict[int, int], str]:
     """Per workload: GPUs per hour and storage per hour now; and the book's currency."""
     _, book = current_book(s, at)
-    prices = offers(s, at)
     owner = Allocation.instance_id if kind == "instance" else Allocation.job_id
     live = or_(Allocation.ended_at.is_(None), Allocation.ended_at > ms_to_dt(at))
     held = list(
@@ -221,6 +236,7 @@ def _rates(
             ).where(owner.in_(list(tenant_of)), live, Allocation.started_at <= ms_to_dt(at))
         )
     )
+    prices = offers(s, at) if held else {}  # the market is read only for GPUs held
     covered = _covered(s, tenants, at) if any(a.priority == "reserved" for a in held) else set()
     gpu: dict[int, int] = {}
     for a in held:
