@@ -129,8 +129,17 @@ def _records_of(recs, kind: str, wid: int) -> list[tuple]:  # type: ignore[no-un
     return sorted(zip(*(c[k][keep].tolist() for k in sorted(c))))
 
 
+def _own(w, kind: str, ids: list[int], at: int):  # type: ignore[no-untyped-def]
+    """The records ``rater.rate_workloads`` gives workloads ``ids`` from their own rows."""
+    with w.db.sessions() as s:
+        cols = (Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state, Instance.created_at, Instance.updated_at)
+        insts = list(s.execute(select(*cols).where(Instance.id.in_(ids)))) if kind == "instance" else []
+        allocs = rater.workload_allocations(s, kind, ids, 0)
+        return rater.rate_workloads(store.versions(s), allocs, insts, 0, at, HOUR)
+
+
 def test_a_pages_own_rows_rate_as_its_whole_tenant_does_unless_they_held_spot_or_reserved(db_url: str) -> None:
-    """``rater.collect_workloads`` (a listing's page, a create's answer) gives the records a
+    """``rater.rate_workloads`` (a listing's page, a create's answer) gives the records a
     whole-tenant collect gives those workloads; spot or reserved work makes it decline."""
     w = world(db_url, disk_gib=100, created_ms=0)
     allocate(w, 0, HOUR)  # the instance held a GPU for an hour, stopped, and runs 2 again since
@@ -139,22 +148,18 @@ def test_a_pages_own_rows_rate_as_its_whole_tenant_does_unless_they_held_spot_or
     other = _job_of(w, allocate(w, 0, None, gpus=3, job=True))  # the tenant's other work
     at = 3 * HOUR + 1234
     whole = rater.collect(w.db, 0, at, HOUR, tenant_id=w.tenant_id, open_until_ms=at)
-    with w.db.sessions() as s:
-        own_instance = rater.collect_workloads(s, "instance", [w.instance_id], 0, at, HOUR)
-        own_job = rater.collect_workloads(s, "job", [job], 0, at, HOUR)
+    own_instance, own_job = _own(w, "instance", [w.instance_id], at), _own(w, "job", [job], at)
     assert own_instance is not None and own_job is not None
     assert _records_of(own_instance, "instance", w.instance_id) == _records_of(whole, "instance", w.instance_id) != []
     assert _records_of(own_job, "job", job) == _records_of(whole, "job", job) != []
     assert _records_of(own_job, "job", other) == []  # only the rows asked for were read
-    # the instance's figures, the same through both paths, still add up with the rest to the bill
+    # the figures from the page's own rows still add up with the rest to the bill
     costs = workload_cost.costs(w.db, "job", [job, other], at_ms=at)
     inst = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=at)[w.instance_id]
     assert inst.accruing + sum(c.accruing for c in costs.values()) == rater.accruing(w.db, w.tenant_id, at)
 
     allocate(w, 3 * HOUR, None, priority="spot")  # spot: priced at the tenant's share of the model
-    with w.db.sessions() as s:
-        assert rater.collect_workloads(s, "instance", [w.instance_id], 0, at + HOUR, HOUR) is None
-        assert rater.collect_workloads(s, "job", [job], 0, at + HOUR, HOUR) is not None
+    assert _own(w, "instance", [w.instance_id], at + HOUR) is None
+    assert _own(w, "job", [job], at + HOUR) is not None
     reserved = _job_of(w, allocate(w, 3 * HOUR, None, priority="reserved", job=True))
-    with w.db.sessions() as s:
-        assert rater.collect_workloads(s, "job", [job, reserved], 0, at + HOUR, HOUR) is None
+    assert _own(w, "job", [job, reserved], at + HOUR) is None

@@ -195,20 +195,26 @@ def _subscriptions(s: Session, allocs: list) -> list:
     )
 
 
-def collect_workloads(s: Session, kind: str, ids: list[int], since_ms: int, at_ms: int, period_ms: int) -> Records | None:
-    """``collect(..., open_until_ms=at_ms)`` of one tenant, limited to the GPU and storage
-    records of workloads ``ids`` of ``kind``, from their own rows only (a listing's page,
-    or the answer to a create, without reading the rest of the tenant's work). None when
-    they held spot or reserved GPUs since ``since_ms``: those records depend on the
-    tenant's other work (spot at its share of the model, subscriptions covering its
-    earliest reserved work first), so the caller collects the whole tenant."""
-    since_dt = ms_to_dt(since_ms)
+def workload_allocations(s: Session, kind: str, ids: list[int], since_ms: int) -> list:
+    """The allocations of workloads ``ids`` of ``kind`` that ``collect`` would read from
+    ``since_ms`` on (``ALLOCATION_COLUMNS``): what ``rate_workloads`` rates."""
     owner = Allocation.instance_id if kind == "instance" else Allocation.job_id
-    allocs = _allocations(s, since_dt, owner.in_(ids))
+    return _allocations(s, ms_to_dt(since_ms), owner.in_(ids))
+
+
+def rate_workloads(books: list, allocs: list, insts: list, since_ms: int, at_ms: int, period_ms: int) -> Records | None:
+    """``collect(..., open_until_ms=at_ms)`` of one tenant, limited to the GPU and storage
+    records of some workloads, from their own rows only (``workload_allocations``; for
+    instances their rows as ``collect`` reads them, with ``updated_at``): a listing's page
+    or the answer to a create, without reading the rest of the tenant's work. Pure. None
+    when they held spot or reserved GPUs: those records depend on the tenant's other work
+    (spot at its share of the model, subscriptions covering its earliest reserved work
+    first), so the caller collects the whole tenant."""
     if any(a.priority in ("spot", "reserved") for a in allocs):
         return None
-    insts = _instances(s, since_dt, Instance.id.in_(ids)) if kind == "instance" else []
-    return _rate((versions(s), allocs, {}, insts, [], []), since_ms, at_ms, period_ms, at_ms, None)
+    since_dt = ms_to_dt(since_ms)
+    kept = [r for r in insts if r.state != "deleted" or r.updated_at >= since_dt]  # as ``_instances`` selects
+    return _rate((books, allocs, {}, kept, [], []), since_ms, at_ms, period_ms, at_ms, None)
 
 
 def collect(

@@ -27,7 +27,7 @@ A whole page is a few queries whatever its length: the workloads, the watermark,
 rated sums before the watermark's period, the records posted since (both rated and the
 keys accruing leaves out, in one statement, so a rating run committing meanwhile is
 counted once), the allocations they hold and the market now (only if they hold GPUs),
-and what is accruing: rated from the page's own rows (``rater.collect_workloads``)
+and what is accruing: rated from the page's own rows (``rater.rate_workloads``)
 unless some of its work held spot or reserved GPUs, whose records depend on the
 tenant's other work; then one ``collect`` per tenant on the page (one for a renter's
 own listing), or one platform-wide ``collect`` for a page of more than
@@ -37,7 +37,7 @@ the posted records will, where a tenant's own uses its share).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,7 +49,7 @@ from suanli.billing.money import div_half_up
 from suanli.billing.offers import Offer, offers
 from suanli.billing.posting import Records
 from suanli.billing.pricebook import resolve_model
-from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms
+from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms, versions
 from suanli.billing.tables import PriceVersion, RatingState, Subscription, Usage
 from suanli.db.models import Allocation, Instance, Job
 from suanli.db.session import Database
@@ -123,7 +123,7 @@ def billing_stamp(s: Session) -> tuple:
 
 def _costs(s: Session, kind: Kind, ids: list[int], at: int, period_ms: int) -> dict[int, WorkloadCost]:
     if kind == "instance":
-        q = select(Instance.id, Instance.tenant_id, Instance.created_at, Instance.disk_gib, Instance.state)
+        q = select(Instance.id, Instance.tenant_id, Instance.created_at, Instance.disk_gib, Instance.state, Instance.updated_at)
         rows = list(s.execute(q.where(Instance.id.in_(ids))))
     else:
         rows = list(s.execute(select(Job.id, Job.tenant_id, Job.created_at).where(Job.id.in_(ids))))
@@ -164,8 +164,11 @@ def _costs(s: Session, kind: Kind, ids: list[int], at: int, period_ms: int) -> d
         if k != "transfer" and wk == kind and int(wid) in rated:
             rated[int(wid)] += int(amount)
 
-    accruing = _accruing(s, kind, tenant_of, tenants, since, posted, at, period_ms)
-    gpu, storage, currency = _rates(s, kind, tenant_of, tenants, disks, at)
+    # the page's own allocations, read once: what it accrues (unless spot or reserved) and holds now
+    allocs = rater.workload_allocations(s, kind, wids, since)
+    own = rater.rate_workloads(versions(s), allocs, rows if kind == "instance" else [], since, at, period_ms)
+    accruing = _accruing(s, kind, tenant_of, tenants, since, posted, at, period_ms, own)
+    gpu, storage, currency = _rates(s, kind, allocs, tenants, disks, at)
     return {i: WorkloadCost(kind, i, currency, rated[i], accruing.get(i, 0), gpu.get(i, 0), storage.get(i, 0)) for i in tenant_of}
 
 
@@ -178,11 +181,21 @@ def _accruing(
     posted: set[tuple[str, int, int]],
     at: int,
     period_ms: int,
+    own: Records | None,
 ) -> dict[int, int]:
     """Per workload: the records a rating run would make now (running work as if it
-    stopped at ``at``) that are not posted yet; as ``rater.accruing``, by workload."""
+    stopped at ``at``) that are not posted yet; as ``rater.accruing``, by workload.
+    ``own``: the page's records from its own rows (``rater.rate_workloads``); None when it
+    held spot or reserved GPUs: then per tenant, as ``rater.accruing`` (and so the bill)
+    estimates, or for a page of many tenants (an operator's listing) one platform-wide
+    collect, whose spot estimates use the model's utilisation, as the posted records will."""
     out: dict[int, int] = {}
-    for recs in _collected(s, kind, tenant_of, tenants, since, at, period_ms):
+    if own is not None:
+        found = [own]
+    else:
+        scopes = tenants if len(tenants) <= PER_TENANT_UP_TO else [None]
+        found = [rater.collect(None, since, at, period_ms, tenant_id=t, open_until_ms=at, session=s) for t in scopes]
+    for recs in found:
         c = recs.cols
         want = recs.workload_kinds.index(kind)
         for k, wk, wid, src, p, a in zip(
@@ -200,52 +213,25 @@ def _accruing(
     return out
 
 
-def _collected(
-    s: Session, kind: Kind, tenant_of: dict[int, int], tenants: list[int], since: int, at: int, period_ms: int
-) -> Iterator[Records]:
-    """The records ``_accruing`` reads: the workloads' own (``rater.collect_workloads``)
-    unless they held spot or reserved GPUs; then per tenant, as ``rater.accruing`` (and so
-    the bill) estimates, or for a page of many tenants (an operator's listing) one
-    platform-wide collect, whose spot estimates use the model's utilisation, as the
-    posted records will."""
-    own = rater.collect_workloads(s, kind, list(tenant_of), since, at, period_ms)
-    if own is not None:
-        yield own
-        return
-    for t in tenants if len(tenants) <= PER_TENANT_UP_TO else [None]:
-        yield rater.collect(None, since, at, period_ms, tenant_id=t, open_until_ms=at, session=s)
-
-
 def _rates(
-    s: Session, kind: Kind, tenant_of: dict[int, int], tenants: list[int], disks: dict[int, int], at: int
+    s: Session, kind: Kind, allocs: list, tenants: list[int], disks: dict[int, int], at: int
 ) -> tuple[dict[int, int], dict[int, int], str]:
-    """Per workload: GPUs per hour and storage per hour now; and the book's currency."""
+    """Per workload: GPUs per hour and storage per hour now; and the book's currency.
+    ``allocs``: the workloads' allocations since the rated periods (a superset of those
+    held at ``at``)."""
     _, book = current_book(s, at)
-    owner = Allocation.instance_id if kind == "instance" else Allocation.job_id
-    live = or_(Allocation.ended_at.is_(None), Allocation.ended_at > ms_to_dt(at))
-    held = list(
-        s.execute(
-            select(
-                owner,
-                Allocation.id,
-                Allocation.gpu_model,
-                Allocation.gpu_indices,
-                Allocation.milli_per_gpu,
-                Allocation.priority,
-                Allocation.max_price_micros,
-            ).where(owner.in_(list(tenant_of)), live, Allocation.started_at <= ms_to_dt(at))
-        )
-    )
+    at_dt = ms_to_dt(at)
+    held = [a for a in allocs if (a.ended_at is None or a.ended_at > at_dt) and a.started_at <= at_dt]
     prices = offers(s, at) if held else {}  # the market is read only for GPUs held
     covered = _covered(s, tenants, at) if any(a.priority == "reserved" for a in held) else set()
     gpu: dict[int, int] = {}
     for a in held:
-        wid = int(a[0])
+        wid = int(a.instance_id if kind == "instance" else a.job_id)
         offer = prices.get(a.gpu_model)
         price = 0 if offer is None else _price(offer, a.priority, a.max_price_micros, a.id in covered)
         milli = len(a.gpu_indices) * a.milli_per_gpu
         gpu[wid] = gpu.get(wid, 0) + div_half_up(milli * price, 1000)
-    holding = {int(a[0]) for a in held}
+    holding = {int(a.instance_id) for a in held if kind == "instance"}
     storage = {
         iid: div_half_up(gib * (book.storage if iid in holding else book.storage_stopped), book.hours_per_month)
         for iid, gib in disks.items()
