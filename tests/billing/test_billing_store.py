@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from suanli.billing import admission, rater, spending, store
+from suanli.billing import admission, funds, rater, spending, store
 from suanli.billing.money import to_micros
 from suanli.billing.pricebook import default_book
 from suanli.billing.tables import Notice, Usage
@@ -292,3 +292,11 @@ def test_accruing_of_many_tenants_read_together_is_each_tenant_s_own(db_url: str
     alone = {t: rater.accruing_parts(w.db, t, at) for t in (w.tenant_id, other, idle)}
     assert together == alone, (together, alone)
     assert together[w.tenant_id].running > 0 and together[other].ended > 0 and together[idle].total == 0
+    # the funds rules' figures read together (admission, the unfunded notice) are each tenant's own too
+    with w.db.transaction() as s:
+        charged = funds.figures(s, other, at)[0]  # period 0's records, posted
+    store.topup(w.db, "other", "12.5")
+    with w.db.transaction() as s:
+        many = funds.figures_many(s, [w.tenant_id, other, idle], at)
+        assert many == {t: funds.figures(s, t, at) for t in (w.tenant_id, other, idle)}, many
+    assert charged < 0 and many[other][0] == charged + to_micros("12.5") and many[idle] == (0, 0)

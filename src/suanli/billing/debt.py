@@ -21,7 +21,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from suanli.billing.posting import Records
-from suanli.billing.store import balance
+from suanli.billing.store import balances
 from suanli.billing.tables import Usage
 from suanli.billing.terms import terms_of
 
@@ -57,7 +57,7 @@ def apply(s: Session, recs: Records) -> Records:
     their balances, and which of their records are posted already."""
     tenant, kind = recs.cols["tenant_id"], recs.cols["kind"]
     floor = floors(s, {int(t) for t in np.unique(tenant[kind == recs.kinds.index("storage")])})
-    bal = {t: balance(s, t) for t in floor}
+    bal = balances(s, floor)
     # a tenant that stays above its floor even if every record here were new needs no more
     floor = {t: low for t, low in floor.items() if bal[t] - int(recs.cols["amount"][tenant == t].sum()) < low}
     if not floor:

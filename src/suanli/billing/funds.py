@@ -27,7 +27,7 @@ from suanli.billing import rater, spot
 from suanli.billing.metering import UNIT_MS
 from suanli.billing.money import as_text, fmt, fmt_price
 from suanli.billing.quote import quote
-from suanli.billing.store import balance, current_book, now_ms
+from suanli.billing.store import balance, balances, current_book, now_ms
 from suanli.billing.tables import Notice, TermsRow
 from suanli.billing.terms import Terms, terms_of
 
@@ -57,6 +57,15 @@ def refusal(terms: Terms, bal: int, accruing: int, per_hour: int, currency: str)
 def figures(s: Session, tenant_id: int, at_ms: int) -> tuple[int, int]:
     """(balance, accruing) of a tenant at ``at_ms``: what every rule here compares."""
     return balance(s, tenant_id), rater.accruing(None, tenant_id, at_ms, session=s)
+
+
+def figures_many(s: Session, tenant_ids: Iterable[int], at_ms: int) -> dict[int, tuple[int, int]]:
+    """``figures`` of many tenants, from one reading of their balances and one of their
+    work (``rater.accruing_many``): the control loop asks for every tenant with waiting or
+    running work, every pass."""
+    ids = sorted(set(tenant_ids))
+    bal, acc = balances(s, ids), rater.accruing_many(s, ids, at_ms)
+    return {t: (bal[t], acc[t].total) for t in ids}
 
 
 def per_hour(
@@ -109,15 +118,15 @@ def out_of_funds(s: Session, tenant_ids: Iterable[int], at_ms: int | None = None
     if not prepaid:
         return []
     currency = current_book(s, at)[1].currency
-    try:  # every tenant's accruing from one reading (each pass asks for all of them)
-        accrued: dict[int, int] = {t: a.total for t, a in rater.accruing_many(s, prepaid, at).items()}
+    try:  # every tenant's figures from one reading (each pass asks for all of them)
+        together = figures_many(s, prepaid, at)
     except Exception:
-        log.exception("funds: cannot read the tenants' accruing work together; reading them one by one")
-        accrued = {}
+        log.exception("funds: cannot read the tenants' figures together; reading them one by one")
+        together = {}
     out = []
     for tid, terms in sorted(prepaid.items()):
         try:
-            bal, acc = (balance(s, tid), accrued[tid]) if tid in accrued else figures(s, tid, at)
+            bal, acc = together[tid] if tid in together else figures(s, tid, at)
         except Exception:
             log.exception("funds: cannot read tenant %s's balance; skipped this pass", tid)
             continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -193,6 +194,18 @@ def post_entries(s: Session, entries: list[ledger.Entry]) -> int:
 def balance(s: Session, tenant_id: int) -> int:
     total = s.scalar(select(func.coalesce(func.sum(Posting.amount), 0)).where(Posting.account == ledger.prepaid(tenant_id)))
     return -int(total or 0)
+
+
+def balances(s: Session, tenant_ids: Iterable[int]) -> dict[int, int]:
+    """``balance`` of many tenants in one statement (the control loop asks for every
+    tenant with waiting or running work)."""
+    accounts = {ledger.prepaid(t): t for t in set(tenant_ids)}
+    out = dict.fromkeys(accounts.values(), 0)
+    for account, total in s.execute(
+        select(Posting.account, func.sum(Posting.amount)).where(Posting.account.in_(list(accounts))).group_by(Posting.account)
+    ):
+        out[accounts[account]] = -int(total or 0)
+    return out
 
 
 def trial_balance(s: Session) -> int:
