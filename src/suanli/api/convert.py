@@ -171,6 +171,7 @@ def instance_out(
     access = access or Access(row.runtime or "")
     return schemas.InstanceOut(
         id=row.id,
+        tenant_id=row.tenant_id,
         name=row.name,
         state=row.state,
         desired=row.desired,
@@ -211,6 +212,7 @@ def job_out(
 ) -> schemas.JobOut:
     return schemas.JobOut(
         id=row.id,
+        tenant_id=row.tenant_id,
         name=row.name,
         state=row.state,
         exit_code=row.exit_code,

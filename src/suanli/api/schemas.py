@@ -370,6 +370,7 @@ class MetricsOut(BaseModel):
 
 class InstanceOut(BaseModel):
     id: int
+    tenant_id: int = Field(description="whose it is (an operator's listing holds every tenant's)")
     name: str
     state: str
     desired: str
@@ -426,6 +427,7 @@ class WaitingOut(BaseModel):
 
 class JobOut(BaseModel):
     id: int
+    tenant_id: int = Field(description="whose it is (an operator's listing holds every tenant's)")
     name: str
     state: str
     exit_code: int | None
