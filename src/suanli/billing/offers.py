@@ -48,10 +48,12 @@ class Offer:
         }[plan]
 
 
-def offers(s: Session, at_ms: int | None = None) -> dict[str, Offer]:
+def offers(s: Session, at_ms: int | None = None, spot_now: bool = True) -> dict[str, Offer]:
     """Every registered node model the current book prices, keyed by node model name,
-    in the caller's session; reads only."""
-    mk = spot.market(s, at_ms)
+    in the caller's session; reads only. ``spot_now=False`` skips reading what is
+    allocated: the spot figures are then an idle market's, for callers that price no
+    spot work."""
+    mk = spot.market(s, at_ms, busy=spot_now)
     book = mk.book
     out: dict[str, Offer] = {}
     for model in sorted(mk.capacity):
