@@ -1,9 +1,9 @@
 """Whole answers of list pages (a renter's instances or jobs), kept for a few seconds.
 
 Why: the console and ``watch``-style scripts ask for the same page every few seconds,
-and computing one is two dozen statements (allocations, access, waiting reasons, usage
-samples and, most of all, the cost figures: rated sums, posted records, a rater pass
-per tenant) and 10-25 ms of CPU. A page asked again is answered from memory, after two
+and computing one is a dozen statements (allocations, access, waiting reasons, usage
+samples and, most of all, the cost figures: rated sums, posted records, the page's
+allocations rated) and 10-25 ms of CPU. A page asked again is answered from memory, after two
 statements in one read, when nothing it shows was seen to change: the page's rows, every
 column, and their waiting reasons (``list_stamp``: a transition, a stop asked, a reclaim
 notice, a new or deleted row, the scheduler's reason for a wait), and the billing stamp
