@@ -26,8 +26,9 @@ from sqlalchemy import event, select, update
 from suanli.api.server import build
 from suanli.backends.base import Backend, BackendError, Handle, NodeHealth, NodeReport, TaskState
 from suanli.backends.memory import InMemoryBackend
+from suanli.billing import store as billing_store
 from suanli.clock import ManualClock
-from suanli.control import health, instances, jobs, nodes
+from suanli.control import accounts, health, instances, jobs, nodes
 from suanli.control.auth import Principal
 from suanli.control.launcher import checkpoint_dir, task_key
 from suanli.control.loop import ControlLoop
@@ -516,4 +517,30 @@ def test_an_allocation_ends_when_the_backend_says_its_work_ended(rig: Rig) -> No
     assert before - 1 <= ends[silent][0] <= time.time(), ends
     assert rig.job(one).finished_at.timestamp() == pytest.approx(start[one] + 2.5, abs=0.002)
     assert rig.job(one).state == "succeeded"
+    rig.assert_consistent()
+
+
+def test_only_a_tenant_out_of_funds_is_noticed_and_a_top_up_withdraws_the_notice(rig: Rig) -> None:
+    """The funds phase reads only the work it may act on (``control.funds``): running work
+    of a tenant whose prepaid balance is spent gets a notice, another tenant's does not,
+    and a top-up within the grace withdraws it."""
+    members = {}
+    for name in ("lab", "other"):
+        accounts.create_tenant(rig.db, ADMIN, name)
+        billing_store.topup(rig.db, name, "100")
+        user, _ = accounts.create_user(rig.db, ADMIN, f"{name}-user", "member", name)
+        members[name] = Principal(user_id=user.id, tenant_id=user.tenant_id, name=user.name, role="member")
+    ask = instances.InstanceRequest("box", "H100", 1, 0, None, None, None, 0, "on-demand")
+    ids = {name: instances.create(rig.db, who, ask).id for name, who in members.items()}
+    rig.tick(2)
+    assert [rig.instance(i).state for i in ids.values()] == ["running", "running"]
+    billing_store.record_transfer(rig.db, "lab", "10000")  # ¥1,200 of transfer: lab's ¥100 is spent
+    rig.tick()
+    assert [n.key for n in rig.fake.notices] == [task_key("instance", ids["lab"])]
+    assert rig.instance(ids["lab"]).notice_for == "billing" and rig.instance(ids["other"]).notice_for is None
+    billing_store.topup(rig.db, "lab", "10000")
+    rig.tick()
+    assert rig.instance(ids["lab"]).notice_deadline is None and rig.instance(ids["lab"]).state == "running"
+    assert rig.events("instance", ids["lab"])[-1] == ("running", "funds notice withdrawn: the balance covers it again")
+    assert len(rig.fake.notices) == 1
     rig.assert_consistent()

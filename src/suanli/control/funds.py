@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from sqlalchemy import or_
 from sqlalchemy.orm import Session
 
 from suanli.backends.base import Handle
@@ -47,8 +48,9 @@ def notice_unfunded(plane: Plane) -> list[tuple[str, int]]:
     """Notice the running work of tenants out of funds; withdraw the notices of tenants
     that have topped up. Returns the work noticed now."""
     with plane.db.transaction() as s:
-        running = list(workloads.running(s))
-        short = {x.tenant_id: x for x in funds.out_of_funds(s, {r.tenant_id for _, r in running})}
+        short = {x.tenant_id: x for x in funds.out_of_funds(s, workloads.running_tenants(s))}
+        # only the rows it may act on: a short tenant's, and those holding a funds notice
+        running = workloads.running(s, lambda m: or_(m.tenant_id.in_(list(short)), m.notice_for == BENEFICIARY))
         todo = []
         for kind, row in running:
             notice = notice_of(row)

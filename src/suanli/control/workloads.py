@@ -10,7 +10,7 @@ written once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -52,11 +52,21 @@ def open_allocations(s: Session, kind: str, wid: int) -> list[Allocation]:
     return list(s.scalars(select(Allocation).where(col == wid, Allocation.ended_at.is_(None))))
 
 
-def running(s: Session) -> Iterable[tuple[str, Workload]]:
-    """Running work that has tasks on a backend: jobs first, then instances, by id."""
+def running(s: Session, only: Callable[[Any], ColumnElement[bool]] | None = None) -> Iterable[tuple[str, Workload]]:
+    """Running work that has tasks on a backend: jobs first, then instances, by id;
+    ``only(model)``: a further condition on each model's rows."""
     for kind, model in MODELS_IN_ORDER:
-        for row in s.scalars(select(model).where(model.state == "running", model.handles.is_not(None)).order_by(model.id)):
+        q = select(model).where(model.state == "running", model.handles.is_not(None))
+        for row in s.scalars((q if only is None else q.where(only(model))).order_by(model.id)):
             yield kind, cast(Workload, row)
+
+
+def running_tenants(s: Session) -> set[int]:
+    """The tenants with running work that has tasks on a backend, without loading it."""
+    out: set[int] = set()
+    for _, model in MODELS_IN_ORDER:
+        out.update(s.scalars(select(model.tenant_id).where(model.state == "running", model.handles.is_not(None)).distinct()))
+    return out
 
 
 def end(
