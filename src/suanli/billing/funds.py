@@ -27,7 +27,7 @@ from suanli.billing import rater, spot
 from suanli.billing.metering import UNIT_MS
 from suanli.billing.money import as_text, fmt, fmt_price
 from suanli.billing.quote import quote
-from suanli.billing.store import balance, balances, current_book, now_ms
+from suanli.billing.store import balances, current_book, now_ms
 from suanli.billing.tables import Notice, TermsRow
 from suanli.billing.terms import Terms, terms_of
 
@@ -56,7 +56,7 @@ def refusal(terms: Terms, bal: int, accruing: int, per_hour: int, currency: str)
 
 def figures(s: Session, tenant_id: int, at_ms: int) -> tuple[int, int]:
     """(balance, accruing) of a tenant at ``at_ms``: what every rule here compares."""
-    return balance(s, tenant_id), rater.accruing(None, tenant_id, at_ms, session=s)
+    return figures_many(s, [tenant_id], at_ms)[tenant_id]
 
 
 def figures_many(s: Session, tenant_ids: Iterable[int], at_ms: int) -> dict[int, tuple[int, int]]:

@@ -48,12 +48,12 @@ class Offer:
         }[plan]
 
 
-def offers(s: Session, at_ms: int | None = None, spot_now: bool = True) -> dict[str, Offer]:
+def offers(s: Session, at_ms: int | None = None, busy: bool = True) -> dict[str, Offer]:
     """Every registered node model the current book prices, keyed by node model name,
-    in the caller's session; reads only. ``spot_now=False`` skips reading what is
-    allocated: the spot figures are then an idle market's, for callers that price no
-    spot work."""
-    mk = spot.market(s, at_ms, busy=spot_now)
+    in the caller's session; reads only. ``busy=False`` skips reading what is allocated
+    (``spot.market``): the spot figures are then an idle market's, for callers that
+    price no spot work."""
+    mk = spot.market(s, at_ms, busy=busy)
     book = mk.book
     out: dict[str, Offer] = {}
     for model in sorted(mk.capacity):

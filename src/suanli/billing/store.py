@@ -192,12 +192,11 @@ def post_entries(s: Session, entries: list[ledger.Entry]) -> int:
 
 
 def balance(s: Session, tenant_id: int) -> int:
-    total = s.scalar(select(func.coalesce(func.sum(Posting.amount), 0)).where(Posting.account == ledger.prepaid(tenant_id)))
-    return -int(total or 0)
+    return balances(s, [tenant_id])[tenant_id]
 
 
 def balances(s: Session, tenant_ids: Iterable[int]) -> dict[int, int]:
-    """``balance`` of many tenants in one statement (the control loop asks for every
+    """Prepaid balances of many tenants in one statement (the control loop asks for every
     tenant with waiting or running work)."""
     accounts = {ledger.prepaid(t): t for t in set(tenant_ids)}
     out = dict.fromkeys(accounts.values(), 0)

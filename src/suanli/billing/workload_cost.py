@@ -223,7 +223,7 @@ def _rates(
     at_dt = ms_to_dt(at)
     held = [a for a in allocs if (a.ended_at is None or a.ended_at > at_dt) and a.started_at <= at_dt]
     # the market is read only for GPUs held, and what is allocated only for spot ones
-    prices = offers(s, at, spot_now=any(a.priority == "spot" for a in held)) if held else {}
+    prices = offers(s, at, busy=any(a.priority == "spot" for a in held)) if held else {}
     covered = _covered(s, tenants, at) if any(a.priority == "reserved" for a in held) else set()
     gpu: dict[int, int] = {}
     for a in held:

@@ -56,7 +56,7 @@ def running(s: Session, only: Callable[[Any], ColumnElement[bool]] | None = None
     """Running work that has tasks on a backend: jobs first, then instances, by id;
     ``only(model)``: a further condition on each model's rows."""
     for kind, model in MODELS_IN_ORDER:
-        q = select(model).where(model.state == "running", model.handles.is_not(None))
+        q = select(model).where(*_on_a_backend(model))
         for row in s.scalars((q if only is None else q.where(only(model))).order_by(model.id)):
             yield kind, cast(Workload, row)
 
@@ -65,8 +65,12 @@ def running_tenants(s: Session) -> set[int]:
     """The tenants with running work that has tasks on a backend, without loading it."""
     out: set[int] = set()
     for _, model in MODELS_IN_ORDER:
-        out.update(s.scalars(select(model.tenant_id).where(model.state == "running", model.handles.is_not(None)).distinct()))
+        out.update(s.scalars(select(model.tenant_id).where(*_on_a_backend(model)).distinct()))
     return out
+
+
+def _on_a_backend(model: Any) -> tuple[ColumnElement[bool], ...]:
+    return model.state == "running", model.handles.is_not(None)
 
 
 def end(
