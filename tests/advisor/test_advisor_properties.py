@@ -5,7 +5,7 @@ never dearer than seed 004's tree, which is never dearer than all on-demand."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from suanli.advisor.memory import estimate_inference
@@ -68,6 +68,7 @@ PRICES = PlanPrices(
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(0, 12), min_size=1, max_size=72), st.floats(0.0, 1.0))
+@example([0, 1, 1, 2], 1e-05)  # HiGHS's default MIP gap let "optimal" cost more than the tree
 def test_optimal_plan_beats_tree_beats_on_demand(demand, tolerance):
     d = np.asarray(demand, dtype=float)
     if d.sum() == 0:
