@@ -1,7 +1,7 @@
 """The fixed CPU costs an in-process server puts on every test that builds one (issue 11:
 the suite is CPU-bound on 2 cores, and hundreds of its tests each build a server).
 
-    python bench/server_costs.py [--servers 10] [--ticks 200]
+    python bench/server_costs.py [--servers 10] [--ticks 200] [--processes 5 [--compare SRC]]
 
 Per server, CPU time of this process (``time.process_time``, every thread):
 
@@ -10,13 +10,21 @@ Per server, CPU time of this process (``time.process_time``, every thread):
   every 0.25 s for as long as a test runs);
 - ``first requests``: eight reads on a new app, against the same eight again on that app
   (the baseline, same run): the difference is what a new app pays once (route set-up).
+
+With ``--processes N``: N starts of a real ``suanli server`` (the suite starts about a
+hundred), the CPU of the supervisor and its parts from launch until two seconds after
+``/healthz`` first answers; ``--compare SRC`` starts another checkout's server in the
+same rounds, interleaved (the baseline).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.sqlite_helpers
 os.environ.setdefault("SUANLI_RUNTIME", "process")
 
+import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from suanli.api.app import create_app  # noqa: E402
@@ -64,11 +73,81 @@ def one_server(ticks: int) -> dict[str, float]:
     return out
 
 
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and its children (the supervisor and its parts)."""
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(pid) == root or int(fields[1]) == root:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def process_start(src: Path) -> float:
+    """One ``suanli server`` (SQLite, process runtime) from ``src``: its CPU seconds."""
+    data, port = Path(tempfile.mkdtemp(prefix="suanli-costs-")), _free_port()
+    main = "import sys; from suanli.cli import main; sys.argv[0] = 'suanli'; main()"
+    args = ["server", "--data-dir", str(data), "--port", str(port), "--proxy-port", str(_free_port()), "--runtime", "process"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", main, *args],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"the server from {src} did not answer")
+            time.sleep(0.05)
+        time.sleep(2)
+        return _tree_cpu_s(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def processes(n: int, compare: Path | None) -> None:
+    srcs = {"this checkout": Path(__file__).resolve().parents[1] / "src"}
+    if compare:
+        srcs[f"{compare}"] = compare.resolve()
+    cpu: dict[str, list[float]] = {name: [] for name in srcs}
+    for _ in range(n):
+        for name, src in srcs.items():
+            cpu[name].append(process_start(src))
+    print(f"{n} server processes each, CPU s of the supervisor and its parts (median, min-max)")
+    for name, values in cpu.items():
+        print(f"  {name:40} {statistics.median(values):6.2f}  ({min(values):.2f}-{max(values):.2f})")
+    if compare:
+        mine, theirs = (statistics.median(v) for v in cpu.values())
+        print(f"  this checkout / {compare}: {mine / theirs:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servers", type=int, default=10)
     ap.add_argument("--ticks", type=int, default=200)
+    ap.add_argument("--processes", type=int, default=0, help="time N real server processes' starts instead")
+    ap.add_argument("--compare", type=Path, help="another checkout's src, started in the same rounds (--processes)")
     args = ap.parse_args()
+    if args.processes:
+        processes(args.processes, args.compare)
+        return
     one_server(10)  # the process's first server: imports, the template database, caches
     runs = [one_server(args.ticks) for _ in range(args.servers)]
     print(f"{args.servers} servers after a first one, CPU ms (median, min-max), load {os.getloadavg()[0]:.1f}")
