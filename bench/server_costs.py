@@ -11,8 +11,8 @@ Per server, CPU time of this process (``time.process_time``, every thread):
 - ``first requests``: eight reads on a new app, against the same eight again on that app
   (the baseline, same run): the difference is what a new app pays once (route set-up).
 
-With ``--processes N``: N starts of a real ``suanli server`` (the suite starts about a
-hundred), the CPU of the supervisor and its parts from launch until two seconds after
+With ``--processes N``: N starts of a real ``suanli server`` (the suite starts about
+thirty), the CPU of the supervisor and its parts from launch until two seconds after
 ``/healthz`` first answers; ``--compare SRC`` starts another checkout's server in the
 same rounds, interleaved (the baseline).
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from suanli.api.app import create_app  # noqa: E402
 from suanli.api.server import build  # noqa: E402
+from tests.control.control_helpers import free_port  # noqa: E402
 from tests.sqlite_helpers import migrated_sqlite_url  # noqa: E402
 
 READS = ["/v1/me", "/v1/instances", "/v1/jobs", "/v1/gpus", "/v1/nodes", "/v1/events", "/v1/billing/prices", "/v1/images"]
@@ -86,17 +86,11 @@ def _tree_cpu_s(root: int) -> float:
     return total
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def process_start(src: Path) -> float:
     """One ``suanli server`` (SQLite, process runtime) from ``src``: its CPU seconds."""
-    data, port = Path(tempfile.mkdtemp(prefix="suanli-costs-")), _free_port()
+    data, port = Path(tempfile.mkdtemp(prefix="suanli-costs-")), free_port()
     main = "import sys; from suanli.cli import main; sys.argv[0] = 'suanli'; main()"
-    args = ["server", "--data-dir", str(data), "--port", str(port), "--proxy-port", str(_free_port()), "--runtime", "process"]
+    args = ["server", "--data-dir", str(data), "--port", str(port), "--proxy-port", str(free_port()), "--runtime", "process"]
     proc = subprocess.Popen(
         [sys.executable, "-c", main, *args],
         env={**os.environ, "PYTHONPATH": str(src)},
@@ -125,7 +119,7 @@ def process_start(src: Path) -> float:
 def processes(n: int, compare: Path | None) -> None:
     srcs = {"this checkout": Path(__file__).resolve().parents[1] / "src"}
     if compare:
-        srcs[f"{compare}"] = compare.resolve()
+        srcs[str(compare)] = compare.resolve()
     cpu: dict[str, list[float]] = {name: [] for name in srcs}
     for _ in range(n):
         for name, src in srcs.items():
