@@ -17,7 +17,7 @@ from sqlalchemy import event, select, update
 from suanli.billing import rater, store
 from suanli.billing.workload_cost import billing_stamp
 from suanli.clock import ManualClock
-from suanli.db.models import Instance, Tenant, WaitingReason
+from suanli.db.models import Image, Instance, Tenant, WaitingReason
 from tests.control.control_helpers import Server, start_server
 from tests.control.test_paging import create, get, member
 
@@ -83,6 +83,38 @@ def test_a_page_asked_again_unchanged_is_the_same_answer_from_two_statements(ser
     # a kept page is what computing it now gives, but for what accrued since
     server.ctx.pages.clear()
     assert without_costs(get(server, "/v1/instances", limit=2).content) == without_costs(first.content)
+
+
+def test_a_page_reads_images_and_waiting_reasons_only_for_rows_that_show_them(server: Server, statements: list[str]) -> None:
+    """The images' contents (does it have sshd?) matter only to an instance running in a
+    container with port 22 published, and waiting reasons only to a pending one."""
+    waiting, ssh = create(server), create(server)
+    statements.clear()
+    page = get(server, "/v1/instances", limit=10).json()
+    sent = " ".join(queries(statements))
+    assert "FROM waiting_reasons" in sent and "FROM images" not in sent, statements
+    assert [r["waiting"]["code"] for r in page] == ["scheduling", "scheduling"], page
+    with server.ctx.db.transaction() as s:  # both running: one as a host process, one in a container with sshd
+        s.execute(
+            update(Instance).where(Instance.id == waiting).values(state="running", handles=[{"data": {"runtime": "process"}}])
+        )
+        handle = {"data": {"runtime": "container", "ports": {"22": 2222}}}
+        s.execute(update(Instance).where(Instance.id == ssh).values(state="running", handles=[handle]))
+        image = s.scalar(select(Instance.image).where(Instance.id == ssh))
+        s.execute(update(Image).where(Image.name == image).values(contents={"sshd": True}))
+    statements.clear()
+    page = get(server, "/v1/instances", limit=11).json()
+    sent = " ".join(queries(statements))
+    assert "FROM waiting_reasons" not in sent and "FROM images" in sent, statements
+    assert [(r["id"], r["ssh"], r["waiting"]) for r in page] == [
+        (waiting, None, None),
+        (ssh, f"ssh -p 2222 root@{server.ctx.ssh_host}", None),
+    ], page
+    with server.ctx.db.transaction() as s:  # no row with port 22 now: no image read
+        s.execute(update(Instance).where(Instance.id == ssh).values(handles=[{"data": {"runtime": "container", "ports": {}}}]))
+    statements.clear()
+    page = get(server, "/v1/instances", limit=12).json()
+    assert "FROM images" not in " ".join(queries(statements)) and page[1]["ssh"] is None, (statements, page)
 
 
 def test_its_age_makes_it_computed_again(server: Server, statements: list[str]) -> None:

@@ -27,7 +27,7 @@ def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[In
     access = access_for(ctx, rows, str(request.base_url))
     costs = costs_for(ctx.db, rows)
     samples = metrics_for(ctx.db, rows)
-    waits = ctx.waiting("instance", [r.id for r in rows])
+    waits = ctx.waiting("instance", [r.id for r in rows if r.state == "pending"])  # shown only then (instance_out)
     return [
         instance_out(r, allocs.get(r.id, []), waits.get(r.id), access[r.id], costs.get(r.id), samples.get(r.id)) for r in rows
     ]

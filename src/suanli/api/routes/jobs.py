@@ -34,7 +34,7 @@ def _out(ctx: ServerContext, rows: list[Job]) -> list[JobOut]:
     with ctx.db.sessions() as s:
         deps = pipelines.depends_on(s, [r.id for r in rows])
         held = pipelines.waiting_reasons(s, [r.id for r in rows if r.state == "queued" and r.id in deps])
-    waits = ctx.waiting("job", [r.id for r in rows])
+    waits = ctx.waiting("job", [r.id for r in rows if r.state == "queued"])  # shown only then (job_out)
     return [
         job_out(
             r,
