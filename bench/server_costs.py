@@ -37,7 +37,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from suanli.api.app import create_app  # noqa: E402
 from suanli.api.server import build  # noqa: E402
-from tests.control.control_helpers import free_port  # noqa: E402
+from tests.control.control_helpers import free_port, wait_until  # noqa: E402
 from tests.sqlite_helpers import migrated_sqlite_url  # noqa: E402
 
 READS = ["/v1/me", "/v1/instances", "/v1/jobs", "/v1/gpus", "/v1/nodes", "/v1/events", "/v1/billing/prices", "/v1/images"]
@@ -97,17 +97,17 @@ def process_start(src: Path) -> float:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+    def answering() -> bool:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server from {src} exited with code {proc.returncode}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit(f"the server from {src} did not answer")
-            time.sleep(0.05)
+        wait_until(answering, 60)
         time.sleep(2)
         return _tree_cpu_s(proc.pid)
     finally:

@@ -140,22 +140,18 @@ def access_for(ctx: ServerContext, rows: list[Instance], base_url: str) -> dict[
     local = ctx.backends.get("local")
     current = getattr(local, "runtime", "process")
     data = {r.id: (r.handles[0].get("data") or {}) if r.handles and r.state == "running" else {} for r in rows}
-    # which images have sshd is read only when a row could offer it
-    with_ssh = {
-        r.id: r.image for r in rows if data[r.id].get("runtime") == "container" and "22" in (data[r.id].get("ports") or {})
-    }
+    published = {i: d.get("ports") or {} for i, d in data.items()}
+    could_ssh = {r.id for r in rows if data[r.id].get("runtime") == "container" and "22" in published[r.id]}
     contents: dict[str, dict] = {}
-    if with_ssh:
+    if could_ssh:  # which images have sshd matters only to these
+        wanted = sorted({r.image for r in rows if r.id in could_ssh})
         with ctx.db.reads() as s:
-            contents = {
-                i.name: i.contents or {} for i in s.scalars(select(Image).where(Image.name.in_(sorted(set(with_ssh.values())))))
-            }
+            contents = {i.name: i.contents or {} for i in s.scalars(select(Image).where(Image.name.in_(wanted)))}
     out: dict[int, Access] = {}
     for r in rows:
-        published = data[r.id].get("ports") or {}
         ssh = None
-        if r.id in with_ssh and contents.get(r.image, {}).get("sshd"):
-            ssh = f"ssh -p {published['22']} root@{ctx.ssh_host}"
+        if r.id in could_ssh and contents.get(r.image, {}).get("sshd"):
+            ssh = f"ssh -p {published[r.id]['22']} root@{ctx.ssh_host}"
         ports = {str(p): ctx.port_url(base_url, r.id, int(p)) for p in r.ports or []}
         out[r.id] = Access(r.runtime or current, ssh, ports, data[r.id].get("gpu_access"))
     return out
