@@ -5,6 +5,7 @@ unreachable. ``server`` is the real app, control loop and local backend in this 
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from tests.control.control_helpers import Server, start_server
 from tests.pg_helpers import PG_SKIP, fresh_pg_database
+from tests.sql_cache import share_compiled_sql
 from tests.sqlite_helpers import migrated_sqlite_url
 
 #: a test that fails on a timeout reports the threads, the machine's load and PostgreSQL's waits;
@@ -39,6 +41,7 @@ def _share_ssl_contexts() -> None:
 
 
 _share_ssl_contexts()
+share_compiled_sql()
 
 
 GROUPS = ("slurm", "containers", "browser", "torch")
@@ -91,7 +94,13 @@ def _group_id(config: pytest.Config, item: pytest.Item, group: str) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Fail fast if the groups did not reach xdist's scheduler (see above)."""
+    """Freeze what is alive once the tests are imported (the libraries' and Suanli's
+    modules, hundreds of thousands of objects), so that the collector's full passes
+    during the run walk what tests make, not those again: they had cost about a tenth of
+    a test process's CPU (BENCHMARKS.md, issue 11, session 25). Then fail fast if the
+    groups did not reach xdist's scheduler (see above)."""
+    gc.collect()
+    gc.freeze()
     if not getattr(session.config.option, "loadgroup", False):  # set in xdist's workers under --dist loadgroup
         return
     lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]

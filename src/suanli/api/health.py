@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
 from suanli.control import loop_report
@@ -40,16 +40,20 @@ class _Reading:
         return self.got
 
 
-def install(app: FastAPI, db: Database) -> None:
-    reading = _Reading(db)
+async def healthz(request: Request) -> dict:
+    """The database answers (a read of the loop's counters, at most a second old:
+    ``loop_updated_at`` says the loop is alive)."""
+    got = await request.app.state.health_reading.counters()
+    return {
+        "ok": True,
+        "loop_ticks": got.ticks if got else None,
+        "loop_updated_at": got.updated_at.isoformat() if got and got.updated_at else None,
+    }
 
-    @app.get("/healthz", tags=["system"])
-    async def healthz() -> dict:
-        """The database answers (a read of the loop's counters, at most a second old:
-        ``loop_updated_at`` says the loop is alive)."""
-        got = await reading.counters()
-        return {
-            "ok": True,
-            "loop_ticks": got.ticks if got else None,
-            "loop_updated_at": got.updated_at.isoformat() if got and got.updated_at else None,
-        }
+
+def install(app: FastAPI, db: Database) -> None:
+    """The endpoint is one function for every app, its server's state on ``app.state``:
+    FastAPI keeps each endpoint function in a process-wide cache, so an endpoint made
+    inside ``install`` would keep every app (and its database) a process ever made alive."""
+    app.state.health_reading = _Reading(db)
+    app.add_api_route("/healthz", healthz, methods=["GET"], tags=["system"])

@@ -158,8 +158,9 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 def install(app: FastAPI, ctx: ServerContext, loop_stats=None) -> CollectorRegistry:  # type: ignore[no-untyped-def]
     """``/metrics``: open to scrapers on this machine (loopback); from anywhere else it
-    takes an operator's bearer token (Prometheus' ``authorization`` setting)."""
-    db = ctx.db
+    takes an operator's bearer token (Prometheus' ``authorization`` setting). The endpoint
+    is one function for every app, reading what it serves from ``app.state``, as
+    ``api.health`` explains."""
     registry = CollectorRegistry()
     requests = Counter("suanli_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry)
     latency = Histogram("suanli_http_request_seconds", "HTTP request latency", ["method", "route"], registry=registry)
@@ -167,14 +168,14 @@ def install(app: FastAPI, ctx: ServerContext, loop_stats=None) -> CollectorRegis
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # several worker processes: every one's counts
         scraped = CollectorRegistry()
         multiprocess.MultiProcessCollector(scraped)
-    scraped.register(ClusterCollector(db, loop_stats))
-
+    scraped.register(ClusterCollector(ctx.db, loop_stats))
+    app.state.metrics_scraped = scraped
     app.add_middleware(_Measure, requests=requests, latency=latency)
-
-    @app.get("/metrics", include_in_schema=False)
-    def metrics(request: Request) -> Response:
-        if bearer(request) is not None or source(request) not in LOOPBACK:
-            authenticated(request, ctx).require("admin", "operator")
-        return Response(generate_latest(scraped), media_type=CONTENT_TYPE_LATEST)
-
+    app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     return registry
+
+
+def metrics(request: Request) -> Response:
+    if bearer(request) is not None or source(request) not in LOOPBACK:
+        authenticated(request, request.app.state.ctx).require("admin", "operator")
+    return Response(generate_latest(request.app.state.metrics_scraped), media_type=CONTENT_TYPE_LATEST)
