@@ -57,9 +57,6 @@ class SharedCompiledCache:
     def __setitem__(self, key: tuple, value: Any) -> None:
         self._cache[self._key(key)] = value
 
-    def __len__(self) -> int:
-        return len(self._cache)
-
 
 def share_compiled_sql() -> None:
     """Every engine ``suanli.db.session.make_engine`` makes from now on, and every ORM
