@@ -112,15 +112,54 @@ def test_suanli_keeps_cpu_next_to_idle_gpus():
     assert _choices("fgd", state, pod, target) == {"poor", "rich"}
 
 
+#: Four full 8-GPU T4 nodes: they hold nothing more, and make the two free 2-GPU nodes
+#: a small part of a 36-GPU cluster.
+_FULL = [node(f"full{i}", gpus=8, model="T4") for i in range(4)]
+_FULL_USED = {n.name: [1000] * 8 for n in _FULL}
+#: 1 request in 66 may only run on V100 (2 of the cluster's 36 GPUs).
+_V100_MIX = [Request(cpu_milli=1000, gpu_count=1, gpu_models=frozenset({"V100"}))] + [whole(1)] * 65
+
+
 def test_suanli_leaves_scarce_gpu_models_to_restricted_work():
-    # 2 % of the mix may only run on V100: V100 has pressure > 0, T4 none. A 1-GPU pod
-    # that may run anywhere: on T4, FGD's measure improves by 0.02 * 1000 = 20 milli (idle
-    # the V100-only task can never use shrinks): floor(100*sigmoid(0.02)) = 50, the same
-    # as on V100 (no change), so FGD leaves it to the node order. Suanli picks T4.
+    # V100's pressure: the V100-only request's share of the GPU milli, 1/66, of 36,000
+    # milli is 545 milli, over V100's 2,000: 0.27, one step (PRESSURE_STEP) above T4's 0.
+    # A 1-GPU pod that may run anywhere: on T4, FGD's measure improves by 1000/66 = 15
+    # milli (idle the V100-only task can never use shrinks): floor(100*sigmoid(0.015))
+    # = 50, as on V100 (no change), so FGD leaves it to the node order. Suanli picks T4.
+    state = cluster(node("v100", gpus=2, model="V100"), node("t4", gpus=2, model="T4"), *_FULL, used=_FULL_USED)
+    assert _choices("suanli", state, whole(1), _V100_MIX) == {"t4"}
+    assert _choices("fgd", state, whole(1), _V100_MIX) == {"v100", "t4"}
+
+
+def test_suanli_leaves_models_within_a_step_of_pressure_to_the_node_order():
+    # The same mix on the two 2-GPU nodes alone: V100 is half the cluster, so the V100-only
+    # request is not restricted (RESTRICTED_ROOM), and even counted its pressure (1/66 of
+    # 4,000 milli over 2,000: 0.03) is within a step of T4's. Both models are fine for the
+    # pod, as under FGD: ranking such differences cost 0.39 points on g-gpuspec15.
     state = cluster(node("v100", gpus=2, model="V100"), node("t4", gpus=2, model="T4"))
-    target = [Request(cpu_milli=1000, gpu_count=1, gpu_models=frozenset({"V100"}))] + [whole(1)] * 49
-    assert _choices("suanli", state, whole(1), target) == {"t4"}
-    assert _choices("fgd", state, whole(1), target) == {"v100", "t4"}
+    assert _choices("suanli", state, whole(1), _V100_MIX) == {"v100", "t4"}
+
+
+def test_suanli_counts_a_shape_only_some_nodes_hold_as_restricted():
+    # 1 request in 61 needs 2 GPUs and 100 cores: only "big" (G3, 128 cores) holds it,
+    # 4 of the cluster's 40 GPUs. Its share of the GPU milli (2/62) of 40,000 milli is
+    # 1,290 milli over big's 4,000: G3's pressure 0.32, G2's 0. A 1-GPU pod leaves big
+    # able to hold the request (3 GPUs, 127 cores), so FGD scores both nodes 50 (on
+    # small, 15 milli the request never could use go: floor(100*sigmoid(0.016)) = 50);
+    # suanli keeps G3 for the request.
+    from suanli.scheduler import ClusterState, TargetWorkload
+    from suanli.scheduler.policies.suanli import SuanliPolicy, model_pressure
+
+    nodes = [node("big", gpus=4, cpu=128_000, model="G3"), node("small", gpus=4, cpu=32_000, model="G2")]
+    nodes += [node(f"full{i}", gpus=8, model="G2") for i in range(4)]
+    used = {f"full{i}": [1000] * 8 for i in range(4)}
+    mix = [whole(2, cpu=100_000)] + [whole(1)] * 60
+    assert _choices("suanli", cluster(*nodes, used=used), whole(1), mix) == {"small"}
+    assert _choices("fgd", cluster(*nodes, used=used), whole(1), mix) == {"big", "small"}
+    state = ClusterState(nodes)
+    policy = SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0))
+    pressure = dict(zip(state.models, model_pressure(state, policy.arrays(state)).round(4)))
+    assert pressure == {"G2": 0.0, "G3": round(2 / 62 * 40_000 / 4000, 4)}
 
 
 def test_suanli_does_not_strand_a_node_with_a_shared_pod():
@@ -250,9 +289,9 @@ def test_suanli_keys_can_be_switched_off_one_by_one():
             [whole(1, cpu=8000)],
         ),
         "pressure": (
-            cluster(node("v100", gpus=2, model="V100"), node("t4", gpus=2, model="T4")),
+            cluster(node("v100", gpus=2, model="V100"), node("t4", gpus=2, model="T4"), *_FULL, used=_FULL_USED),
             whole(1),
-            [Request(cpu_milli=1000, gpu_count=1, gpu_models=frozenset({"V100"}))] + [whole(1)] * 49,
+            _V100_MIX,
         ),
         "usable": (
             cluster(node("poor", gpus=1, cpu=6000), node("rich", gpus=1, cpu=12_000)),
@@ -283,7 +322,7 @@ def test_suanli_leaves_a_mix_of_mostly_node_sized_requests_to_fgd():
     # The case of test_suanli_keeps_cpu_next_to_idle_gpus (4-GPU nodes; key 2 sends a
     # 1-GPU pod to "rich"). With a few 4-GPU requests (they need a whole node) in the
     # mix key 2 still applies; when they ask for more than NODE_SIZED_FGD of the mix's
-    # GPU milli, keys 2 and 3 are off and the tie FGD leaves goes to the node order
+    # GPU milli, keys 1, 2 and 3 are off and the tie FGD leaves goes to the node order
     # (g-multigpu50: each key cost allocation there; issue 16, BENCHMARKS.md).
     from suanli.scheduler import ClusterState, TargetWorkload
     from suanli.scheduler.policies.suanli import KEYS, NODE_SIZED_FGD, SuanliPolicy
@@ -298,7 +337,7 @@ def test_suanli_leaves_a_mix_of_mostly_node_sized_requests_to_fgd():
     for mix, expected, active in (
         ([whole(1, cpu=8000)], 0.0, KEYS - {"whole"}),  # key 4 needs node-sized requests
         (few, 4 / 43, KEYS),
-        (many, 16 / 22, KEYS - {"cpu", "cpu_gpu", "usable"}),
+        (many, 16 / 22, KEYS - {"pressure", "cpu", "cpu_gpu", "usable"}),
     ):
         policy = SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0))
         assert abs(policy.node_sized_share(state) - expected) < 1e-9
