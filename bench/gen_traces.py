@@ -33,7 +33,10 @@ VARIANTS: dict[str, dict[str, float]] = {
     "g-multigpu25": {"multigpu": 25},
     "g-multigpu35": {"multigpu": 35},
     "g-multigpu50": {"multigpu": 50},
+    "g-gpuspec10": {"gpuspec": 10},
     "g-gpuspec15": {"gpuspec": 15},
+    "g-gpuspec20": {"gpuspec": 20},
+    "g-gpuspec25": {"gpuspec": 25},
     "g-gpuspec35": {"gpuspec": 35},
     "g-gpuspec50": {"gpuspec": 50},
     "g-cpu0.1": {"cpu": 0.1},
@@ -81,13 +84,17 @@ SPLIT_2 = {
 
 #: Variants no policy change had looked at when the fourth pass (key 1 compared in
 #: steps, shape-restricted requests counted; BENCHMARKS.md) was decided, drawn with their
-#: own generator seed: new percentages and mixes, and fresh draws of g-gpuspec15,
-#: g-gpuspec35 and g-mix-all.
+#: own generator seed: new percentages and mixes, and fresh draws of the shipped
+#: gpuspec percentages, g-gpuspec15, g-gpuspec35 and g-mix-all. (g-gpuspec10/20/25,
+#: drawn with the default seed, were added after that decision too.)
 FRESH_SEED = 7
 FRESH: dict[str, dict[str, float]] = {
+    "u-gpuspec10": {"gpuspec": 10},
     "u-gpuspec12": {"gpuspec": 12},
     "u-gpuspec15": {"gpuspec": 15},
     "u-gpuspec18": {"gpuspec": 18},
+    "u-gpuspec20": {"gpuspec": 20},
+    "u-gpuspec25": {"gpuspec": 25},
     "u-gpuspec30": {"gpuspec": 30},
     "u-gpuspec35": {"gpuspec": 35},
     "u-gpuspec40": {"gpuspec": 40},
@@ -103,7 +110,17 @@ FRESH: dict[str, dict[str, float]] = {
 #: counted, so it is not a clean report trace for that part.
 SPLIT_4 = {
     "tune": ("gpuspec05", "gpuspec10", "gpuspec20", "gpuspec25", "g-multigpu50"),
-    "report": ("g-gpuspec15", "g-gpuspec35", "g-gpuspec50", "g-mix-share60-spec20", "g-mix-spec20-cpu2", *FRESH),
+    "report": (
+        "g-gpuspec10",
+        "g-gpuspec15",
+        "g-gpuspec20",
+        "g-gpuspec25",
+        "g-gpuspec35",
+        "g-gpuspec50",
+        "g-mix-share60-spec20",
+        "g-mix-spec20-cpu2",
+        *FRESH,
+    ),
 }
 
 
