@@ -20,10 +20,11 @@ the seeded node order, which keeps FGD's packing.
    prefers the models with the least pressure, compared in steps of
    ``PRESSURE_STEP`` of their capacity, leaving scarce models to the requests that have
    nowhere else to go. Models within a step tie: a model that restricted requests will
-   fill to a tenth is not scarce, and ranking every difference (as the first version
-   did) moved work between unpressed models, off FGD's packing: on g-gpuspec15, where
-   G2 and G3 differed by 0.5 % of their capacity, that cost 0.39 points (issue 16,
-   BENCHMARKS.md). With no restricted request in the mix this key does nothing.
+   fill to a tenth is not scarce. The first version ranked every difference (on
+   g-gpuspec15 G2 and G3 differed by 0.5 % of their GPUs) and cost 0.39 points there
+   against the key off; in steps it costs 0.22. Whether the key gains depends on the
+   draw of the mix, not on the pressure alone (issue 16, fourth pass, BENCHMARKS.md).
+   With no restricted request in the mix this key does nothing.
 
 2. **CPU for the idle GPUs** (CPU-only and whole-GPU requests). A GPU is only usable
    with CPU next to it. Let r be the mix's CPU per GPU milli (over the GPU requests
