@@ -544,3 +544,31 @@ def test_only_a_tenant_out_of_funds_is_noticed_and_a_top_up_withdraws_the_notice
     assert rig.events("instance", ids["lab"])[-1] == ("running", "funds notice withdrawn: the balance covers it again")
     assert len(rig.fake.notices) == 1
     rig.assert_consistent()
+
+
+def test_a_restarted_loop_plans_for_the_mix_it_served(rig: Rig, tmp_path: Path) -> None:
+    """The default policy learns the request mix from arrivals; a loop that starts on a
+    database with history shows it the work served before (``learn_served_mix``), not
+    the work still waiting, which its first pass sees arrive."""
+    from collections import Counter
+
+    from suanli.control.scheduling import to_request
+    from suanli.scheduler.policies.target import TaskShape
+
+    served = [rig.submit("H100:1"), rig.submit("H100:1"), rig.submit("H100:2")]
+    rig.tick()
+    assert [rig.job(j).state for j in served] == ["running"] * 3
+    rig.fake.exit(task_key("job", served[0]), 0)
+    rig.tick()
+    only(rig)  # every node cordoned: the next job waits
+    waiting = rig.submit("H100:3")
+    rig.tick()
+    assert rig.job(waiting).state == "queued"
+    restarted = make_loop(rig.db, {"memory": rig.fake}, tmp_path / "data", rig.clock)
+    online = restarted.policy.online
+    assert online is not None and not online.counts
+    restarted.recover()
+    assert online.counts == Counter(TaskShape.of(to_request(rig.job(j))) for j in served)
+    assert TaskShape.of(to_request(rig.job(waiting))) not in online.counts
+    assert restarted.policy.target.shapes  # a mix to plan for from the first pass on
+    rig.assert_consistent()

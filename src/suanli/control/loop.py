@@ -58,7 +58,7 @@ from suanli.control.loop_report import Counters, Publisher
 from suanli.control.outbid import outbid
 from suanli.control.plane import Plane, ReclaimSettings
 from suanli.control.preempt import preempt
-from suanli.control.scheduling import PassMemo, PassResult, Waiting, schedule_pass, waiting_work
+from suanli.control.scheduling import PassMemo, PassResult, Waiting, schedule_pass, to_request, waiting_work
 from suanli.control.secrets import Keyring
 from suanli.control.waiting import Reason
 from suanli.db.clock import utcnow
@@ -69,6 +69,9 @@ log = logging.getLogger(__name__)
 
 #: Launches run at most this many at a time.
 LAUNCH_WORKERS = 8
+#: How many of the newest workloads a starting loop shows its policy (``learn_served_mix``):
+#: about the mix a few thousand arrivals make, read in one query per kind.
+MIX_HISTORY = 4096
 
 
 @dataclass
@@ -177,6 +180,18 @@ class ControlLoop:
         reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s)
         reconcile.sweep_orphans(self.db, self.backends)
         reconcile.repair_counters(self.db)
+        self.learn_served_mix()
+
+    def learn_served_mix(self) -> None:
+        """Show the policy the ``MIX_HISTORY`` newest workloads that are not waiting, as
+        if they had just arrived. The default policy learns the request mix it plans
+        for from arrivals (``suanli_online``); without this every restart began from an
+        empty mix, where every node ties and placement falls to the node order until
+        enough new work has arrived. Work that waits now is seen by the first pass."""
+        with self.db.transaction() as s:
+            requests = [to_request(row) for row in workloads.served(s, MIX_HISTORY)]
+        for req in requests:
+            self.policy.observe(req)
 
     def tick(self, wait_launches: bool = True) -> PassResult:
         """One pass of the recipe in the module docstring. ``wait_launches``: return once

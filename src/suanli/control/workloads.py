@@ -153,6 +153,17 @@ def waiting(s: Session) -> list[tuple[str, Workload]]:
     return [("instance", r) for r in insts] + [("job", r) for r in jobs]
 
 
+def served(s: Session, limit: int) -> list[Workload]:
+    """The ``limit`` newest instances and jobs that do not wait to be placed now,
+    oldest first: the request mix the platform has been asked to serve."""
+    rows: list[Workload] = []
+    for model in (Instance, Job):
+        q = select(model).where(not_(and_(*_waiting(model)))).order_by(model.id.desc()).limit(limit)
+        rows += s.scalars(q)
+    rows.sort(key=lambda r: r.created_at)
+    return rows[-limit:] if limit > 0 else []
+
+
 def _waiting(model: type[Instance] | type[Job]) -> list:
     if model is Instance:
         return [Instance.state == "pending", Instance.desired == "running", Instance.launch_owner.is_(None)]
