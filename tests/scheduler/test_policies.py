@@ -135,7 +135,8 @@ def test_suanli_leaves_models_within_a_step_of_pressure_to_the_node_order():
     # The same mix on the two 2-GPU nodes alone: V100 is half the cluster, so the V100-only
     # request is not restricted (RESTRICTED_ROOM), and even counted its pressure (1/66 of
     # 4,000 milli over 2,000: 0.03) is within a step of T4's. Both models are fine for the
-    # pod, as under FGD: ranking such differences cost 0.39 points on g-gpuspec15.
+    # pod, as under FGD. Key 1 ranked such differences at first; on g-gpuspec15 it cost
+    # 0.39 points then (issue 16, BENCHMARKS.md).
     state = cluster(node("v100", gpus=2, model="V100"), node("t4", gpus=2, model="T4"))
     assert _choices("suanli", state, whole(1), _V100_MIX) == {"v100", "t4"}
 
@@ -145,7 +146,7 @@ def test_suanli_counts_a_shape_only_some_nodes_hold_as_restricted():
     # 4 of the cluster's 40 GPUs. Its share of the GPU milli (2/62) of 40,000 milli is
     # 1,290 milli over big's 4,000: G3's pressure 0.32, G2's 0. A 1-GPU pod leaves big
     # able to hold the request (3 GPUs, 127 cores), so FGD scores both nodes 50 (on
-    # small, 15 milli the request never could use go: floor(100*sigmoid(0.016)) = 50);
+    # small, the 16 milli of it the request never could use go: floor(100*sigmoid(0.016)) = 50);
     # suanli keeps G3 for the request.
     from suanli.scheduler import ClusterState, TargetWorkload
     from suanli.scheduler.policies.suanli import SuanliPolicy, model_pressure
