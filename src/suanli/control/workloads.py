@@ -161,7 +161,7 @@ def served(s: Session, limit: int) -> list[Workload]:
         q = select(model).where(not_(and_(*_waiting(model)))).order_by(model.id.desc()).limit(limit)
         rows += s.scalars(q)
     rows.sort(key=lambda r: r.created_at)
-    return rows[-limit:] if limit > 0 else []
+    return rows[max(0, len(rows) - limit) :]
 
 
 def _waiting(model: type[Instance] | type[Job]) -> list:
