@@ -5,7 +5,11 @@ Each node's ``run`` starts torchrun from the per-node variables; its 4 workers a
 train a tiny model with DDP and checkpoint after every step. A node going down fails the
 job over to other nodes, and a spot reclaim's notice makes the workers checkpoint and
 leave together; either way the next attempt resumes from the checkpoint with the same
-world size. On the container runtime: tests/containers/test_container_distributed.py.
+world size. Those two run one worker per node (``H100:1``): the platform sees nodes, not
+a node's workers, and every worker imports torch (1.4 CPU-s), so this cuts a third of
+their CPU in a suite that is CPU-bound (BENCHMARKS.md, issue 11). The 2 x 2 world is
+checked by the third test here and on the container runtime
+(tests/containers/test_container_distributed.py).
 """
 
 from __future__ import annotations
@@ -68,19 +72,27 @@ def step(p: Platform, job: int) -> int:
     return int(text) if text else 0
 
 
-def attempts(p: Platform, job: int) -> list[list[dict[str, Any]]]:
-    """The workers' start records, one list (by rank) per attempt whose 4 workers have all
-    started (an attempt whose workers are still starting is not one yet)."""
+def attempts(p: Platform, job: int, nproc: int = 2) -> list[list[dict[str, Any]]]:
+    """The workers' start records, one list (by rank) per attempt whose ``2 * nproc``
+    workers have all started (an attempt whose workers are still starting is not one yet)."""
+    world = 2 * nproc
     starts = [r for r in runs(p, job) if r["event"] == "start"]
-    return [sorted(starts[i : i + 4], key=lambda r: r["rank"]) for i in range(0, len(starts) - len(starts) % 4, 4)]
+    return [sorted(starts[i : i + world], key=lambda r: r["rank"]) for i in range(0, len(starts) - len(starts) % world, world)]
 
 
-def check_world(attempt: list[dict[str, Any]], state: str) -> None:
-    """4 workers, ranks 0-3 over 2 nodes x 2, one master, the all-reduce's sum 1+2+3+4."""
-    assert [(r["rank"], r["node_rank"], r["local_rank"]) for r in attempt] == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)], state
-    assert {(r["world_size"], r["nnodes"], r["nproc_per_node"], r["allreduce"]) for r in attempt} == {(4, 2, 2, 10.0)}, state
+def check_world(attempt: list[dict[str, Any]], state: str, nproc: int = 2) -> None:
+    """2 nodes x ``nproc`` workers: ranks by node, then local rank; one master; the
+    all-reduce's sum 1 + 2 + ... + world; each node's workers on one node, the two apart."""
+    world = 2 * nproc
+    assert [(r["rank"], r["node_rank"], r["local_rank"]) for r in attempt] == [
+        (node * nproc + local, node, local) for node in (0, 1) for local in range(nproc)
+    ], state
+    assert {(r["world_size"], r["nnodes"], r["nproc_per_node"], r["allreduce"]) for r in attempt} == {
+        (world, 2, nproc, world * (world + 1) / 2)
+    }, state
     assert len({r["master"] for r in attempt}) == 1 and len({r["step"] for r in attempt}) == 1, state
-    assert attempt[0]["node"] == attempt[1]["node"] != attempt[2]["node"] == attempt[3]["node"], state
+    first, second = {r["node"] for r in attempt[:nproc]}, {r["node"] for r in attempt[nproc:]}
+    assert len(first) == len(second) == 1 and first != second, state
 
 
 def state_text(p: Platform, job: int) -> str:
@@ -88,33 +100,33 @@ def state_text(p: Platform, job: int) -> str:
     return f"runs.jsonl:\n{log.read_text() if log.exists() else '(none)'}\nevents:\n{events_text(p.events('job', job))}"
 
 
-def finished(p: Platform, job: int, steps: int = STEPS) -> list[dict[str, Any]]:
+def finished(p: Platform, job: int, steps: int = STEPS, world: int = 4) -> list[dict[str, Any]]:
     done = [r for r in runs(p, job) if r["event"] == "done"]
-    assert len(done) == 4 and {r["step"] for r in done} == {steps}, state_text(p, job)
+    assert len(done) == world and {r["step"] for r in done} == {steps}, state_text(p, job)
     assert len({r["params"] for r in done}) == 1, state_text(p, job)  # DDP kept every replica equal
     return done
 
 
 def test_a_node_down_fails_the_job_over_and_it_resumes_from_its_checkpoint_with_the_same_world(platform: Platform) -> None:
     p = platform
-    job = p.submit(**example_task())
+    job = p.submit(**example_task(resources={"accelerators": "H100:1"}))
     p.until(lambda: step(p, job) >= 2, 60, "two steps checkpointed")
-    [first] = attempts(p, job)
-    check_world(first, state_text(p, job))
-    down = first[2]["node"]  # node rank 1's node
+    [first] = attempts(p, job, nproc=1)
+    check_world(first, state_text(p, job), nproc=1)
+    down = first[1]["node"]  # node rank 1's node
     nodes.set_state(p.db, ADMIN, down, "down")
-    p.until(lambda: len(attempts(p, job)) == 2, 60, "the job resumed on other nodes")
+    p.until(lambda: len(attempts(p, job, nproc=1)) == 2, 60, "the job resumed on other nodes")
     seen = step(p, job)
-    second = attempts(p, job)[1]
-    check_world(second, state_text(p, job))
+    second = attempts(p, job, nproc=1)[1]
+    check_world(second, state_text(p, job), nproc=1)
     assert down not in {r["node"] for r in second}, state_text(p, job)
-    assert all(r["checkpoint_world_size"] == 4 for r in second), state_text(p, job)
+    assert all(r["checkpoint_world_size"] == 2 for r in second), state_text(p, job)
     assert 2 <= second[0]["step"] <= seen < STEPS, state_text(p, job)  # from the checkpoint, not from 0
     # the first attempt's workers (in sessions of their own under torchrun) are all gone
     assert [r["pid"] for r in first if start_ticks(r["pid"]) is not None] == [], state_text(p, job)
     p.until(lambda: p.state(job, "succeeded", "failed"), 60, "the job done")
     assert p.state(job, "succeeded"), state_text(p, job)
-    finished(p, job)
+    finished(p, job, world=2)
     states = [e.to_state for e in p.events("job", job)]
     assert states == ["queued", "running", "requeued", "queued", "running", "succeeded"], state_text(p, job)
 
@@ -122,22 +134,22 @@ def test_a_node_down_fails_the_job_over_and_it_resumes_from_its_checkpoint_with_
 def test_a_spot_job_checkpoints_at_its_notice_and_resumes_with_the_same_world(platform: Platform) -> None:
     p = platform
     p.only_nodes({"local1", "local2"})
-    spot = p.submit(**example_task(resources={"accelerators": "H100:2", "priority": "spot"}))
+    spot = p.submit(**example_task(resources={"accelerators": "H100:1", "priority": "spot"}))
     p.until(lambda: step(p, spot) >= 2, 60, "two steps checkpointed")
-    check_world(attempts(p, spot)[0], state_text(p, spot))
+    check_world(attempts(p, spot, nproc=1)[0], state_text(p, spot), nproc=1)
     urgent = p.submit(name="urgent", resources={"accelerators": "H100:2"}, run="sleep 1")
     p.until(lambda: [r for r in runs(p, spot) if r["event"] == "notice"], 30, "the workers left at the notice")
     p.until(lambda: p.state(urgent, "succeeded"), 60, "the on-demand job done")
-    p.until(lambda: len(attempts(p, spot)) == 2, 60, "the spot job resumed")
-    second = attempts(p, spot)[1]
-    check_world(second, state_text(p, spot))
-    p.until(lambda: len([r for r in runs(p, spot) if r["event"] == "notice"]) == 4, 5, "all four left")
+    p.until(lambda: len(attempts(p, spot, nproc=1)) == 2, 60, "the spot job resumed")
+    second = attempts(p, spot, nproc=1)[1]
+    check_world(second, state_text(p, spot), nproc=1)
+    p.until(lambda: len([r for r in runs(p, spot) if r["event"] == "notice"]) == 2, 5, "both left")
     left = [r for r in runs(p, spot) if r["event"] == "notice"]
     assert len({r["step"] for r in left}) == 1, state_text(p, spot)  # they agreed on the step
-    assert second[0]["step"] == left[0]["step"] > 0 and second[0]["checkpoint_world_size"] == 4, state_text(p, spot)
+    assert second[0]["step"] == left[0]["step"] > 0 and second[0]["checkpoint_world_size"] == 2, state_text(p, spot)
     p.until(lambda: p.state(spot, "succeeded", "failed"), 60, "the spot job done")
     assert p.state(spot, "succeeded"), state_text(p, spot)
-    finished(p, spot)
+    finished(p, spot, world=2)
     states = [e.to_state for e in p.events("job", spot)]
     assert states == ["queued", "running", "noticed", "requeued", "queued", "running", "succeeded"], state_text(p, spot)
 
