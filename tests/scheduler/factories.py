@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from suanli.scheduler import Allocation, ClusterState, Node, Request, Scheduler, TargetWorkload, make_policy
+from suanli.scheduler.policies.suanli import SuanliPolicy
 
 
 def node(name: str, gpus: int = 8, cpu: int = 96_000, mem: int = 393_216, model: str = "G2") -> Node:
@@ -30,5 +31,10 @@ def whole(count: int, cpu: int = 1000, mem: int = 0) -> Request:
 
 
 def scheduler(policy: str, state: ClusterState, target: list[Request] | None = None, seed: int = 0) -> Scheduler:
+    """``policy`` on ``state``; "suanli" with every key it applies and no rehearsal
+    (``rehearsal.py`` decides key 1 on an empty copy of the cluster, which tells
+    nothing on these tiny ones: tests/scheduler/test_rehearsal.py tests it)."""
     tw = TargetWorkload.from_requests(target, coverage=1.0) if target else None
+    if policy == "suanli":
+        return Scheduler(SuanliPolicy(tw, rehearse=False), state, seed=seed)
     return Scheduler(make_policy(policy, tw, seed), state, seed=seed)

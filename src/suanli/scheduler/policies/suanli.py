@@ -23,8 +23,11 @@ the seeded node order, which keeps FGD's packing.
    fill to a tenth is not scarce. The first version ranked every difference (on
    g-gpuspec15 G2 and G3 differed by 0.5 % of their GPUs) and cost 0.39 points there
    against the key off; in steps it costs 0.22. Whether the key gains depends on the
-   draw of the mix, not on the pressure alone (issue 16, fourth pass, BENCHMARKS.md).
-   With no restricted request in the mix this key does nothing.
+   draw of the mix, not on the pressure alone (issue 16, fourth pass, BENCHMARKS.md),
+   so a policy with a fixed target keeps it only when a rehearsal says it helps: a
+   fill of the mix on an empty half of the cluster with the key and one without
+   (``rehearsal.py``); ``suanli_online``, whose mix moves, keeps it. With no
+   restricted request in the mix this key does nothing and nothing is rehearsed.
 
 2. **CPU for the idle GPUs** (CPU-only and whole-GPU requests). A GPU is only usable
    with CPU next to it. Let r be the mix's CPU per GPU milli (over the GPU requests
@@ -102,6 +105,7 @@ from __future__ import annotations
 import numpy as np
 
 from suanli.scheduler.model import Request
+from suanli.scheduler.policies import rehearsal
 from suanli.scheduler.policies.fgd import FGD, sigmoid_score
 from suanli.scheduler.policies.fragmentation import TargetArrays
 from suanli.scheduler.policies.target import TargetWorkload
@@ -191,12 +195,15 @@ def hosts_node_sized(
 class SuanliPolicy(FGD):
     name = "suanli"
 
-    def __init__(self, target: TargetWorkload | None, keys: frozenset[str] = KEYS) -> None:
+    def __init__(self, target: TargetWorkload | None, keys: frozenset[str] = KEYS, rehearse: bool = True) -> None:
         super().__init__(target)
         if not keys <= KEYS:
             raise ValueError(f"unknown keys {sorted(keys - KEYS)}; choose from {sorted(KEYS)}")
         #: The keys in use (ablations in bench/ switch some off; the shipped policy uses all).
         self.keys = keys
+        #: Whether key 1 is kept only when a rehearsal of the mix says it helps (a fixed
+        #: target only: ``rehearsal.py``). The rehearsals' own policies do not rehearse.
+        self.rehearse = rehearse and self.online is None
         self._model_keys_of: TargetArrays | None = None
         self._ratio = np.zeros(0)
         self._pressure_level = np.zeros(0, np.int64)
@@ -249,6 +256,8 @@ class SuanliPolicy(FGD):
                 active -= {"cpu", "cpu_gpu", "usable"}
             if node_sized > NODE_SIZED_FGD:
                 active -= {"pressure", "cpu", "cpu_gpu", "usable"}
+            if "pressure" in active and steps.max() > 0 and self.rehearse and not self._key_1_helps(state):
+                active.discard("pressure")
             level = steps.max() - steps if "pressure" in active else np.zeros_like(steps)
             self._model_keys_of, self._ratio, self._pressure_level = t, ratio, level
             self._sized = np.flatnonzero((t.gpus >= max(2, state.gpu_total.shape[1])) & (t.milli > 0))
@@ -256,6 +265,16 @@ class SuanliPolicy(FGD):
                 active.discard("whole")
             self._active = frozenset(active)
         return self._ratio, self._pressure_level
+
+    def _key_1_helps(self, state: ClusterState) -> bool:
+        """Whether key 1 allocates more than the same policy without it in rehearsals
+        of the mix on an empty copy of the cluster (``rehearsal.py``)."""
+        keys = self.keys
+
+        def make(with_key: bool) -> SuanliPolicy:
+            return SuanliPolicy(self.target, keys if with_key else keys - {"pressure"}, rehearse=False)
+
+        return rehearsal.better(state.nodes, self.target, make)
 
     def _score(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self.model_keys(state)

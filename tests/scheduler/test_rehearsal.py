@@ -1,0 +1,79 @@
+"""Key 1 of the default policy is kept only where a rehearsal of the mix says it allocates
+more (``scheduler/policies/rehearsal.py``)."""
+
+from __future__ import annotations
+
+from suanli.scheduler import ClusterState, Request, TargetWorkload
+from suanli.scheduler.policies import rehearsal
+from suanli.scheduler.policies.suanli import SuanliPolicy
+from suanli.scheduler.policies.target import TaskShape
+from tests.scheduler.factories import node, share, whole
+
+#: 2 two-GPU V100 nodes and 24 two-GPU T4 nodes: the rehearsal's half of the cluster
+#: (every other node) holds one V100 node and 12 T4 nodes.
+_NODES = [node(f"v100-{i}", gpus=2, model="V100") for i in range(2)] + [node(f"t4-{i}", gpus=2, model="T4") for i in range(24)]
+_V100_ONLY = Request(cpu_milli=1000, gpu_count=1, gpu_models=frozenset({"V100"}))
+
+
+def _policy(mix: list[Request]) -> SuanliPolicy:
+    return SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0))
+
+
+def test_key_1_is_kept_where_the_rehearsal_allocates_more_with_it() -> None:
+    # 1 request in 31 may only run on V100 (4 of 52 GPUs): V100's pressure is 0.42, a
+    # step above T4's 0. It is too rare to move FGD's integer score, so without key 1 the
+    # node order sends flexible requests to V100 too, and a V100-only request that comes
+    # later finds no room; with it, they go to T4 first.
+    mix = [_V100_ONLY] + [whole(1)] * 30
+    policy = _policy(mix)
+    assert "pressure" in policy.active_keys(ClusterState(_NODES))
+    half, target, keys = _NODES[:: rehearsal.EVERY], policy.target, policy.keys
+    with_it = [rehearsal.allocated(half, target, SuanliPolicy(target, keys, rehearse=False), s) for s in rehearsal.SEEDS]
+    without = [
+        rehearsal.allocated(half, target, SuanliPolicy(target, keys - {"pressure"}, rehearse=False), s) for s in rehearsal.SEEDS
+    ]
+    assert sum(with_it) > sum(without), (with_it, without)
+    assert max(with_it + without) <= 26_000  # never more than the half cluster's GPUs
+
+
+def test_key_1_is_dropped_where_the_rehearsal_sees_no_gain() -> None:
+    # The only GPU requests may run on V100 alone: key 1 has no flexible request to steer,
+    # the rehearsals allocate the same with it and without, and a tie drops it.
+    policy = _policy([_V100_ONLY] + [Request(cpu_milli=2000)] * 3)
+    assert "pressure" not in policy.active_keys(ClusterState(_NODES))
+    # the same mix with rehearsals off keeps the key: the drop is the rehearsal's
+    unrehearsed = SuanliPolicy(policy.target, rehearse=False)
+    assert "pressure" in unrehearsed.active_keys(ClusterState(_NODES))
+
+
+def test_a_mix_without_scarce_models_and_the_online_policy_never_rehearse(monkeypatch) -> None:
+    def refuse(*args: object) -> bool:
+        raise AssertionError("rehearsed")
+
+    monkeypatch.setattr(rehearsal, "better", refuse)
+    assert "pressure" in _policy([whole(1)] * 8).active_keys(ClusterState(_NODES))  # pressure 0 everywhere
+    online = SuanliPolicy(None)
+    for _ in range(200):
+        online.observe(_V100_ONLY)
+        online.observe(whole(1))
+    assert not online.rehearse and "pressure" in online.active_keys(ClusterState(_NODES))
+
+
+def test_a_rehearsal_is_deterministic_and_draws_from_the_whole_mix() -> None:
+    # 95 % coverage cuts the rare V100-only shape from the mix FGD scores against; the
+    # rehearsal draws from the whole one (``TargetWorkload.whole``).
+    mix = [whole(1)] * 97 + [_V100_ONLY] * 3
+    target = TargetWorkload.from_requests(mix)
+    assert TaskShape.of(_V100_ONLY) not in target.shapes
+    assert target.whole is not None and TaskShape.of(_V100_ONLY) in target.whole.shapes
+    assert TargetWorkload.from_requests(mix, coverage=1.0).whole is None
+    policy = SuanliPolicy(target, rehearse=False)
+    first = rehearsal.allocated(_NODES, target.whole, policy, seed=1)
+    assert first == rehearsal.allocated(_NODES, target.whole, SuanliPolicy(target, rehearse=False), seed=1)
+    assert 0 < first <= 52_000
+
+
+def test_a_shape_makes_a_request_of_itself() -> None:
+    for req in (whole(2, cpu=3000), share(300, cpu=500), Request(cpu_milli=700), _V100_ONLY):
+        shape = TaskShape.of(req)
+        assert TaskShape.of(shape.request()) == shape
