@@ -33,7 +33,7 @@ from suanli.scheduler.state import ClusterState
 #: at a time, over the 10 s a fill may take.
 SEEDS = (1,)
 #: A rehearsal fills every ``EVERY``-th node of the cluster (each model keeps about
-#: its share), half the time of the whole cluster. A third or a quarter of it was
+#: its share), in half the time of the whole cluster. A third or a quarter of it was
 #: faster but gave key 1 the wrong sign on one and two of the eleven mixes where key 1
 #: moves allocation by more than 0.1 points (issue 16, BENCHMARKS.md).
 EVERY = 2
