@@ -158,7 +158,7 @@ def test_suanli_counts_a_shape_only_some_nodes_hold_as_restricted():
     assert _choices("suanli", cluster(*nodes, used=used), whole(1), mix) == {"small"}
     assert _choices("fgd", cluster(*nodes, used=used), whole(1), mix) == {"big", "small"}
     state = ClusterState(nodes)
-    policy = SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0), rehearse=False)
+    policy = SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0))
     pressure = dict(zip(state.models, model_pressure(state, policy.arrays(state)).round(4)))
     assert pressure == {"G2": 0.0, "G3": round(2 / 62 * 40_000 / 4000, 4)}
 
@@ -263,7 +263,7 @@ def test_suanli_leaves_shared_pods_to_fgd_when_the_mix_is_cpu_bound():
     nodes = [node("poor", gpus=1, cpu=6000), node("rich", gpus=1, cpu=12_000)]
     gpu_mix = [whole(1)] * 49 + [share(500, cpu=4000)]
     cpu_mix = gpu_mix + [Request(cpu_milli=10_000)] * 50
-    policy = SuanliPolicy(TargetWorkload.from_requests(cpu_mix, coverage=1.0), rehearse=False)
+    policy = SuanliPolicy(TargetWorkload.from_requests(cpu_mix, coverage=1.0))
     assert policy.cpu_demand_ratio(ClusterState(nodes)) > CPU_BOUND
     pod = share(500, cpu=4000)
     assert _choices("suanli", cluster(*nodes), pod, gpu_mix) == {"rich"}
