@@ -38,8 +38,8 @@ def main() -> None:
         start = time.perf_counter()
         keys = policy.active_keys(state)
         took = time.perf_counter() - start
-        unrehearsed = SuanliPolicy(policy.target, rehearse=False)
-        scarce = "pressure" in unrehearsed.active_keys(state) and unrehearsed.model_keys(state)[1].max() > 0
+        # a model a pressure level up (key 1 in use) is what makes the policy rehearse
+        scarce = SuanliPolicy(policy.target, rehearse=False).model_keys(state)[1].max() > 0
         decision = ("keep" if "pressure" in keys else "drop") if scarce else "-"
         print(f"{name:24} {decision:5} {took:5.1f} s")
 
