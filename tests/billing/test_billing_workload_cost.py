@@ -163,3 +163,19 @@ def test_a_pages_own_rows_rate_as_its_whole_tenant_does_unless_they_held_spot_or
     assert _own(w, "job", [job], at + HOUR) is not None
     reserved = _job_of(w, allocate(w, 3 * HOUR, None, priority="reserved", job=True))
     assert _own(w, "job", [job, reserved], at + HOUR) is None
+
+
+def test_a_new_instance_costs_at_creation_what_the_full_reading_gives_then(db_url: str) -> None:
+    """``at_creation`` (a create's answer) reads only the book: the same figures as
+    ``costs`` at the creation instant, with a price change before it in force."""
+    created = 3 * HOUR
+    w = world(db_url, disk_gib=40, created_ms=created)
+    store.set_price(w.db, "ops", None, "storage_stopped", "0.5", effective_ms=HOUR)  # in force at creation
+    store.set_price(w.db, "ops", None, "storage_stopped", "9", effective_ms=5 * HOUR)  # not yet
+    with w.db.transaction() as s:
+        row = s.get(Instance, w.instance_id)
+        row.state = "pending"
+        s.expunge(row)
+    new = workload_cost.at_creation(w.db, row)
+    assert new == workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=created)[w.instance_id]
+    assert (new.so_far, new.gpu_per_hour) == (0, 0) and new.storage_per_hour > 0

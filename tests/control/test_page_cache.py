@@ -256,3 +256,24 @@ def test_a_jobs_page_is_kept_and_a_cancel_shows_at_once(server: Server, statemen
     assert len(queries(statements)) == kept(server), statements
     server.post(f"/v1/jobs/{job}/cancel", expect=200)
     assert [r["state"] for r in get(server, "/v1/jobs").json()] == ["cancelled"]
+
+
+def test_a_create_answers_what_a_read_right_after_shows_and_reads_only_the_price_book_for_it(
+    server: Server, statements: list[str]
+) -> None:
+    """The answer of ``POST /v1/instances`` is the instance as at its creation
+    (``workload_cost.at_creation``): what ``GET`` shows next, its cost figures included,
+    with no read of usage, allocations, the market or waiting reasons to build it."""
+    token = member(server, "acme")
+    store.set_price(server.ctx.db, "ops", None, "storage_stopped", "3")  # a disk's price that shows
+    statements.clear()
+    made = server.post("/v1/instances", {"gpu_milli": 100, "disk_gib": 500}, expect=201, token=token).json()
+    sent = queries(statements)
+    inserted = next(i for i, q in enumerate(sent) if q.lstrip().upper().startswith("INSERT INTO INSTANCES"))
+    answer = sent[inserted:]  # the funds check before it reads the tenant's usage, as it must
+    assert not [q for q in answer if "billing_usage" in q or "allocations" in q or "waiting_reasons" in q], answer
+    shown = get(server, f"/v1/instances/{made['id']}", token).json()
+    moves = ("cost", "cost_so_far", "updated_at")  # what accrued since, to the micro-unit; nothing else moved
+    assert {k: v for k, v in made.items() if k not in moves} == {k: v for k, v in shown.items() if k not in moves}
+    assert made["cost"]["per_hour"] == shown["cost"]["per_hour"] > 0 and made["cost"]["so_far"] == 0
+    assert made["waiting"]["code"] == "scheduling" and made["allocations"] == []

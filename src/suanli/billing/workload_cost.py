@@ -104,6 +104,21 @@ def costs(
     raise AssertionError("unreachable")
 
 
+def at_creation(db: Database, row: Instance) -> WorkloadCost:
+    """What an instance costs as at its creation, as ``costs`` gives it at that instant
+    with no read but the price book: nothing rated or accruing yet (a new id has no
+    records, and its disk has accrued for no time), no GPUs held, and its disk at the
+    stopped price while it waits to be placed. A create answers with it: the reads
+    ``costs`` makes (usage, posted records, allocations, the market) were most of a
+    create's CPU, for figures that cannot be anything else yet."""
+    at = dt_to_ms(row.created_at)
+    with db.reads() as s:
+        _, book = current_book(s, at)
+    gib = int(row.disk_gib or 0)
+    storage = div_half_up(gib * book.storage_stopped, book.hours_per_month)
+    return WorkloadCost("instance", row.id, book.currency, 0, 0, 0, storage)
+
+
 def billing_stamp(s: Session) -> tuple:
     """What changes a workload's rate besides its own row, in one statement: the newest
     price version, and the newest subscription and cancellation (what reserved work

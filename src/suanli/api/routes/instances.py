@@ -6,12 +6,13 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import access_for, allocations_for, costs_for, history_out, instance_out, metrics_for
+from suanli.api.convert import access_for, allocations_for, cost_out, costs_for, history_out, instance_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
 from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, LogTail, MetricsSince
 from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut, MetricsOut
+from suanli.billing import workload_cost
 from suanli.control import instances
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
@@ -35,6 +36,15 @@ def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[In
 
 def _out(ctx: ServerContext, request: Request, row: Instance) -> InstanceOut:
     return _outs(ctx, request, [row])[0]
+
+
+def _created(ctx: ServerContext, request: Request, row: Instance) -> InstanceOut:
+    """A new instance as at its creation: pending, holding nothing, not yet seen by a
+    scheduling pass, with its cost then (``workload_cost.at_creation``); what ``_out``
+    would read for it cannot be anything else yet, unless the loop got to it first, and
+    the next read shows that."""
+    [access] = access_for(ctx, [row], str(request.base_url)).values()
+    return instance_out(row, [], None, access, cost_out(workload_cost.at_creation(ctx.db, row)))
 
 
 def to_request(body: InstanceCreate) -> instances.InstanceRequest:
@@ -62,7 +72,7 @@ def create(
     require_isolation(ctx.db, ctx.backends, who, ctx.allow_process_runtime)
     row = instances.create(ctx.db, who, to_request(body), ctx.keyring, ctx.autostop)
     ctx.wake()
-    return _out(ctx, request, row)
+    return _created(ctx, request, row)
 
 
 @router.get("", response_model=list[InstanceOut], responses=PAGED)
