@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from suanli.billing import rater, store, workload_cost
 from suanli.billing.money import div_half_up
 from suanli.billing.pricebook import default_book
+from suanli.billing.store import ms_to_dt
 from suanli.billing.tables import Usage
 from suanli.db.models import Allocation, Instance, Job
 from tests.billing.billing_helpers import HOUR, allocate, world
@@ -176,6 +177,12 @@ def test_a_new_instance_costs_at_creation_what_the_full_reading_gives_then(db_ur
         row = s.get(Instance, w.instance_id)
         row.state = "pending"
         s.expunge(row)
-    new = workload_cost.at_creation(w.db, row)
+    new = workload_cost.at_creation(w.db, "instance", [row])[w.instance_id]
     assert new == workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=created)[w.instance_id]
     assert (new.so_far, new.gpu_per_hour) == (0, 0) and new.storage_per_hour > 0
+    with w.db.transaction() as s:  # a job queued at 4 h, placed nowhere yet
+        made = Job(tenant_id=w.tenant_id, user_id=w.user_id, spec={}, state="queued", created_at=ms_to_dt(4 * HOUR))
+        s.add(made)
+        s.flush()
+        s.expunge(made)
+    assert workload_cost.at_creation(w.db, "job", [made]) == workload_cost.costs(w.db, "job", [made.id], at_ms=4 * HOUR)

@@ -277,3 +277,5 @@ def test_a_create_answers_what_a_read_right_after_shows_and_reads_only_the_price
     assert {k: v for k, v in made.items() if k not in moves} == {k: v for k, v in shown.items() if k not in moves}
     assert made["cost"]["per_hour"] == shown["cost"]["per_hour"] > 0 and made["cost"]["so_far"] == 0
     assert made["waiting"]["code"] == "scheduling" and made["allocations"] == []
+    job = server.post("/v1/jobs", {"run": "true", "resources": {"cpus": 1}}, expect=201, token=token).json()
+    assert job == get(server, f"/v1/jobs/{job['id']}", token).json() and job["cost"]["so_far"] == 0, job

@@ -104,19 +104,21 @@ def costs(
     raise AssertionError("unreachable")
 
 
-def at_creation(db: Database, row: Instance) -> WorkloadCost:
-    """What an instance costs as at its creation, as ``costs`` gives it at that instant
-    with no read but the price book: nothing rated or accruing yet (a new id has no
-    records, and its disk has accrued for no time), no GPUs held, and its disk at the
-    stopped price while it waits to be placed. A create answers with it: the reads
-    ``costs`` makes (usage, posted records, allocations, the market) were most of a
-    create's CPU, for figures that cannot be anything else yet."""
-    at = dt_to_ms(row.created_at)
+def at_creation(db: Database, kind: Kind, rows: list[Instance] | list[Job]) -> dict[int, WorkloadCost]:
+    """What new workloads cost as at their creation, keyed by id: what ``costs`` gives at
+    that instant, with no read but the price book. Nothing is rated or accruing yet (a new
+    id has no records, and nothing has accrued over no time), no GPUs are held, and an
+    instance's disk is at the stopped price while it waits to be placed. A create answers
+    with these: the reads ``costs`` makes (usage, posted records, allocations, the market)
+    were most of a create's CPU, for figures that cannot be anything else yet."""
+    out: dict[int, WorkloadCost] = {}
     with db.reads() as s:
-        _, book = current_book(s, at)
-    gib = int(row.disk_gib or 0)
-    storage = div_half_up(gib * book.storage_stopped, book.hours_per_month)
-    return WorkloadCost("instance", row.id, book.currency, 0, 0, 0, storage)
+        for r in rows:
+            _, book = current_book(s, dt_to_ms(r.created_at))
+            gib = int(getattr(r, "disk_gib", 0) or 0) if kind == "instance" else 0
+            storage = div_half_up(gib * book.storage_stopped, book.hours_per_month)
+            out[r.id] = WorkloadCost(kind, r.id, book.currency, 0, 0, 0, storage)
+    return out
 
 
 def billing_stamp(s: Session) -> tuple:

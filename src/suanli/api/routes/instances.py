@@ -44,7 +44,7 @@ def _created(ctx: ServerContext, request: Request, row: Instance) -> InstanceOut
     would read for it cannot be anything else yet, unless the loop got to it first, and
     the next read shows that."""
     [access] = access_for(ctx, [row], str(request.base_url)).values()
-    return instance_out(row, [], None, access, cost_out(workload_cost.at_creation(ctx.db, row)))
+    return instance_out(row, [], None, access, cost_out(workload_cost.at_creation(ctx.db, "instance", [row])[row.id]))
 
 
 def to_request(body: InstanceCreate) -> instances.InstanceRequest:

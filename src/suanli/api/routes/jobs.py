@@ -7,12 +7,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import allocations_for, costs_for, event_out, history_out, job_out, metrics_for
+from suanli.api.convert import allocations_for, cost_out, costs_for, event_out, history_out, job_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
 from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, IdQuery, LogTail, MetricsSince, TextQuery
 from suanli.api.schemas import EventOut, JobOut, LogsOut, MetricsOut
+from suanli.billing import workload_cost
 from suanli.control import images, jobs, pipelines
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
@@ -25,16 +26,22 @@ from suanli.errors import Invalid
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
-def _out(ctx: ServerContext, rows: list[Job]) -> list[JobOut]:
+def _out(ctx: ServerContext, rows: list[Job], created: bool = False) -> list[JobOut]:
     """Jobs as the API shows them: allocations, costs, dependencies and, for a queued
-    job, why it waits (a dependency first, then the last scheduling pass's reason)."""
-    allocs = allocations_for(ctx.db, rows)
-    costs = costs_for(ctx.db, rows)
-    samples = metrics_for(ctx.db, rows)
+    job, why it waits (a dependency first, then the last scheduling pass's reason).
+    ``created``: as at their creation, holding nothing, not yet seen by a scheduling pass,
+    their cost then (``workload_cost.at_creation``), as an instance's create answers."""
+    if created:
+        allocs, samples, waits = {}, {}, {}
+        costs = {i: cost_out(c) for i, c in workload_cost.at_creation(ctx.db, "job", rows).items()}
+    else:
+        allocs = allocations_for(ctx.db, rows)
+        costs = costs_for(ctx.db, rows)
+        samples = metrics_for(ctx.db, rows)
+        waits = ctx.waiting("job", [r.id for r in rows if r.state == "queued"])  # shown only then (job_out)
     with ctx.db.sessions() as s:
         deps = pipelines.depends_on(s, [r.id for r in rows])
         held = pipelines.waiting_reasons(s, [r.id for r in rows if r.state == "queued" and r.id in deps])
-    waits = ctx.waiting("job", [r.id for r in rows if r.state == "queued"])  # shown only then (job_out)
     return [
         job_out(
             r,
@@ -62,7 +69,7 @@ def _submit(ctx: ServerContext, who: Principal, tasks: list[Task], group: str = 
 def submit(task: Task, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
     if task.matrix:
         raise Invalid("matrix: a sweep makes several jobs; submit it with POST /v1/pipelines")
-    return _out(ctx, _submit(ctx, who, [task]))[0]
+    return _out(ctx, _submit(ctx, who, [task]), created=True)[0]
 
 
 @router.post("/pipelines", response_model=list[JobOut], status_code=201, responses=documented(402))
@@ -71,7 +78,7 @@ def submit_pipeline(
 ) -> list[JobOut]:
     """Submit jobs that depend on each other (and sweeps) at once: all of them or, on any
     error (an unknown name, a cycle, another tenant's id, funds), none."""
-    return _out(ctx, _submit(ctx, who, pipeline.jobs, pipeline.name))
+    return _out(ctx, _submit(ctx, who, pipeline.jobs, pipeline.name), created=True)
 
 
 @router.get("/jobs", response_model=list[JobOut], responses=PAGED)
