@@ -166,9 +166,10 @@ def test_a_pages_own_rows_rate_as_its_whole_tenant_does_unless_they_held_spot_or
     assert _own(w, "job", [job, reserved], at + HOUR) is None
 
 
-def test_a_new_instance_costs_at_creation_what_the_full_reading_gives_then(db_url: str) -> None:
+def test_new_work_costs_at_creation_what_the_full_reading_gives_then(db_url: str) -> None:
     """``at_creation`` (a create's answer) reads only the book: the same figures as
-    ``costs`` at the creation instant, with a price change before it in force."""
+    ``costs`` at the creation instant of an instance (a price change before it in force,
+    one after it not) and of a job."""
     created = 3 * HOUR
     w = world(db_url, disk_gib=40, created_ms=created)
     store.set_price(w.db, "ops", None, "storage_stopped", "0.5", effective_ms=HOUR)  # in force at creation

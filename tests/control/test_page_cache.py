@@ -263,7 +263,8 @@ def test_a_create_answers_what_a_read_right_after_shows_and_reads_only_the_price
 ) -> None:
     """The answer of ``POST /v1/instances`` is the instance as at its creation
     (``workload_cost.at_creation``): what ``GET`` shows next, its cost figures included,
-    with no read of usage, allocations, the market or waiting reasons to build it."""
+    with no read of usage, allocations, the market or waiting reasons to build it. So is a
+    job's (``POST /v1/jobs``)."""
     token = member(server, "acme")
     store.set_price(server.ctx.db, "ops", None, "storage_stopped", "3")  # a disk's price that shows
     statements.clear()
