@@ -15,11 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from suanli.billing.tables import Notice as BillingNotice
 from suanli.control import alerts
-from suanli.db.models import Alert, TenantWebhook
+from suanli.db.models import Alert, AlertCursor, TenantWebhook
 from tests.control.control_helpers import Server, start_server, wait_state
 from tests.sqlite_helpers import migrated_sqlite_url
 
@@ -94,6 +94,8 @@ def test_alerts_from_a_failed_job_a_down_node_and_billing_are_posted_signed_and_
         assert r.status_code == 200, r.text
         old = srv.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "exit 1"}, expect=201).json()
         wait_state(srv, "job", old["id"], ("failed",), 30)
+        with srv.ctx.db.transaction() as s:  # as a database from before alerts: its history, no cursor yet
+            s.execute(delete(AlertCursor))
         assert alerts.scan(srv.ctx.db) == 0 and srv.get("/v1/alerts") == []  # the first scan: no history alerted
         job = srv.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "exit 3"}, expect=201).json()
         wait_state(srv, "job", job["id"], ("failed",), 30)
@@ -127,6 +129,16 @@ def test_alerts_from_a_failed_job_a_down_node_and_billing_are_posted_signed_and_
         assert failed["object"] == f"job-{job['id']}", failed
     finally:
         hook.close()
+
+
+def test_a_job_failing_before_the_alerts_thread_first_looks_is_alerted(srv: Server) -> None:
+    """The server opens the alerts cursor as it starts (``alerts.open_cursor``): a failure
+    in its first second, before the alerts thread's first scan, is not skipped as history
+    (a loaded machine once delayed that scan past a failing job's end)."""
+    job = srv.post("/v1/jobs", {"resources": {"accelerators": "RTX4090:1"}, "run": "exit 3"}, expect=201).json()
+    wait_state(srv, "job", job["id"], ("failed",), 30)
+    assert alerts.scan(srv.ctx.db) == 1
+    assert [(a["kind"], a["object"]) for a in srv.get("/v1/alerts")] == [("job_failed", f"job-{job['id']}")]
 
 
 def test_an_endpoint_that_keeps_failing_is_given_up_after_the_last_attempt(srv: Server) -> None:

@@ -23,7 +23,7 @@ from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
 from suanli.billing import store as billing_store
-from suanli.control import auth, heartbeat, images, nodes
+from suanli.control import alerts, auth, heartbeat, images, nodes
 from suanli.control.autostop import AutostopSettings
 from suanli.control.autostop import check as autostop_check
 from suanli.control.billing_worker import BillingWorker
@@ -76,6 +76,7 @@ def bootstrap(db: Database, data_dir: Path, inventory: Inventory | None = None) 
     concurrent first reads each wrote one (two "version 1"s on PostgreSQL)."""
     with db.transaction() as s:
         billing_store.ensure_book(s)
+        alerts.open_cursor(s)  # alerts from this start on, whenever the alerts thread first looks
     token = auth.bootstrap_admin(db, data_dir)
     if token is not None:
         billing_store.set_terms(db, auth.DEFAULT_TENANT, "first start", terms="postpaid")

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from suanli.billing.tables import Notice as BillingNotice
@@ -218,19 +219,32 @@ def _from_notice(n: BillingNotice) -> _New:
     return _New(n.tenant_id, kind, f"tenant-{n.tenant_id}", n.message)
 
 
+def open_cursor(s: Session) -> bool:
+    """Start alerting from now on, where no cursor is yet: past the newest event and
+    notice, so a server upgraded to alerts does not alert its history. A server opens it
+    as it starts, before any work runs (``api.server.bootstrap``): opened by the alerts
+    thread's first scan instead, it skipped what happened before that scan, and on a
+    loaded machine a job that failed in the server's first second was never alerted.
+    True if it opened it."""
+    if s.get(AlertCursor, 1) is not None:
+        return False
+    last_event = s.scalar(select(func.max(Event.id))) or 0
+    last_notice = s.scalar(select(func.max(BillingNotice.id))) or 0
+    try:
+        with s.begin_nested():
+            s.add(AlertCursor(id=1, last_event_id=last_event, last_notice_id=last_notice))
+    except IntegrityError:  # another server starting on the same database opened it first
+        return False
+    return True
+
+
 def scan(db: Database) -> int:
     """New alerts from the events and billing notices past the cursor; returns how many."""
     with db.transaction() as s:
-        cur = s.get(AlertCursor, 1, with_for_update=True)
-        if cur is None:  # the first scan: alerts from now on, not for the history before (an upgrade)
-            s.add(
-                AlertCursor(
-                    id=1,
-                    last_event_id=s.scalar(select(func.max(Event.id))) or 0,
-                    last_notice_id=s.scalar(select(func.max(BillingNotice.id))) or 0,
-                )
-            )
+        if open_cursor(s):  # a database no server started: from now on
             return 0
+        cur = s.get(AlertCursor, 1, with_for_update=True)
+        assert cur is not None
         new: list[_New] = []
         events = list(s.scalars(select(Event).where(Event.id > cur.last_event_id).order_by(Event.id).limit(SCAN_BATCH)))
         for e in events:
