@@ -241,10 +241,10 @@ def open_cursor(s: Session) -> bool:
 def scan(db: Database) -> int:
     """New alerts from the events and billing notices past the cursor; returns how many."""
     with db.transaction() as s:
-        if open_cursor(s):  # a database no server started: from now on
-            return 0
         cur = s.get(AlertCursor, 1, with_for_update=True)
-        assert cur is not None
+        if cur is None:  # a database no server started: from now on
+            open_cursor(s)
+            return 0
         new: list[_New] = []
         events = list(s.scalars(select(Event).where(Event.id > cur.last_event_id).order_by(Event.id).limit(SCAN_BATCH)))
         for e in events:
