@@ -300,3 +300,32 @@ def test_accruing_of_many_tenants_read_together_is_each_tenant_s_own(db_url: str
         many = funds.figures_many(s, [w.tenant_id, other, idle], at)
         assert many == {t: funds.figures(s, t, at) for t in (w.tenant_id, other, idle)}, many
     assert charged < 0 and many[other][0] == charged + to_micros("12.5") and many[idle] == (0, 0)
+
+
+def test_tenants_without_spot_work_rated_in_one_pass_get_each_their_own_figures(db_url: str) -> None:
+    """``accruing_many`` rates the tenants that hold no spot GPUs together, in one pass:
+    GPUs on demand and reserved (one subscription covering some of it), a job, a disk,
+    a transfer, periods posted and not, next to a spot tenant rated alone; each figure
+    is still the one ``accruing_parts`` gives that tenant alone."""
+    w = world(db_url, disk_gib=50)
+    reserved, jobs, mover, spot = (add_tenant(w, n) for n in ("reserved", "jobs", "mover", "spot"))
+    allocate(w, 0, None, gpus=2)
+    allocate(w, HOUR // 3, HOUR + HOUR // 2, milli=500)
+    store.topup(w.db, "reserved", "100000")
+    store.subscribe(w.db, "reserved", "reserved", "H100", 1, start_ms=0)
+    allocate(w, 0, None, gpus=1, priority="reserved", tenant_id=reserved)  # covered
+    allocate(w, 60_000, None, gpus=2, priority="reserved", tenant_id=reserved)  # no room left: on demand
+    allocate(w, 0, 2 * HOUR, gpus=3, tenant_id=jobs, job=True)
+    allocate(w, HOUR, None, milli=250, tenant_id=jobs, job=True)
+    store.record_transfer(w.db, "mover", "12.5", ts_ms=HOUR + 5_000)
+    store.record_transfer(w.db, "mover", "3", ts_ms=30_000)
+    allocate(w, HOUR // 4, None, milli=300, priority="spot", tenant_id=spot)
+    rater.run(w.db, cutoff_ms=HOUR + 1)  # period 0 posted: left out of every figure
+    at = 2 * HOUR + 900_000
+    everyone = [w.tenant_id, reserved, jobs, mover, spot]
+    with w.db.transaction() as s:
+        together = rater.accruing_many(s, everyone, at)
+    alone = {t: rater.accruing_parts(w.db, t, at) for t in everyone}
+    assert together == alone, (together, alone)
+    assert all(together[t].total > 0 for t in everyone), together
+    assert together[jobs].ended > 0 and together[mover].ended > 0 and together[reserved].running > 0
