@@ -8,7 +8,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute
 
 from suanli import __version__
-from suanli.api import audit, console, docs, errors, health, metrics, tls
+from suanli.api import audit, console, docs, errors, health, metrics, threads, tls
 from suanli.api.context import ServerContext
 from suanli.api.routes import advise, billing, dashboard, images, instances, jobs, keys, nodes, uploads, users
 from suanli.api.routes import alerts as alert_routes
@@ -24,6 +24,7 @@ def _fastapi() -> FastAPI:
         responses=errors.DEFAULT_RESPONSES,  # every route's error answers (api.errors)
         docs_url=None,  # api.docs serves them without a CDN
         redoc_url=None,
+        lifespan=threads.lifespan,
     )
 
 

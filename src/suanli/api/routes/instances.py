@@ -12,6 +12,7 @@ from suanli.api.errors import documented
 from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, LogTail, MetricsSince
 from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut, MetricsOut
+from suanli.api.threads import backend_call
 from suanli.billing import workload_cost
 from suanli.control import instances
 from suanli.control.auth import Principal
@@ -144,18 +145,19 @@ def delete(
 
 
 @router.post("/{instance_id}/exec", response_model=ExecOut)
-def exec_(
+async def exec_(
     instance_id: IdPath, body: ExecRequest, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> ExecOut:
-    result = instances.exec_(ctx.db, ctx.backends, who, instance_id, body.command, body.timeout_s)
+    """On the backend's threads, not the handlers' (``api.threads``): a command may run an hour."""
+    result = await backend_call(instances.exec_, ctx.db, ctx.backends, who, instance_id, body.command, body.timeout_s)
     return ExecOut(exit_code=result.exit_code, output=result.output)
 
 
 @router.get("/{instance_id}/logs", response_model=LogsOut)
-def logs(
+async def logs(
     instance_id: IdPath,
     tail_bytes: LogTail = None,
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> LogsOut:
-    return LogsOut(text=instances.logs(ctx.db, ctx.backends, who, instance_id, tail_bytes))
+    return LogsOut(text=await backend_call(instances.logs, ctx.db, ctx.backends, who, instance_id, tail_bytes))

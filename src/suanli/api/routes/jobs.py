@@ -13,6 +13,7 @@ from suanli.api.errors import documented
 from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, IdQuery, LogTail, MetricsSince, TextQuery
 from suanli.api.schemas import EventOut, JobOut, LogsOut, MetricsOut
+from suanli.api.threads import backend_call
 from suanli.billing import workload_cost
 from suanli.control import images, jobs, pipelines
 from suanli.control.auth import Principal
@@ -127,13 +128,13 @@ def cancel(job_id: IdPath, ctx: ServerContext = Depends(context), who: Principal
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogsOut)
-def logs(
+async def logs(
     job_id: IdPath,
     tail_bytes: LogTail = None,
     ctx: ServerContext = Depends(context),
     who: Principal = Depends(principal),
 ) -> LogsOut:
-    return LogsOut(text=jobs.logs(ctx.db, ctx.backends, who, job_id, tail_bytes))
+    return LogsOut(text=await backend_call(jobs.logs, ctx.db, ctx.backends, who, job_id, tail_bytes))
 
 
 @router.get("/events", response_model=list[EventOut], responses=PAGED)

@@ -15,6 +15,7 @@ from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
 from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import NamePath
+from suanli.api.threads import backend_call
 from suanli.bounds import Text
 from suanli.control import keys
 from suanli.control.auth import Principal
@@ -54,8 +55,10 @@ def key_out(row: SshKey) -> KeyOut:
 
 
 @router.post("", response_model=KeyOut, status_code=201)
-def add(body: KeyCreate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
-    return key_out(keys.add(ctx.db, who, body.public_key, body.name, on_change=partial(keys.push_keys, ctx.db, ctx.backends)))
+async def add(body: KeyCreate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
+    """On the backend's threads (``api.threads``): the key is pushed into the renter's running instances."""
+    push = partial(keys.push_keys, ctx.db, ctx.backends)
+    return key_out(await backend_call(partial(keys.add, on_change=push), ctx.db, who, body.public_key, body.name))
 
 
 @router.get("", response_model=list[KeyOut], responses=PAGED)
@@ -72,6 +75,8 @@ def list_(
 
 
 @router.delete("/{key_id:path}", response_model=KeyOut)
-def delete(key_id: NamePath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
-    """``key_id``: the key's id, or its ``SHA256:...`` fingerprint (URL-encoded)."""
-    return key_out(keys.remove(ctx.db, who, key_id, on_change=partial(keys.push_keys, ctx.db, ctx.backends)))
+async def delete(key_id: NamePath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
+    """``key_id``: the key's id, or its ``SHA256:...`` fingerprint (URL-encoded). On the
+    backend's threads, as ``add``."""
+    push = partial(keys.push_keys, ctx.db, ctx.backends)
+    return key_out(await backend_call(partial(keys.remove, on_change=push), ctx.db, who, key_id))
