@@ -148,7 +148,7 @@ def delete(
 async def exec_(
     instance_id: IdPath, body: ExecRequest, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> ExecOut:
-    """On the backend's threads, not the handlers' (``api.threads``): a command may run an hour."""
+    # on the backend's threads, not the handlers' (api.threads): a command may run an hour
     result = await backend_call(instances.exec_, ctx.db, ctx.backends, who, instance_id, body.command, body.timeout_s)
     return ExecOut(exit_code=result.exit_code, output=result.output)
 

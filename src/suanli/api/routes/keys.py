@@ -56,7 +56,7 @@ def key_out(row: SshKey) -> KeyOut:
 
 @router.post("", response_model=KeyOut, status_code=201)
 async def add(body: KeyCreate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
-    """On the backend's threads (``api.threads``): the key is pushed into the renter's running instances."""
+    # on the backend's threads (api.threads): the key is pushed into the renter's running instances
     push = partial(keys.push_keys, ctx.db, ctx.backends)
     return key_out(await backend_call(partial(keys.add, on_change=push), ctx.db, who, body.public_key, body.name))
 
@@ -76,7 +76,6 @@ def list_(
 
 @router.delete("/{key_id:path}", response_model=KeyOut)
 async def delete(key_id: NamePath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
-    """``key_id``: the key's id, or its ``SHA256:...`` fingerprint (URL-encoded). On the
-    backend's threads, as ``add``."""
-    push = partial(keys.push_keys, ctx.db, ctx.backends)
+    """``key_id``: the key's id, or its ``SHA256:...`` fingerprint (URL-encoded)."""
+    push = partial(keys.push_keys, ctx.db, ctx.backends)  # on the backend's threads, as ``add``
     return key_out(await backend_call(partial(keys.remove, on_change=push), ctx.db, who, key_id))
