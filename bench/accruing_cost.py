@@ -21,31 +21,20 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.billing.billing_helpers
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+sys.path.insert(0, str(ROOT))  # tests.billing.billing_helpers, tests.pg_helpers
 
 
 def measure(tenants: int, allocations: int, db: str, calls: int) -> dict:
-    from sqlalchemy import create_engine, text
-
     from suanli.billing import rater
     from tests.billing.billing_helpers import HOUR, add_tenant, allocate, world
+    from tests.pg_helpers import fresh_pg_database
 
     drop = None
     if db == "postgresql":
-        name = f"suanli_acc_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-        with admin.connect() as c:
-            c.execute(text(f'CREATE DATABASE "{name}"'))
-        url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
-
-        def drop() -> None:
-            with admin.connect() as c:
-                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        url, drop = fresh_pg_database()
     else:
         url = f"sqlite:///{tempfile.mkdtemp(prefix='suanli-acc-')}/b.db"
     try:
