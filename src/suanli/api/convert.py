@@ -75,12 +75,13 @@ def cost_out(c: WorkloadCost | None) -> schemas.CostOut | None:
     )
 
 
-def costs_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, schemas.CostOut | None]:
-    """Cost so far and rate now of many rows (one kind) in a few queries, keyed by row id."""
+def costs_for(db: Database, rows: list[Instance] | list[Job], created: bool = False) -> dict[int, schemas.CostOut | None]:
+    """Cost so far and rate now of many rows (one kind) in a few queries, keyed by row id;
+    ``created``: as at their creation, from the price book alone (``workload_cost.at_creation``)."""
     if not rows:
         return {}
     kind: workload_cost.Kind = "job" if isinstance(rows[0], Job) else "instance"
-    found = workload_cost.costs(db, kind, [r.id for r in rows])
+    found = workload_cost.at_creation(db, kind, rows) if created else workload_cost.costs(db, kind, [r.id for r in rows])
     return {r.id: cost_out(found.get(r.id)) for r in rows}
 
 

@@ -43,11 +43,11 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     yield
 
 
-async def backend_call(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` on a worker thread of the backend limiter, not the handlers'."""
+async def backend_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on a worker thread of the backend limiter, not the handlers'."""
     try:
         limiter = _backend_limiter.get()
     except LookupError:
         limiter = anyio.CapacityLimiter(BACKEND_THREADS)
         _backend_limiter.set(limiter)
-    return await anyio.to_thread.run_sync(partial(fn, *args), limiter=limiter)
+    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=limiter)

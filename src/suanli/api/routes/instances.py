@@ -6,14 +6,13 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import access_for, allocations_for, cost_out, costs_for, history_out, instance_out, metrics_for
+from suanli.api.convert import access_for, allocations_for, costs_for, history_out, instance_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
 from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, LogTail, MetricsSince
 from suanli.api.schemas import ExecOut, ExecRequest, InstanceCreate, InstanceOut, LogsOut, MetricsOut
 from suanli.api.threads import backend_call
-from suanli.billing import workload_cost
 from suanli.control import instances
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
@@ -45,7 +44,7 @@ def _created(ctx: ServerContext, request: Request, row: Instance) -> InstanceOut
     would read for it cannot be anything else yet, unless the loop got to it first, and
     the next read shows that."""
     [access] = access_for(ctx, [row], str(request.base_url)).values()
-    return instance_out(row, [], None, access, cost_out(workload_cost.at_creation(ctx.db, "instance", [row])[row.id]))
+    return instance_out(row, [], None, access, costs_for(ctx.db, [row], created=True)[row.id])
 
 
 def to_request(body: InstanceCreate) -> instances.InstanceRequest:

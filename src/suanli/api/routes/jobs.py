@@ -7,14 +7,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import allocations_for, cost_out, costs_for, event_out, history_out, job_out, metrics_for
+from suanli.api.convert import allocations_for, costs_for, event_out, history_out, job_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
 from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, IdQuery, LogTail, MetricsSince, TextQuery
 from suanli.api.schemas import EventOut, JobOut, LogsOut, MetricsOut
 from suanli.api.threads import backend_call
-from suanli.billing import workload_cost
 from suanli.control import images, jobs, pipelines
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
@@ -34,7 +33,7 @@ def _out(ctx: ServerContext, rows: list[Job], created: bool = False) -> list[Job
     their cost then (``workload_cost.at_creation``), as an instance's create answers."""
     if created:
         allocs, samples, waits = {}, {}, {}
-        costs = {i: cost_out(c) for i, c in workload_cost.at_creation(ctx.db, "job", rows).items()}
+        costs = costs_for(ctx.db, rows, created=True)
     else:
         allocs = allocations_for(ctx.db, rows)
         costs = costs_for(ctx.db, rows)

@@ -58,7 +58,7 @@ def key_out(row: SshKey) -> KeyOut:
 async def add(body: KeyCreate, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
     # on the backend's threads (api.threads): the key is pushed into the renter's running instances
     push = partial(keys.push_keys, ctx.db, ctx.backends)
-    return key_out(await backend_call(partial(keys.add, on_change=push), ctx.db, who, body.public_key, body.name))
+    return key_out(await backend_call(keys.add, ctx.db, who, body.public_key, body.name, on_change=push))
 
 
 @router.get("", response_model=list[KeyOut], responses=PAGED)
@@ -78,4 +78,4 @@ def list_(
 async def delete(key_id: NamePath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> KeyOut:
     """``key_id``: the key's id, or its ``SHA256:...`` fingerprint (URL-encoded)."""
     push = partial(keys.push_keys, ctx.db, ctx.backends)  # on the backend's threads, as ``add``
-    return key_out(await backend_call(partial(keys.remove, on_change=push), ctx.db, who, key_id))
+    return key_out(await backend_call(keys.remove, ctx.db, who, key_id, on_change=push))
