@@ -104,13 +104,13 @@ def build(
     showing the build's progress; already present ones are kept. Needs root."""
     from suanli.backends.local import imagebuild
 
+    unknown = [n for n in names if n not in imagebuild.RECIPES]  # the input first: the same answer on any host
+    if unknown:
+        raise typer.BadParameter(f"no recipe {', '.join(unknown)}; recipes: {', '.join(imagebuild.RECIPES)}", param_hint="NAMES")
     engine = engine or imagebuild.detect_engine()
     if not engine:
         err_console.print("[red]error[/red]: no container engine here: install podman (scripts/images does)")
         raise typer.Exit(1)
-    unknown = [n for n in names if n not in imagebuild.RECIPES]
-    if unknown:
-        raise typer.BadParameter(f"no recipe {', '.join(unknown)}; recipes: {', '.join(imagebuild.RECIPES)}", param_hint="NAMES")
     cache = (data_dir or Path(os.environ.get("SUANLI_DATA_DIR", ".suanli"))) / "cache" / "debootstrap"
     for name in names:
         try:
