@@ -26,7 +26,9 @@ started, how many took over 100 ms and the slowest (whether a tail is a burst or
 
 ``--profile DIR``: py-spy records the server (all its processes) through each phase
 (``DIR/api-<db>-<clients>-<phase>.svg``, flame graphs; needs py-spy and ptrace rights).
-Client and servers share the machine's cores; the numbers are for the whole box.
+Client and servers share the machine's cores; the numbers are for the whole box. The
+clients send with aiohttp, a tenth of httpx's CPU per request (``--sender httpx``: the
+figures before session 30, when the sender was the bare endpoint's limit).
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import httpx
 from sqlalchemy import create_engine, text
 
@@ -124,7 +128,41 @@ def stop(proc: subprocess.Popen) -> None:
 Op = tuple[str, str, str, dict | None]  # name, method, path, body
 
 
-async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op]) -> dict:
+#: one request: (method, path, JSON body or None) -> the answer's status, its body read
+Send = Callable[[str, str, dict | None], Awaitable[int]]
+
+
+@contextlib.asynccontextmanager
+async def aiohttp_sender(url: str, token: str | None) -> AsyncIterator[Send]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    connector = aiohttp.TCPConnector(limit=1)  # one keep-alive connection, as one user's client
+    async with aiohttp.ClientSession(url, headers=headers, connector=connector, timeout=aiohttp.ClientTimeout(60)) as http:
+
+        async def send(method: str, path: str, body: dict | None) -> int:
+            async with http.request(method, path, json=body) as r:
+                await r.read()
+                return r.status
+
+        yield send
+
+
+@contextlib.asynccontextmanager
+async def httpx_sender(url: str, token: str | None) -> AsyncIterator[Send]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as http:
+
+        async def send(method: str, path: str, body: dict | None) -> int:
+            return (await http.request(method, path, json=body)).status_code
+
+        yield send
+
+
+SENDERS = {"aiohttp": aiohttp_sender, "httpx": httpx_sender}
+#: what a sender raises when the server does not answer
+TRANSPORT_ERRORS = (httpx.TransportError, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op], sender: str = "aiohttp") -> dict:
     """Every client repeats ``ops`` until time is up, each on its own connection;
     returns requests/s and latencies (all, and by op)."""
     lat: dict[str, list[float]] = {name: [] for name, _, _, _ in ops}
@@ -133,29 +171,24 @@ async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op
     seconds_seen: dict[int, list[float]] = {}
     errors: dict[int, int] = {}
 
-    async def client(http: httpx.AsyncClient) -> None:
+    async def client(send: Send) -> None:
         while time.perf_counter() < deadline:
             for name, method, path, body in ops:
                 t0 = time.perf_counter()
-                r = await http.request(method, path, json=body)
+                status = await send(method, path, body)
                 lat[name].append(time.perf_counter() - t0)
                 seconds_seen.setdefault(int(t0 - start), []).append(lat[name][-1])
-                if r.status_code >= 400:
-                    errors[r.status_code] = errors.get(r.status_code, 0) + 1
+                if status >= 400:
+                    errors[status] = errors.get(status, 0) + 1
 
     async with contextlib.AsyncExitStack() as opened:
         # A client of its own per renter (one keep-alive connection each), as separate
-        # users are: one pool shared by every client costs the sender CPU in proportion
-        # to the clients (httpcore matches requests to connections across the pool), so
-        # at 50 the sender, not the server, was the limit (2.4 ms CPU per request against
-        # 0.8 ms at 5 clients, on the bare endpoint). All are made before the clock
-        # starts: making one takes the sender 23 ms (httpx builds an SSL context), and
-        # made within the phase they held up the requests already in flight (every
-        # phase's first second, the bare endpoint's too: 1 s at 50 clients, 4 s at 200).
-        https = []
-        for token in tokens:
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
-            https.append(await opened.enter_async_context(httpx.AsyncClient(base_url=url, timeout=60, headers=headers)))
+        # users are, all made before the clock starts (making one inside the phase held up
+        # the requests already in flight). The sender shares the server's two cores, so what
+        # it costs per request is taken from the server: httpx cost 0.63 ms of CPU a request
+        # and held a bare uvicorn endpoint to about 1,600 requests/s, where aiohttp (0.07 ms)
+        # finds it answering 13,000. ``--sender httpx`` keeps the old figures reproducible.
+        senders = [await opened.enter_async_context(SENDERS[sender](url, token)) for token in tokens]
         # The sender's own garbage collector stops every request in flight while it runs: with
         # it on, its full collections took 25-36 ms every 2 s under 50 clients (gc.callbacks),
         # which every phase, the bare endpoint's too, counted as the server's latency. A phase
@@ -165,7 +198,7 @@ async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op
         start = time.perf_counter()
         deadline = start + seconds
         try:
-            await asyncio.gather(*(client(http) for http in https))
+            await asyncio.gather(*(client(send) for send in senders))
         finally:
             gc.enable()
         wall = time.perf_counter() - start
@@ -350,8 +383,8 @@ def one_server(args: argparse.Namespace, db: str, clients: int, profiler: Profil
         for name, ops in plan:
             profiler.start(server.pid, f"api-{db}-{clients}-{name.replace('+', '-')}", args.seconds)
             try:
-                phases[name] = asyncio.run(drive(url, tokens, args.seconds, ops))
-            except httpx.TransportError as exc:
+                phases[name] = asyncio.run(drive(url, tokens, args.seconds, ops, args.sender))
+            except TRANSPORT_ERRORS as exc:
                 why = server_died(server, log_path) or f"the server stopped answering ({exc!r})"
                 raise Aborted(f"{name} phase: {why}") from None
             finally:
@@ -384,7 +417,7 @@ def one_server(args: argparse.Namespace, db: str, clients: int, profiler: Profil
 
 
 def bare(args: argparse.Namespace, url: str, clients: int) -> dict:
-    return asyncio.run(drive(url, [None] * clients, args.seconds, [("hello", "GET", "/hello", None)]))
+    return asyncio.run(drive(url, [None] * clients, args.seconds, [("hello", "GET", "/hello", None)], args.sender))
 
 
 def ratios(result: dict, floor: dict) -> None:
@@ -462,6 +495,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     ap.add_argument("--runs", type=int, default=1, help="repeat everything; an aborted run is counted, not fatal")
     ap.add_argument("--runtime", default="auto", choices=["auto", "container", "process"], help="the server's --runtime")
+    ap.add_argument("--sender", default="aiohttp", choices=sorted(SENDERS), help="the clients' HTTP library (drive)")
     ap.add_argument("--profile", type=Path, default=None, help="py-spy flame graphs of the server per phase, here")
     ap.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "speedscope", "raw"])
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -507,6 +541,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "seconds_per_phase": args.seconds,
         "runtime": args.runtime,
+        "sender": args.sender,
         "bare": floors,
         "results": results,
         "aborted": aborted,

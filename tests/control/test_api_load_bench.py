@@ -1,13 +1,18 @@
 """bench/api_load.py cleans up the instances its server left running, and nothing else:
-not another program's process group that merely names the run's directory."""
+not another program's process group that merely names the run's directory; its clients
+count what they send."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 _spec = importlib.util.spec_from_file_location("api_load", Path(__file__).parents[2] / "bench" / "api_load.py")
 assert _spec is not None and _spec.loader is not None
@@ -52,3 +57,28 @@ def test_cleanup_kills_the_runs_tasks_and_spares_a_group_that_names_its_director
             if p.poll() is None:
                 os.killpg(p.pid, 9)
                 p.wait()
+
+
+@pytest.mark.parametrize("sender", ["aiohttp", "httpx"])
+def test_each_sender_counts_every_request_and_its_errors(sender: str) -> None:
+    """The load's clients, against the bench's own bare endpoint (a real uvicorn process):
+    both ops of a phase counted, an error status counted as one, no request lost."""
+    port = api_load.free_port()
+    hello = subprocess.Popen(
+        [sys.executable, str(Path(api_load.__file__)), "--serve-hello", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        api_load.wait_answering(url + "/hello", hello, None, "the bare endpoint")
+        ops = [("hello", "GET", "/hello", None), ("missing", "POST", "/nope", {"a": 1})]
+        out = asyncio.run(api_load.drive(url, [None, "token"], 0.5, ops, sender))
+        by_op = out["by_op"]
+        assert by_op["hello"]["count"] > 0 and by_op["missing"]["count"] in (by_op["hello"]["count"], by_op["hello"]["count"] - 1)
+        assert out["requests"] == by_op["hello"]["count"] + by_op["missing"]["count"]
+        assert out["errors"] == {404: by_op["missing"]["count"]}
+        assert sum(s["n"] for s in out["by_second"]) == out["requests"]
+    finally:
+        hello.terminate()
+        hello.wait(10)
