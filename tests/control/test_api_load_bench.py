@@ -4,7 +4,6 @@ count what they send."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import os
 import subprocess
@@ -13,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.async_helpers import run_async
 
 _spec = importlib.util.spec_from_file_location("api_load", Path(__file__).parents[2] / "bench" / "api_load.py")
 assert _spec is not None and _spec.loader is not None
@@ -73,7 +74,7 @@ def test_each_sender_counts_every_request_and_its_errors(sender: str) -> None:
         url = f"http://127.0.0.1:{port}"
         api_load.wait_answering(url + "/hello", hello, None, "the bare endpoint")
         ops = [("hello", "GET", "/hello", None), ("missing", "POST", "/nope", {"a": 1})]
-        out = asyncio.run(api_load.drive(url, [None, "token"], 0.5, ops, sender))
+        out = run_async(api_load.drive(url, [None, "token"], 0.5, ops, sender))
         by_op = out["by_op"]
         assert by_op["hello"]["count"] > 0 and by_op["missing"]["count"] in (by_op["hello"]["count"], by_op["hello"]["count"] - 1)
         assert out["requests"] == by_op["hello"]["count"] + by_op["missing"]["count"]
