@@ -133,8 +133,7 @@ Send = Callable[[str, str, dict | None], Awaitable[int]]
 
 
 @contextlib.asynccontextmanager
-async def aiohttp_sender(url: str, token: str | None) -> AsyncIterator[Send]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+async def aiohttp_sender(url: str, headers: dict[str, str]) -> AsyncIterator[Send]:
     connector = aiohttp.TCPConnector(limit=1)  # one keep-alive connection, as one user's client
     async with aiohttp.ClientSession(url, headers=headers, connector=connector, timeout=aiohttp.ClientTimeout(60)) as http:
 
@@ -147,8 +146,7 @@ async def aiohttp_sender(url: str, token: str | None) -> AsyncIterator[Send]:
 
 
 @contextlib.asynccontextmanager
-async def httpx_sender(url: str, token: str | None) -> AsyncIterator[Send]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+async def httpx_sender(url: str, headers: dict[str, str]) -> AsyncIterator[Send]:
     async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as http:
 
         async def send(method: str, path: str, body: dict | None) -> int:
@@ -188,7 +186,9 @@ async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op
         # it costs per request is taken from the server: httpx cost 0.63 ms of CPU a request
         # and held a bare uvicorn endpoint to about 1,600 requests/s, where aiohttp (0.07 ms)
         # finds it answering 13,000. ``--sender httpx`` keeps the old figures reproducible.
-        senders = [await opened.enter_async_context(SENDERS[sender](url, token)) for token in tokens]
+        senders = [
+            await opened.enter_async_context(SENDERS[sender](url, {"Authorization": f"Bearer {t}"} if t else {})) for t in tokens
+        ]
         # The sender's own garbage collector stops every request in flight while it runs: with
         # it on, its full collections took 25-36 ms every 2 s under 50 clients (gc.callbacks),
         # which every phase, the bare endpoint's too, counted as the server's latency. A phase

@@ -81,5 +81,4 @@ def test_each_sender_counts_every_request_and_its_errors(sender: str) -> None:
         assert out["errors"] == {404: by_op["missing"]["count"]}
         assert sum(s["n"] for s in out["by_second"]) == out["requests"]
     finally:
-        hello.terminate()
-        hello.wait(10)
+        api_load.stop(hello)
