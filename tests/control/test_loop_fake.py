@@ -38,6 +38,7 @@ from suanli.control.task import Task
 from suanli.db.models import Allocation, Event, Gpu, Instance, Job, Node
 from suanli.db.session import Database
 from suanli.inventory import Inventory, NodeDecl
+from tests.control.control_helpers import wait_until
 
 ADMIN = Principal(user_id=1, tenant_id=1, name="admin", role="admin")
 #: The spot notice, in the loop's (manual) clock: nothing is slept.
@@ -571,4 +572,47 @@ def test_a_restarted_loop_plans_for_the_mix_it_served(rig: Rig, tmp_path: Path) 
     assert online.counts == Counter(TaskShape.of(to_request(rig.job(j))) for j in served)
     assert TaskShape.of(to_request(rig.job(waiting))) not in online.counts
     assert restarted.policy.target.shapes  # a mix to plan for from the first pass on
+    rig.assert_consistent()
+
+
+def test_a_tick_with_no_work_is_one_read_and_work_makes_the_next_tick_whole(rig: Rig) -> None:
+    """Nothing waits, runs or is being launched: the tick reads that once and skips phases
+    2-9 (health is not due here); a submitted job makes the tick whole again until its
+    work has ended."""
+    rig.tick()
+    rig.loop.health_interval_s = 3600.0  # health was synced by that tick; not due again in this test
+    statements: list[str] = []
+    event.listen(rig.db.engine, "before_cursor_execute", lambda _c, _cur, sql, *_: statements.append(sql))
+    rig.tick()
+    assert rig.loop.idle
+    reads = [sql for sql in statements if sql.strip().upper() != "BEGIN"]  # SQLite's BEGIN (db.session)
+    assert len(reads) == 1 and "EXISTS" in reads[0], reads
+    job = rig.submit("H100:2")
+    statements.clear()
+    rig.tick()
+    assert not rig.loop.idle and rig.job(job).state == "running" and len(statements) > 2
+    rig.tick()
+    assert not rig.loop.idle  # it runs: the loop polls it
+    rig.fake.exit(task_key("job", job), 0)
+    rig.tick()
+    assert rig.job(job).state == "succeeded"
+    rig.tick()
+    assert rig.loop.idle
+    rig.assert_consistent()
+
+
+def test_an_idle_loop_sleeps_until_its_idle_wait_and_a_wake_ticks_at_once(rig: Rig) -> None:
+    loop = rig.loop
+    loop.interval_s, loop.idle_wait_s = 0.01, 3600.0
+    loop.start()
+    try:
+        wait_until(lambda: loop.stats.ticks > 0 and loop.idle, 10)
+        ticks = loop.stats.ticks
+        time.sleep(0.3)  # thirty intervals: the loop, idle, sleeps its idle wait instead
+        assert loop.stats.ticks == ticks
+        job = rig.submit("H100:1")
+        loop.wake()
+        wait_until(lambda: rig.job(job).state == "running", 10)
+    finally:
+        loop.stop()
     rig.assert_consistent()

@@ -10,9 +10,9 @@ the port proxy included, in its own process.
 ================  ============================  =========================================
 thread            every                         does
 ================  ============================  =========================================
-control loop      ``--interval`` (0.5 s), and   the tick: health, reconcile, failover,
-                  at once on ``wake()``         notices, outbid, admit, preempt,
-                                                schedule, launch (``control.loop``); its
+control loop      ``--interval`` (0.5 s; 1 s    the tick: health, reconcile, failover,
+                  with no work), and at once    notices, outbid, admit, preempt,
+                  on ``wake()``                 schedule, launch (``control.loop``); its
                                                 counters and waiting reasons written for
                                                 the API (``control.loop_report``)
 billing           10 s (``SUANLI_BILLING_       a rating run, then budgets and the hard

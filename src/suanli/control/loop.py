@@ -4,7 +4,8 @@ A tick is one explicit recipe (Kueue's ``schedule()`` is the model), its phases 
 this order, each in a module of its own:
 
 1. **health** (``health``, ``heartbeat``): node state from the backends that report
-   it and from agents' heartbeats, every ``health_interval_s``;
+   it and from agents' heartbeats, every ``health_interval_s``; then (1b, when
+   there is work) the GPU indices backends chose for their running tasks;
 2. **reconcile** (``reconcile``): the backends' view of running work: exits every
    ``poll_interval_s`` and at once when a backend says a task ended (``ReportsExits``),
    stop and cancel requests every tick; then (2b, when work ended or every
@@ -34,6 +35,12 @@ logged and does not stop the others. On start the loop first repairs what a prev
 (possibly killed) server left behind: adopt or fail its in-flight launches, stop tasks
 nobody owns, recompute usage counters. API handlers call ``wake()`` so new work does
 not wait for the next tick.
+
+Where nothing waits, runs or is being launched, a tick is phase 1 and one small read,
+and the loop then sleeps ``idle_wait_s`` (the health interval) instead of ``interval_s``
+unless woken: an idle server's periodic cost on this platform's machines is mostly the
+wake itself (a tick of a few milliseconds with warm caches costs ten times that after a
+quarter of a second asleep; BENCHMARKS.md, issue 11, session 31).
 """
 
 from __future__ import annotations
@@ -142,6 +149,10 @@ class ControlLoop:
         self.poll_interval_s = 2 * interval_s if poll_interval_s is None else poll_interval_s
         self._last_poll = 0.0
         self.health_interval_s = health_interval_s
+        #: how long the loop sleeps, unless woken, after a tick that found no work
+        #: (``idle``): then only node health is due, every ``health_interval_s``
+        self.idle_wait_s = max(interval_s, health_interval_s)
+        self.idle = False
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._last_health = -float("inf")
         self._memo = PassMemo()
@@ -197,51 +208,14 @@ class ControlLoop:
         """One pass of the recipe in the module docstring. ``wait_launches``: return once
         this tick's launches are done (a test's step); the loop's own thread does not wait
         (``_run``): the next tick records exits and places work while they run, so a
-        pipeline's next job does not wait behind a batch of launches."""
+        pipeline's next job does not wait behind a batch of launches. Where nothing waits,
+        runs or is being launched (``workloads.loop_has_work``), phases 2-9 are skipped:
+        such a tick is health and one small read."""
         with self._tick_lock:
             t0 = time.perf_counter()
-            poll = time.monotonic() - self._last_poll >= self.poll_interval_s or self._exited.is_set()
-            if poll:
-                self._exited.clear()
-                self._last_poll = time.monotonic()
             self._guarded(self.sync_health)  # 1
-            ended = bool(
-                self._guarded(  # 2
-                    reconcile.reconcile_running,
-                    self.db,
-                    self.backends,
-                    self.data_dir,
-                    self.stop_grace_s,
-                    not poll,
-                    self.plane.clock,
-                )
-            )
-            if ended or poll:
-                self._guarded(verify_jobs.collect, self.plane)  # 2b
-            reclaiming = bool(self._guarded(self._reclaim_due))
-            if reclaiming:
-                ended |= bool(self._guarded(failover, self.plane))  # 3
-                ended |= bool(self._guarded(expire_notices, self.plane))  # 4
-                self._guarded(outbid, self.plane)  # 5
-            if poll:
-                self._guarded(funds.notice_unfunded, self.plane)  # 5b
-            self._guarded(self.cancel_doomed)  # 6
-            if ended:
-                self.work_ended()
-            work, held = self.admit()  # 6
-            if reclaiming:
-                self._guarded(preempt, self.plane, work)  # 7
-            result = schedule_pass(  # 8
-                self.db, self.policy, list(self.backends), self.owner, work, held, memo=self._memo, fallback=self.fallback
-            )
-            if result.claimed:  # 9
-                launches = [self._launcher.submit(self._launch, *claim) for claim in result.claimed]
-                with self._inflight_lock:
-                    self._inflight.update(launches)
-                for f in launches:
-                    f.add_done_callback(self._launched)
-                if wait_launches:
-                    wait(launches)
+            self.idle = not self._inflight and self._guarded(self._has_work) is False
+            result = PassResult(claimed=[]) if self.idle else self._work(wait_launches)
             self.stats.ticks += 1
             self.stats.launched += len(result.claimed)
             self.stats.conflicts += result.conflicts
@@ -254,6 +228,52 @@ class ControlLoop:
             if result.conflicts:
                 self._wake.set()  # stale snapshot: try again at once
             return result
+
+    def _work(self, wait_launches: bool) -> PassResult:
+        """Phases 2-9 of a tick, after the GPU indices backends chose (1b)."""
+        self._guarded(health.sync_placements, self.db, self.backends)  # 1b
+        poll = time.monotonic() - self._last_poll >= self.poll_interval_s or self._exited.is_set()
+        if poll:
+            self._exited.clear()
+            self._last_poll = time.monotonic()
+        ended = bool(
+            self._guarded(  # 2
+                reconcile.reconcile_running,
+                self.db,
+                self.backends,
+                self.data_dir,
+                self.stop_grace_s,
+                not poll,
+                self.plane.clock,
+            )
+        )
+        if ended or poll:
+            self._guarded(verify_jobs.collect, self.plane)  # 2b
+        reclaiming = bool(self._guarded(self._reclaim_due))
+        if reclaiming:
+            ended |= bool(self._guarded(failover, self.plane))  # 3
+            ended |= bool(self._guarded(expire_notices, self.plane))  # 4
+            self._guarded(outbid, self.plane)  # 5
+        if poll:
+            self._guarded(funds.notice_unfunded, self.plane)  # 5b
+        self._guarded(self.cancel_doomed)  # 6
+        if ended:
+            self.work_ended()
+        work, held = self.admit()  # 6
+        if reclaiming:
+            self._guarded(preempt, self.plane, work)  # 7
+        result = schedule_pass(  # 8
+            self.db, self.policy, list(self.backends), self.owner, work, held, memo=self._memo, fallback=self.fallback
+        )
+        if result.claimed:  # 9
+            launches = [self._launcher.submit(self._launch, *claim) for claim in result.claimed]
+            with self._inflight_lock:
+                self._inflight.update(launches)
+            for f in launches:
+                f.add_done_callback(self._launched)
+            if wait_launches:
+                wait(launches)
+        return result
 
     def publish(self, unplaced: dict[tuple[str, int], Reason], since: dict[tuple[str, int], tuple[str, datetime]]) -> None:
         """The counters and this pass's waiting reasons, to the database (``loop_report``)."""
@@ -272,16 +292,18 @@ class ControlLoop:
             return None
 
     def sync_health(self, force: bool = False) -> None:
-        """Phase 1: node health (backends' reports and heartbeats, every
-        ``health_interval_s``) and the GPU indices backends chose (every tick)."""
-        due = force or time.monotonic() - self._last_health >= self.health_interval_s
-        if due and self.heartbeat_timeout_s is not None:
+        """Phase 1: node health (backends' reports and heartbeats), every
+        ``health_interval_s``."""
+        if not force and time.monotonic() - self._last_health < self.health_interval_s:
+            return
+        if self.heartbeat_timeout_s is not None:
             heartbeat.expire(self.db, self.heartbeat_timeout_s)
-        if due:
-            health.sync_node_health(self.db, self.backends)
-        health.sync_placements(self.db, self.backends)
-        if due:
-            self._last_health = time.monotonic()
+        health.sync_node_health(self.db, self.backends)
+        self._last_health = time.monotonic()
+
+    def _has_work(self) -> bool:
+        with self.db.reads() as s:  # on SQLite, not behind the API's writes
+            return workloads.loop_has_work(s)
 
     def _reclaim_due(self) -> bool:
         """Whether phases 3-5 and 7 have anything to do (``workloads.reclaim_due``)."""
@@ -343,7 +365,7 @@ class ControlLoop:
                 self.tick(wait_launches=False)
             except Exception:
                 log.exception("control loop tick failed")
-            self._wake.wait(self.interval_s)
+            self._wake.wait(self.idle_wait_s if self.idle else self.interval_s)
             self._wake.clear()
 
     def start(self) -> None:

@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session, aliased
 
 from suanli.backends.base import TaskStatus
 from suanli.control.capacity import give_back
-from suanli.control.lifecycle import transition
+from suanli.control.lifecycle import INSTANCE_ACTIVE, JOB_FINAL, transition
 from suanli.db.clock import utcnow
-from suanli.db.models import Allocation, Instance, Job, JobDependency, Node
+from suanli.db.models import Allocation, Instance, Job, JobDependency, Node, NodeVerifyRun
 
 Workload = Instance | Job
 Key = tuple[str, int]
@@ -195,6 +195,18 @@ def launching(s: Session) -> list[tuple[str, Workload]]:
     return [("job", r) for r in s.scalars(select(Job).where(Job.launch_owner.is_not(None)))] + [
         ("instance", r) for r in s.scalars(select(Instance).where(Instance.launch_owner.is_not(None)))
     ]
+
+
+def loop_has_work(s: Session) -> bool:
+    """A job that has not ended, an instance waiting, running or stopping, or a node's
+    verification run waiting for its job, in one small read. Without any of these a tick's
+    phases after health have nothing to do (``ControlLoop.tick``)."""
+    checks = (
+        exists().where(Job.state.notin_(JOB_FINAL)),
+        exists().where(Instance.state.in_(INSTANCE_ACTIVE)),
+        exists().where(NodeVerifyRun.state == "waiting"),
+    )
+    return bool(s.scalar(select(or_(*checks))))
 
 
 def reclaim_due(s: Session) -> bool:
