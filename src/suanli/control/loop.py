@@ -38,9 +38,9 @@ not wait for the next tick.
 
 Where nothing waits, runs or is being launched, a tick is phase 1 and one small read,
 and the loop then sleeps ``idle_wait_s`` (the health interval) instead of ``interval_s``
-unless woken: an idle server's periodic cost on this platform's machines is mostly the
-wake itself (a tick of a few milliseconds with warm caches costs ten times that after a
-quarter of a second asleep; BENCHMARKS.md, issue 11, session 31).
+unless woken: on this platform's machines a pass after a quarter of a second asleep
+costs two to ten times one with warm caches (``bench/server_costs.py``; BENCHMARKS.md,
+issue 11, session 31), so an idle server's cost is mostly how often it wakes.
 """
 
 from __future__ import annotations
