@@ -44,7 +44,7 @@ from suanli.api.server import build  # noqa: E402
 from tests.control.control_helpers import free_port, wait_until  # noqa: E402
 from tests.sqlite_helpers import migrated_sqlite_url  # noqa: E402
 
-#: passes timed 0.25 s apart per server (a second each way: ``--servers`` of them)
+#: passes timed 0.25 s apart per server (two seconds of sleep each)
 APART_TICKS = 8
 READS = ["/v1/me", "/v1/instances", "/v1/jobs", "/v1/gpus", "/v1/nodes", "/v1/events", "/v1/billing/prices", "/v1/images"]
 
@@ -71,7 +71,7 @@ def one_server(ticks: int) -> dict[str, float]:
         time.sleep(0.25)
         apart += cpu_ms(ctx.loop.tick)
     out["idle tick, 0.25 s apart"] = apart / APART_TICKS
-    #: how long the loop sleeps after a pass with nothing to do (before 0918f4a: its interval)
+    # how long the loop sleeps after a pass with nothing to do (before 0918f4a: its interval)
     out["loop idle wait s"] = getattr(ctx.loop, "idle_wait_s", ctx.loop.interval_s)
     with TestClient(create_app(ctx)) as http:
         headers = {"Authorization": f"Bearer {boot.admin_token}"}
