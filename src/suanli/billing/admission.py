@@ -132,7 +132,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
     in_use, minutes = _grant_usage(s, grants, at)
     capped = spending.capped(s, tenants, at)
     terms = terms_of(s, tenants)
-    left: dict[int, tuple[int, int]] | None = None  # tenant -> (balance, accruing), read once per pass
+    left: funds.Figures | None = None  # every prepaid tenant's, read once per pass
     currency = current_book(s, at)[1].currency
     for w in work:
         key = (w.kind, w.id)
@@ -165,10 +165,10 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
                 out.narrowed[key] = models
         if terms[tid].terms != "postpaid":
             if left is None:  # every prepaid tenant's at once, when the first is needed
-                left = funds.figures_many(s, [t for t in tenants if terms[t].terms != "postpaid"], at)
+                left = funds.Figures(s, [t for t in tenants if terms[t].terms != "postpaid"], at)
             mk = mk or spot.market(s, at)
             cost = funds.per_hour(s, req, w.num_nodes, disks[key], bids.get(key), mk)
-            why = funds.refusal(terms[tid], *left[tid], cost, currency)
+            why = left.judge(tid, lambda bal, acc: funds.refusal(terms[tid], bal, acc, cost, currency))  # noqa: B023
             if why is not None:
                 out.held[key] = f"billing: {why}"
                 out.codes[key] = "balance"

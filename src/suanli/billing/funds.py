@@ -16,14 +16,15 @@ the rule acts within seconds, not when a rating run posts. Reads only, except
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from suanli.billing import rater, spot
+from suanli.billing.ceiling import ceilings
 from suanli.billing.metering import UNIT_MS
 from suanli.billing.money import as_text, fmt, fmt_price
 from suanli.billing.quote import quote
@@ -32,6 +33,8 @@ from suanli.billing.tables import Notice, TermsRow
 from suanli.billing.terms import Terms, terms_of
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def first_unit(per_hour: int) -> int:
@@ -61,11 +64,46 @@ def figures(s: Session, tenant_id: int, at_ms: int) -> tuple[int, int]:
 
 def figures_many(s: Session, tenant_ids: Iterable[int], at_ms: int) -> dict[int, tuple[int, int]]:
     """``figures`` of many tenants, from one reading of their balances and one of their
-    work (``rater.accruing_many``): the control loop asks for every tenant with waiting or
-    running work, every pass."""
+    work (``rater.accruing_many``)."""
     ids = sorted(set(tenant_ids))
     bal, acc = balances(s, ids), rater.accruing_many(s, ids, at_ms)
     return {t: (bal[t], acc[t].total) for t in ids}
+
+
+class Figures:
+    """The figures of some tenants, read only as exactly as each rule needs. Every rule
+    here asks whether balance less accruing is above some amount, and less accruing can
+    only leave more: a tenant that passes with a ceiling of its accruing (``ceiling``,
+    three sums) passes with the exact figure too. The exact figures (a rating pass, for
+    all the tenants at once) are read only when a ceiling fails a rule. Why: a create
+    and every control-loop pass ask, and the rating pass was most of a create's CPU."""
+
+    def __init__(self, s: Session, tenant_ids: Iterable[int], at_ms: int) -> None:
+        self._s, self._ids, self._at = s, sorted(set(tenant_ids)), at_ms
+        self._balance = balances(s, self._ids)
+        self._ceiling = ceilings(s, self._ids, at_ms)
+        self._exact: dict[int, tuple[int, int]] | None = None
+
+    def judge(self, tenant_id: int, rule: Callable[[int, int], T | None]) -> T | None:
+        """``rule(balance, accruing)`` on the exact figures. ``rule`` answers None for a
+        tenant with enough left, and may answer otherwise only as accruing grows."""
+        if rule(self._balance[tenant_id], self._ceiling[tenant_id]) is None:
+            return None
+        return rule(*self.exact(tenant_id))
+
+    def exact(self, tenant_id: int) -> tuple[int, int]:
+        """(balance, accruing), exact: one rating pass for all the tenants, the first time
+        one is asked for; one tenant's odd data must not keep the others unread, so if
+        that pass fails, each tenant is read alone."""
+        if self._exact is None:
+            try:
+                self._exact = figures_many(self._s, self._ids, self._at)
+            except Exception:
+                log.exception("funds: cannot read the tenants' figures together; reading them one by one")
+                self._exact = {}
+        if tenant_id not in self._exact:
+            self._exact[tenant_id] = figures(self._s, tenant_id, self._at)
+        return self._exact[tenant_id]
 
 
 def per_hour(
@@ -99,7 +137,7 @@ def start_refusal(s: Session, tenant_id: int, cost_per_hour: int, at_ms: int | N
     if terms.terms == "postpaid":
         return None
     currency = current_book(s, at)[1].currency
-    return refusal(terms, *figures(s, tenant_id, at), cost_per_hour, currency)
+    return Figures(s, [tenant_id], at).judge(tenant_id, lambda bal, acc: refusal(terms, bal, acc, cost_per_hour, currency))
 
 
 @dataclass(frozen=True)
@@ -118,28 +156,24 @@ def out_of_funds(s: Session, tenant_ids: Iterable[int], at_ms: int | None = None
     if not prepaid:
         return []
     currency = current_book(s, at)[1].currency
-    try:  # every tenant's figures from one reading (each pass asks for all of them)
-        together = figures_many(s, prepaid, at)
-    except Exception:
-        log.exception("funds: cannot read the tenants' figures together; reading them one by one")
-        together = {}
+    figs = Figures(s, prepaid, at)
     out = []
     for tid, terms in sorted(prepaid.items()):
+
+        def spent(bal: int, acc: int, tid: int = tid, terms: Terms = terms) -> Shortfall | None:
+            left = terms.left(bal, acc)
+            if left is None or left > 0:
+                return None
+            why = f"prepaid balance spent ({fmt(bal, currency)}, {fmt(acc, currency)} accruing); "
+            return Shortfall(tid, why + f"top up within {terms.grace_s} s or running work stops", terms.grace_s)
+
         try:
-            bal, acc = together[tid] if tid in together else figures(s, tid, at)
+            short = figs.judge(tid, spent)
         except Exception:
             log.exception("funds: cannot read tenant %s's balance; skipped this pass", tid)
             continue
-        left = terms.left(bal, acc)
-        if left is not None and left <= 0:
-            out.append(
-                Shortfall(
-                    tid,
-                    f"prepaid balance spent ({fmt(bal, currency)}, {fmt(acc, currency)} accruing); "
-                    f"top up within {terms.grace_s} s or running work stops",
-                    terms.grace_s,
-                )
-            )
+        if short is not None:
+            out.append(short)
     return out
 
 
@@ -148,25 +182,29 @@ def low_balance_alerts(s: Session, at_ms: int | None = None) -> list[str]:
     once they are above it again); writes billing notices, returns them as text."""
     at = now_ms() if at_ms is None else at_ms
     currency = current_book(s, at)[1].currency
+    rows = list(s.scalars(select(TermsRow).where(TermsRow.low_balance_micros.is_not(None)).order_by(TermsRow.tenant_id)))
+    figs = Figures(s, [row.tenant_id for row in rows], at)
     actions = []
-    for row in s.scalars(select(TermsRow).where(TermsRow.low_balance_micros.is_not(None)).order_by(TermsRow.tenant_id)):
+    for row in rows:
+        threshold = row.low_balance_micros or 0
+
+        def low(bal: int, acc: int, threshold: int = threshold) -> str | None:
+            left = bal - acc
+            return (
+                f"balance low: {fmt(left, currency)} left, below your alert at {fmt(threshold, currency)}"
+                if left < threshold
+                else None
+            )
+
         try:
-            bal, acc = figures(s, row.tenant_id, at)
+            message = figs.judge(row.tenant_id, low)
         except Exception:
             log.exception("low balance: cannot read tenant %s's balance; skipped this pass", row.tenant_id)
             continue
-        left, threshold = bal - acc, row.low_balance_micros or 0
-        low = left < threshold
-        if low and not row.low_alerted:
-            s.add(
-                Notice(
-                    tenant_id=row.tenant_id,
-                    kind="alert",
-                    message=f"balance low: {fmt(left, currency)} left, below your alert at {fmt(threshold, currency)}",
-                )
-            )
+        if message is not None and not row.low_alerted:
+            s.add(Notice(tenant_id=row.tenant_id, kind="alert", message=message))
             actions.append(f"tenant {row.tenant_id}: low balance")
-        row.low_alerted = low
+        row.low_alerted = message is not None
     return actions
 
 

@@ -450,8 +450,7 @@ def accruing_many(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: 
     if not tenants:
         return {}
     at_dt = ms_to_dt(at_ms)
-    watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
-    since = min(watermark, at_ms) // period_ms * period_ms
+    since = unrated_since(s, at_ms, period_ms)
     posted: dict[int, set] = {t: set() for t in tenants}
     for t, kind, src, p in s.execute(
         select(Usage.tenant_id, Usage.kind, Usage.source_id, Usage.period_ms).where(
@@ -490,6 +489,13 @@ def accruing_many(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: 
             if (kind, src, p) not in posted[t]:
                 parts[t][0 if (kind, src) in running[t] else 1] += int(a)
     return {t: Accruing(*parts[t]) for t in tenants}
+
+
+def unrated_since(s: Session, at_ms: int, period_ms: int) -> int:
+    """The start of the period holding the watermark (at most ``at_ms``): what is
+    accruing at ``at_ms`` lies in records from there on."""
+    watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
+    return min(watermark, at_ms) // period_ms * period_ms
 
 
 def _by_tenant(rows: list, tenants: list[int]) -> dict[int, list]:
