@@ -8,7 +8,10 @@ steady-state CPU grows with the running work).
 Prints the median CPU ms per call (this process, ``time.process_time``) over the rounds.
 ``--compare SRC`` runs the same measurement with another checkout's ``src`` in a
 subprocess, rounds interleaved with this one's (the baseline, same run), checks that
-both give the same total and prints the ratio.
+both give the same total and prints the ratio. Then, this checkout only, what a funds
+rule for every tenant costs (``funds.Figures``: each tenant, well funded, judged on a
+ceiling of its accruing, the exact figures read only if a ceiling fails), against the
+same rule on the exact figures (``funds.figures_many``), same run.
 """
 
 from __future__ import annotations
@@ -21,14 +24,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from sqlalchemy.orm import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.billing.billing_helpers, tests.pg_helpers
 
 
 def measure(tenants: int, allocations: int, db: str, calls: int) -> dict:
-    from suanli.billing import rater
+    from suanli.billing import funds, rater, store
+    from suanli.billing.terms import Terms
     from tests.billing.billing_helpers import HOUR, add_tenant, allocate, world
     from tests.pg_helpers import fresh_pg_database
 
@@ -43,15 +50,37 @@ def measure(tenants: int, allocations: int, db: str, calls: int) -> dict:
         for t in ids:
             for k in range(allocations):
                 allocate(w, k * 60_000, None, milli=100, tenant_id=t, job=k % 2 == 0)
+        for t in ids:
+            store.topup(w.db, t, "1000")
         at = HOUR // 2
-        with w.db.transaction() as s:
-            rater.accruing_many(s, ids, at)  # warm: statements compiled
-            t0 = time.process_time()
-            for _ in range(calls):
-                out = rater.accruing_many(s, ids, at)
-            cpu = (time.process_time() - t0) / calls * 1000
+        out: dict = {}
+
+        def timed(call: Callable[[Session], object]) -> float:
+            with w.db.transaction() as s:
+                call(s)  # warm: statements compiled
+                t0 = time.process_time()
+                for _ in range(calls):
+                    out["last"] = call(s)
+                return (time.process_time() - t0) / calls * 1000
+
+        cpu = timed(lambda s: rater.accruing_many(s, ids, at))
+        result = {"cpu_ms": cpu, "total": sum(a.total for a in out["last"].values())}
+        if hasattr(funds, "Figures"):  # a funds rule for every tenant: on the exact figures, and on a ceiling first
+
+            def rule(bal: int, acc: int) -> str | None:  # may each start work of 1 a GPU-hour
+                return funds.refusal(Terms(0), bal, acc, 1_000_000, "CNY")
+
+            def on_exact(s: Session) -> list:
+                return [rule(*f) for f in funds.figures_many(s, ids, at).values()]
+
+            def ceiling_first(s: Session) -> list:
+                figs = funds.Figures(s, ids, at)
+                return [figs.judge(t, rule) for t in ids]
+
+            result |= {"rule_exact_cpu_ms": timed(on_exact), "rule_ceiling_first_cpu_ms": timed(ceiling_first)}
+            assert out["last"] == [None] * len(ids)  # every tenant well funded: the ceiling decides
         w.db.dispose()
-        return {"cpu_ms": cpu, "total": sum(a.total for a in out.values())}
+        return result
     finally:
         if drop is not None:
             drop()
@@ -85,6 +114,12 @@ def main() -> None:
         median[label] = statistics.median(r["cpu_ms"] for r in rs)
         each = ", ".join(f"{r['cpu_ms']:.2f}" for r in rs)
         print(f"  {label:<40} {median[label]:7.2f}  ({each})")
+    for key, what in (("rule_exact_cpu_ms", "on the exact figures"), ("rule_ceiling_first_cpu_ms", "on a ceiling first")):
+        rs = [r[key] for r in runs["this checkout"] if key in r]
+        if rs:
+            print(
+                f"  a funds rule for every tenant, {what:<21} {statistics.median(rs):7.2f}  ({', '.join(f'{x:.2f}' for x in rs)})"
+            )
     if args.compare:
         totals = {r["total"] for rs in runs.values() for r in rs}
         assert len(totals) == 1, f"the two checkouts disagree on the figures: {totals}"

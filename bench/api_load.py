@@ -22,7 +22,10 @@ aborted run in 10 (``--runs 10``).
     .venv/bin/python bench/api_load.py --json out/api_load.json --profile docs/profiles
 
 Each phase in ``--json`` also has ``by_second``: per second of the phase, the requests
-started, how many took over 100 ms and the slowest (whether a tail is a burst or spread).
+started, how many took over 100 ms and the slowest (whether a tail is a burst or spread),
+and ``cpu_ms_per_request``: the CPU each process spent through the phase, per request
+(the server's parts by name, the renters' instances, PostgreSQL, the sender), also
+printed under the table.
 
 ``--profile DIR``: py-spy records the server (all its processes) through each phase
 (``DIR/api-<db>-<clients>-<phase>.svg``, flame graphs; needs py-spy and ptrace rights).
@@ -229,6 +232,46 @@ async def drive(url: str, tokens: list[str | None], seconds: float, ops: list[Op
 # -- the server --------------------------------------------------------------------------------
 
 
+def cpu_seconds(server_pid: int) -> dict[str, float]:
+    """CPU seconds spent so far, by whom (``/proc``): each part of the server by the name
+    its supervisor gives it (``suanli-api-1``, ``suanli-worker``...), the processes they
+    started (``tasks``: the renters' instances), PostgreSQL's processes, and this one
+    (``sender``). Read before and after a phase, it says where the phase's CPU went."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[str, int, float]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        procs[int(d.name)] = (comm, int(rest[1]), (int(rest[11]) + int(rest[12])) / ticks)
+
+    def served(pid: int) -> bool:
+        while pid > 1 and pid in procs:
+            if pid == server_pid:
+                return True
+            pid = procs[pid][1]
+        return False
+
+    out: dict[str, float] = {}
+    for pid, (comm, _, cpu) in procs.items():
+        if pid == os.getpid():
+            who = "sender"
+        elif comm.startswith("postgres"):
+            who = "postgresql"
+        elif pid == server_pid:
+            who = "supervisor"
+        elif served(pid):
+            who = comm if comm.startswith("suanli-") else "tasks"
+        else:
+            continue
+        out[who] = out.get(who, 0.0) + cpu
+    return out
+
+
 def kill_run_tasks(workloads: Path) -> int:
     """SIGKILL every process the server started for this run, one by one: those whose
     environment carries ``SUANLI_TASK_DIR`` under ``workloads`` (the local backend sets
@@ -382,6 +425,7 @@ def one_server(args: argparse.Namespace, db: str, clients: int, profiler: Profil
         ]
         for name, ops in plan:
             profiler.start(server.pid, f"api-{db}-{clients}-{name.replace('+', '-')}", args.seconds)
+            cpu0 = cpu_seconds(server.pid)
             try:
                 phases[name] = asyncio.run(drive(url, tokens, args.seconds, ops, args.sender))
             except TRANSPORT_ERRORS as exc:
@@ -389,6 +433,10 @@ def one_server(args: argparse.Namespace, db: str, clients: int, profiler: Profil
                 raise Aborted(f"{name} phase: {why}") from None
             finally:
                 profiler.wait()
+            cpu1, n = cpu_seconds(server.pid), max(1, phases[name]["requests"])
+            phases[name]["cpu_ms_per_request"] = {
+                who: round((cpu1[who] - cpu0.get(who, 0.0)) * 1000 / n, 2) for who in sorted(cpu1)
+            }
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60) as c:
             states: dict[str, int] = {}
             cursor = None
@@ -481,6 +529,12 @@ def table(results: list[dict], floors: list[dict], checks: list[dict]) -> str:
                 f"{r['db']:<11}{r['clients']:>8}  {name:<12}{p['rps']:>8}{p['p50_ms']:>9}{p['p99_ms']:>9}"
                 f"{v['rps']:>11}{v['p50']:>7}{v['p99']:>7}{sum(p['errors'].values()):>8}"
             )
+    lines += ["", "CPU ms per request, by process (a create + list pair is two requests):"]
+    for r in results:
+        for name in ("health", "list", "create+list"):
+            cpu = r["phases"][name]["cpu_ms_per_request"]
+            parts = ", ".join(f"{who.removeprefix('suanli-')} {ms}" for who, ms in cpu.items() if ms >= 0.005)
+            lines.append(f"  {r['db']:<11}{r['clients']:>4}  {name:<12} total {sum(cpu.values()):.2f}: {parts}")
     lines.append("")
     for c in checks:
         mark = "met" if c["met"] else "not checked" if c["met"] is None else "MISSED"
