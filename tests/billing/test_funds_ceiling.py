@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from sqlalchemy import event
 
 from suanli.billing import ceiling, funds, rater, store
@@ -155,3 +156,23 @@ def test_a_well_funded_start_reads_no_interval(db_url: str) -> None:
     with w.db.transaction() as s:
         why = funds.start_refusal(s, w.tenant_id, dear, at_ms=HOUR)
         assert why == funds.refusal(Terms(w.tenant_id), bal, acc, dear, "CNY"), why
+
+
+def test_ceilings_that_cannot_be_read_leave_the_rules_to_the_exact_figures(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Odd data that breaks the ceilings' sums must not lift anyone's limit: the rules are
+    then judged on the exact figures, as before the ceilings."""
+    w = world(db_url, disk_gib=50, terms="prepaid")
+    allocate(w, 0, None, gpus=2)  # running, and no money: out of funds
+    rich = add_tenant(w, "rich")
+    store.set_terms(w.db, rich, "op", terms="prepaid")
+    store.topup(w.db, rich, "100000")
+
+    def broken(*_: object) -> dict[int, int]:
+        raise ValueError("odd data")
+
+    monkeypatch.setattr(funds, "ceilings", broken)
+    with w.db.transaction() as s:
+        short = funds.out_of_funds(s, [w.tenant_id, rich], at_ms=HOUR)
+        assert funds.start_refusal(s, rich, 1_000_000, at_ms=HOUR) is None
+        assert funds.start_refusal(s, w.tenant_id, 1_000_000, at_ms=HOUR) is not None
+    assert [x.tenant_id for x in short] == [w.tenant_id]

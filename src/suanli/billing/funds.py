@@ -81,13 +81,18 @@ class Figures:
     def __init__(self, s: Session, tenant_ids: Iterable[int], at_ms: int) -> None:
         self._s, self._ids, self._at = s, sorted(set(tenant_ids)), at_ms
         self._balance = balances(s, self._ids)
-        self._ceiling = ceilings(s, self._ids, at_ms)
+        try:
+            self._ceiling = ceilings(s, self._ids, at_ms)
+        except Exception:  # odd data must not stop the rules: they are judged on the exact figures
+            log.exception("funds: cannot read the tenants' ceilings; judging on the exact figures")
+            self._ceiling = {}
         self._exact: dict[int, tuple[int, int]] | None = None
 
     def judge(self, tenant_id: int, rule: Callable[[int, int], T | None]) -> T | None:
         """``rule(balance, accruing)`` on the exact figures. ``rule`` answers None for a
         tenant with enough left, and may answer otherwise only as accruing grows."""
-        if rule(self._balance[tenant_id], self._ceiling[tenant_id]) is None:
+        top = self._ceiling.get(tenant_id)
+        if top is not None and rule(self._balance[tenant_id], top) is None:
             return None
         return rule(*self.exact(tenant_id))
 
