@@ -158,6 +158,10 @@ def test_a_pages_own_rows_rate_as_its_whole_tenant_does_unless_they_held_spot_or
     costs = workload_cost.costs(w.db, "job", [job, other], at_ms=at)
     inst = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=at)[w.instance_id]
     assert inst.accruing + sum(c.accruing for c in costs.values()) == rater.accruing(w.db, w.tenant_id, at)
+    with w.db.sessions() as s:  # a listing passes the rows it read (ORM rows), not their ids: the same figures
+        listed_jobs, listed_instance = [s.get(Job, job), s.get(Job, other)], [s.get(Instance, w.instance_id)]
+    assert workload_cost.costs_of_rows(w.db, "job", listed_jobs, at_ms=at) == costs
+    assert workload_cost.costs_of_rows(w.db, "instance", listed_instance, at_ms=at) == {w.instance_id: inst}
 
     allocate(w, 3 * HOUR, None, priority="spot")  # spot: priced at the tenant's share of the model
     assert _own(w, "instance", [w.instance_id], at + HOUR) is None

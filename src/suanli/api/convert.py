@@ -81,7 +81,7 @@ def costs_for(db: Database, rows: list[Instance] | list[Job], created: bool = Fa
     if not rows:
         return {}
     kind: workload_cost.Kind = "job" if isinstance(rows[0], Job) else "instance"
-    found = workload_cost.at_creation(db, kind, rows) if created else workload_cost.costs(db, kind, [r.id for r in rows])
+    found = workload_cost.at_creation(db, kind, rows) if created else workload_cost.costs_of_rows(db, kind, rows)
     return {r.id: cost_out(found.get(r.id)) for r in rows}
 
 
