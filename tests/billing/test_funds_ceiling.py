@@ -6,6 +6,7 @@ rule judged that way answers exactly what it answers on the exact figures."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import event
@@ -65,7 +66,7 @@ def _random_work(w: World, rng: random.Random, tenants: list[int]) -> None:
 
 def test_the_ceiling_is_never_below_what_is_accruing(db_url: str) -> None:
     """Random work of five tenants (spot at the market, bids, a subscription covering
-    reserved work, disks, transfers, a price rise), read at instants before and after
+    reserved work, disks, transfers, a price raised then lowered), read at instants before and after
     rating runs: each tenant's ceiling is at least its exact accruing, and not so far
     above it that the shortcut would seldom apply."""
     rng = random.Random(7)
@@ -74,6 +75,7 @@ def test_the_ceiling_is_never_below_what_is_accruing(db_url: str) -> None:
     store.topup(w.db, tenants[1], "200000")
     store.subscribe(w.db, tenants[1], "reserved", "H100", 2, start_ms=0)
     _random_work(w, rng, tenants)
+    store.set_price(w.db, "op", "H100", "on_demand", "90", effective_ms=HOUR // 2)  # dear for a while
     store.set_price(w.db, "op", "H100", "on_demand", "40", effective_ms=2 * HOUR)
     checked = 0
     for cutoff in (None, HOUR + 5_000, 2 * HOUR + 61_000, 3 * HOUR + 1):
@@ -106,6 +108,22 @@ def test_the_ceiling_of_one_interval_is_its_longest_run_at_the_dearest_price() -
     assert ceiling.ceiling(books, 100 * HOUR, at, HOUR, one) == expected
     assert ceiling.ceiling(books, 0, at, HOUR, one) == expected
     assert ceiling.ceiling(books, 0, at, HOUR, ceiling.Sums()) == 0
+
+
+def test_the_ceiling_prices_with_the_versions_in_force_from_the_unrated_period_on() -> None:
+    """The version in force when the unrated period began counts, though it took effect
+    before; one that took effect after the instant read does not."""
+    book = default_book()
+    dear = replace(book, gpus={m: replace(g, on_demand=g.on_demand * 10) for m, g in book.gpus.items()})
+    one = ceiling.Sums(gpus=ceiling.Held(amount=1000, rows=1, first_ms=HOUR))
+    at = HOUR + HOUR // 2
+    cheap_only, dear_only = (
+        ceiling.ceiling([(1, 0, book)], HOUR, at, HOUR, one),
+        ceiling.ceiling([(2, 0, dear)], HOUR, at, HOUR, one),
+    )
+    assert dear_only > cheap_only
+    assert ceiling.ceiling([(1, 0, book), (2, HOUR // 2, dear), (3, 2 * HOUR, book)], HOUR, at, HOUR, one) == dear_only
+    assert ceiling.ceiling([(1, 0, book), (2, 2 * HOUR, dear)], HOUR, at, HOUR, one) == cheap_only
 
 
 def test_a_rule_judged_on_the_ceiling_answers_as_on_the_exact_figures(db_url: str) -> None:

@@ -14,8 +14,9 @@ the unrated period) and bounds each record rather than rating it:
 - an interval's records from ``since`` to ``at`` hold at most ``ceil((at - since) / 6 s)``
   units in all (units are counted from the interval's own start, so its records
   telescope), and at most one record per period;
-- every record's price is at most the highest price of any model and plan in any price
-  version (spot stays between its floor and cap; a bid or a subscription only lowers it);
+- every record's price is at most the highest price of any model and plan in the price
+  versions in force from ``since`` to ``at`` (spot stays between its floor and cap; a
+  bid or a subscription only lowers it);
 - every record's amount is its exact product, divided and rounded half up: at most one
   micro-unit above the product.
 
@@ -62,7 +63,9 @@ class Sums:
 
 def ceiling(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int, period_ms: int, sums: Sums) -> int:
     """At least what ``rater.accruing_many`` gives a tenant with ``sums`` at ``at_ms``,
-    unrated from ``since_ms`` (a period boundary), under the price versions ``books``. Pure."""
+    unrated from ``since_ms`` (a period boundary), under the price versions ``books``
+    (oldest first, as ``store.versions`` gives them). Pure."""
+    books = _in_force(books, since_ms, at_ms)
     gpu_hour = max((int(price_table(b, list(b.gpus)).max(initial=0)) for _, _, b in books), default=0)
     gib_hour = max((Fraction(max(b.storage, b.storage_stopped), b.hours_per_month) for _, _, b in books), default=Fraction(0))
     per_gib = max((b.transfer for _, _, b in books), default=0)
@@ -79,6 +82,14 @@ def ceiling(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int, 
     disk = most(sums.disks, gib_hour / UNITS_PER_HOUR)
     transfer = -(-sums.transfer_milli * per_gib // 1000) + sums.transfers
     return gpu + disk + transfer
+
+
+def _in_force(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int) -> list[tuple[int, int, PriceBook]]:
+    """The versions some record from ``since_ms`` to ``at_ms`` may be priced with: the one
+    in force at ``since_ms`` (the first, if none was yet: ``rater.version_index``) and
+    those that took effect after it, up to ``at_ms``."""
+    first = max((i for i, (_, eff, _) in enumerate(books) if eff <= since_ms), default=0)
+    return [v for i, v in enumerate(books) if i == first or (i > first and v[1] <= at_ms)]
 
 
 def _ceil(x: Fraction) -> int:
