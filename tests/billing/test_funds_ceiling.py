@@ -66,9 +66,8 @@ def _random_work(w: World, rng: random.Random, tenants: list[int]) -> None:
 
 def test_the_ceiling_is_never_below_what_is_accruing(db_url: str) -> None:
     """Random work of five tenants (spot at the market, bids, a subscription covering
-    reserved work, disks, transfers, a price raised then lowered), read at instants before and after
-    rating runs: each tenant's ceiling is at least its exact accruing, and not so far
-    above it that the shortcut would seldom apply."""
+    reserved work, disks, transfers, a price raised then lowered), read at instants
+    before and after rating runs: each tenant's ceiling is at least its exact accruing."""
     rng = random.Random(7)
     w = world(db_url, disk_gib=20)
     tenants = [w.tenant_id] + [add_tenant(w, f"t{i}") for i in range(4)]
