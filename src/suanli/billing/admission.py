@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -168,7 +169,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
                 left = funds.Figures(s, [t for t in tenants if terms[t].terms != "postpaid"], at)
             mk = mk or spot.market(s, at)
             cost = funds.per_hour(s, req, w.num_nodes, disks[key], bids.get(key), mk)
-            why = left.judge(tid, lambda bal, acc: funds.refusal(terms[tid], bal, acc, cost, currency))  # noqa: B023
+            why = left.judge(tid, partial(funds.refusal, terms[tid], per_hour=cost, currency=currency))
             if why is not None:
                 out.held[key] = f"billing: {why}"
                 out.codes[key] = "balance"

@@ -61,14 +61,34 @@ class Sums:
     transfers: int = 0
 
 
+@dataclass(frozen=True)
+class Dearest:
+    """The highest prices any record from the unrated period on may carry."""
+
+    gpu_hour: int  #: per GPU-hour, any model and plan
+    gib_hour: Fraction  #: per GiB-hour of disk, running or stopped
+    per_gib: int  #: per GiB transferred
+
+
+def dearest(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int) -> Dearest:
+    """``Dearest`` of the price versions ``books`` (oldest first, as ``store.versions``
+    gives them) in force from ``since_ms`` to ``at_ms``. Pure."""
+    live = [b for _, _, b in _in_force(books, since_ms, at_ms)]
+    return Dearest(
+        max((int(price_table(b, list(b.gpus)).max(initial=0)) for b in live), default=0),
+        max((Fraction(max(b.storage, b.storage_stopped), b.hours_per_month) for b in live), default=Fraction(0)),
+        max((b.transfer for b in live), default=0),
+    )
+
+
 def ceiling(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int, period_ms: int, sums: Sums) -> int:
     """At least what ``rater.accruing_many`` gives a tenant with ``sums`` at ``at_ms``,
-    unrated from ``since_ms`` (a period boundary), under the price versions ``books``
-    (oldest first, as ``store.versions`` gives them). Pure."""
-    books = _in_force(books, since_ms, at_ms)
-    gpu_hour = max((int(price_table(b, list(b.gpus)).max(initial=0)) for _, _, b in books), default=0)
-    gib_hour = max((Fraction(max(b.storage, b.storage_stopped), b.hours_per_month) for _, _, b in books), default=Fraction(0))
-    per_gib = max((b.transfer for _, _, b in books), default=0)
+    unrated from ``since_ms`` (a period boundary), under the price versions ``books``. Pure."""
+    return bound(dearest(books, since_ms, at_ms), since_ms, at_ms, period_ms, sums)
+
+
+def bound(prices: Dearest, since_ms: int, at_ms: int, period_ms: int, sums: Sums) -> int:
+    """``ceiling`` with the prices worked out once for many tenants. Pure."""
 
     def most(held: Held, per_unit: Fraction) -> int:
         """Every row's units from its first unrated instant to ``at_ms`` at ``per_unit``
@@ -78,9 +98,9 @@ def ceiling(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int, 
         records = max(at_ms // period_ms - start // period_ms + 1, 0)
         return _ceil(units * held.amount * per_unit) + records * held.rows
 
-    gpu = most(sums.gpus, Fraction(gpu_hour, GPU_DEN))
-    disk = most(sums.disks, gib_hour / UNITS_PER_HOUR)
-    transfer = -(-sums.transfer_milli * per_gib // 1000) + sums.transfers
+    gpu = most(sums.gpus, Fraction(prices.gpu_hour, GPU_DEN))
+    disk = most(sums.disks, prices.gib_hour / UNITS_PER_HOUR)
+    transfer = -(-sums.transfer_milli * prices.per_gib // 1000) + sums.transfers
     return gpu + disk + transfer
 
 
@@ -137,5 +157,5 @@ def sums(s: Session, tenant_ids: Iterable[int], since_ms: int, at_ms: int) -> di
 def ceilings(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: int = 3_600_000) -> dict[int, int]:
     """``ceiling`` of each tenant: at least its ``rater.accruing_many`` figure."""
     since = rater.unrated_since(s, at_ms, period_ms)
-    books = versions(s)
-    return {t: ceiling(books, since, at_ms, period_ms, x) for t, x in sums(s, tenant_ids, since, at_ms).items()}
+    prices = dearest(versions(s), since, at_ms)
+    return {t: bound(prices, since, at_ms, period_ms, x) for t, x in sums(s, tenant_ids, since, at_ms).items()}

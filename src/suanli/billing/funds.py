@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import select
@@ -142,7 +143,7 @@ def start_refusal(s: Session, tenant_id: int, cost_per_hour: int, at_ms: int | N
     if terms.terms == "postpaid":
         return None
     currency = current_book(s, at)[1].currency
-    return Figures(s, [tenant_id], at).judge(tenant_id, lambda bal, acc: refusal(terms, bal, acc, cost_per_hour, currency))
+    return Figures(s, [tenant_id], at).judge(tenant_id, partial(refusal, terms, per_hour=cost_per_hour, currency=currency))
 
 
 @dataclass(frozen=True)
@@ -164,22 +165,31 @@ def out_of_funds(s: Session, tenant_ids: Iterable[int], at_ms: int | None = None
     figs = Figures(s, prepaid, at)
     out = []
     for tid, terms in sorted(prepaid.items()):
-
-        def spent(bal: int, acc: int, tid: int = tid, terms: Terms = terms) -> Shortfall | None:
-            left = terms.left(bal, acc)
-            if left is None or left > 0:
-                return None
-            why = f"prepaid balance spent ({fmt(bal, currency)}, {fmt(acc, currency)} accruing); "
-            return Shortfall(tid, why + f"top up within {terms.grace_s} s or running work stops", terms.grace_s)
-
         try:
-            short = figs.judge(tid, spent)
+            short = figs.judge(tid, partial(_spent, terms, currency))
         except Exception:
             log.exception("funds: cannot read tenant %s's balance; skipped this pass", tid)
             continue
         if short is not None:
             out.append(short)
     return out
+
+
+def _spent(terms: Terms, currency: str, bal: int, acc: int) -> Shortfall | None:
+    """The tenant's shortfall if its prepaid balance (or credit) is spent, else None."""
+    left = terms.left(bal, acc)
+    if left is None or left > 0:
+        return None
+    why = f"prepaid balance spent ({fmt(bal, currency)}, {fmt(acc, currency)} accruing); "
+    return Shortfall(terms.tenant_id, why + f"top up within {terms.grace_s} s or running work stops", terms.grace_s)
+
+
+def _low(threshold: int, currency: str, bal: int, acc: int) -> str | None:
+    """The low-balance alert if what is left is below ``threshold``, else None."""
+    left = bal - acc
+    if left >= threshold:
+        return None
+    return f"balance low: {fmt(left, currency)} left, below your alert at {fmt(threshold, currency)}"
 
 
 def low_balance_alerts(s: Session, at_ms: int | None = None) -> list[str]:
@@ -191,18 +201,8 @@ def low_balance_alerts(s: Session, at_ms: int | None = None) -> list[str]:
     figs = Figures(s, [row.tenant_id for row in rows], at)
     actions = []
     for row in rows:
-        threshold = row.low_balance_micros or 0
-
-        def low(bal: int, acc: int, threshold: int = threshold) -> str | None:
-            left = bal - acc
-            return (
-                f"balance low: {fmt(left, currency)} left, below your alert at {fmt(threshold, currency)}"
-                if left < threshold
-                else None
-            )
-
         try:
-            message = figs.judge(row.tenant_id, low)
+            message = figs.judge(row.tenant_id, partial(_low, row.low_balance_micros or 0, currency))
         except Exception:
             log.exception("low balance: cannot read tenant %s's balance; skipped this pass", row.tenant_id)
             continue
