@@ -55,9 +55,12 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
-import httpx
-from sqlalchemy import create_engine, text
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import aiohttp  # noqa: E402
+import httpx  # noqa: E402
+from proc_cpu import descends, processes  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
 
 PG_ADMIN = os.environ.get("SUANLI_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 CREATE = {"gpu_milli": 100, "disk_gib": 1}  # the default image
@@ -237,38 +240,20 @@ def cpu_seconds(server_pid: int) -> dict[str, float]:
     its supervisor gives it (``suanli-api-1``, ``suanli-worker``...), the processes they
     started (``tasks``: the renters' instances), PostgreSQL's processes, and this one
     (``sender``). Read before and after a phase, it says where the phase's CPU went."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    procs: dict[int, tuple[str, int, float]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:  # ended meanwhile
-            continue
-        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        procs[int(d.name)] = (comm, int(rest[1]), (int(rest[11]) + int(rest[12])) / ticks)
-
-    def served(pid: int) -> bool:
-        while pid > 1 and pid in procs:
-            if pid == server_pid:
-                return True
-            pid = procs[pid][1]
-        return False
-
+    procs = processes()
     out: dict[str, float] = {}
-    for pid, (comm, _, cpu) in procs.items():
+    for pid, p in procs.items():
         if pid == os.getpid():
             who = "sender"
-        elif comm.startswith("postgres"):
+        elif p.name.startswith("postgres"):
             who = "postgresql"
         elif pid == server_pid:
             who = "supervisor"
-        elif served(pid):
-            who = comm if comm.startswith("suanli-") else "tasks"
+        elif descends(procs, pid, server_pid):
+            who = p.name if p.name.startswith("suanli-") else "tasks"
         else:
             continue
-        out[who] = out.get(who, 0.0) + cpu
+        out[who] = out.get(who, 0.0) + p.cpu_s
     return out
 
 

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.sqlite_hel
 os.environ.setdefault("SUANLI_RUNTIME", "process")
 
 import httpx  # noqa: E402
+import proc_cpu  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from suanli.api.app import create_app  # noqa: E402
@@ -90,14 +91,9 @@ def _tree_cpu_s(root: int) -> dict[str, float]:
     """CPU seconds of ``root`` and its children (the supervisor and its parts), by
     process title (``suanli-worker``, ``suanli-api-1``...)."""
     out: dict[str, float] = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
-        if int(pid) == root or int(fields[1]) == root:
-            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for pid, p in proc_cpu.processes().items():
+        if pid == root or p.ppid == root:
+            out[p.name] = out.get(p.name, 0.0) + p.cpu_s
     return out
 
 
