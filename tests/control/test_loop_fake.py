@@ -575,6 +575,25 @@ def test_a_restarted_loop_plans_for_the_mix_it_served(rig: Rig, tmp_path: Path) 
     rig.assert_consistent()
 
 
+def test_a_restarted_loop_that_finds_work_ended_wakes_billing_at_once(rig: Rig, tmp_path: Path) -> None:
+    """Work that ended while no server watched is settled by ``recover``, not a tick: it
+    wakes billing as a tick's ends do, so the usage does not wait a billing interval."""
+    job = rig.submit("H100:1")
+    rig.tick()
+    assert rig.job(job).state == "running"
+    rig.fake.exit(task_key("job", job), 0)  # while the server is down
+    restarted = make_loop(rig.db, {"memory": rig.fake}, tmp_path / "data", rig.clock)
+    woken: list[str] = []
+    restarted.work_ended = lambda: woken.append(rig.job(job).state)
+    restarted.recover()
+    assert woken == ["succeeded"]
+    again = make_loop(rig.db, {"memory": rig.fake}, tmp_path / "data", rig.clock)
+    again.work_ended = lambda: woken.append("again")
+    again.recover()
+    assert woken == ["succeeded"]  # nothing ended this time: billing is left to its interval
+    rig.assert_consistent()
+
+
 def test_a_tick_with_no_work_is_one_read_and_work_makes_the_next_tick_whole(rig: Rig) -> None:
     """Nothing waits, runs or is being launched: the tick reads that once and skips phases
     2-9 (health is not due here); a submitted job makes the tick whole again until its

@@ -186,9 +186,13 @@ class ControlLoop:
         return self.plane.reclaim
 
     def recover(self) -> None:
-        """Repair after a previous server: run once before the first tick."""
-        reconcile.adopt_or_fail_launches(self.db, self.backends, self.owner)
-        reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s)
+        """Repair after a previous server: run once before the first tick. Work found
+        ended (it exited or was killed while no server watched) wakes billing as a
+        tick's ends do, so its usage is posted at the restart, not a billing interval
+        later."""
+        launches = reconcile.adopt_or_fail_launches(self.db, self.backends, self.owner)
+        if reconcile.reconcile_running(self.db, self.backends, self.data_dir, self.stop_grace_s) or launches:
+            self.work_ended()
         reconcile.sweep_orphans(self.db, self.backends)
         reconcile.repair_counters(self.db)
         self.learn_served_mix()
