@@ -29,7 +29,7 @@ from suanli.control.autostop import check as autostop_check
 from suanli.control.billing_worker import BillingWorker
 from suanli.control.loop import ControlLoop
 from suanli.control.metrics import Collector, MetricsSettings
-from suanli.control.plane import DEFAULT_NOTICE_S, ReclaimSettings
+from suanli.control.plane import DEFAULT_NOTICE_S, MigrationSettings, ReclaimSettings
 from suanli.control.secrets import Keyring
 from suanli.db import urls
 from suanli.db.session import Database, default_sqlite_url
@@ -101,6 +101,7 @@ def build(
     policy: str = "suanli",
     slurm_conf: Path | None = None,
     notice_s: float = DEFAULT_NOTICE_S,
+    migration: MigrationSettings | None = None,
     heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
     runtime: str | None = None,
     allow_process_runtime: bool | None = None,
@@ -118,6 +119,7 @@ def build(
 ) -> tuple[ServerContext, Bootstrap]:
     """``slurm_conf``: also drive that Slurm cluster (its nodes are registered on the first
     start, when the database has none); ``notice_s``: the spot reclaim notice;
+    ``migration``: moving running shares for waiting whole-GPU work (default: off);
     ``heartbeat_timeout_s``: silence after which a node with an agent is down;
     ``runtime``: the local backend's (``auto``: containers where an engine answers, else
     host processes; default ``$SUANLI_RUNTIME``); ``allow_process_runtime``: let every tenant
@@ -180,6 +182,7 @@ def build(
         interval_s=interval_s,
         stop_grace_s=stop_grace_s,
         reclaim=ReclaimSettings(notice_s=notice_s, grace_s=stop_grace_s),
+        migration=migration,
         heartbeat_timeout_s=heartbeat_timeout_s,
         keyring=keyring,
     )

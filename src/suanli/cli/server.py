@@ -78,6 +78,16 @@ def server(
         None, "--slurm-conf", dir_okay=False, help="slurm.conf of the Slurm cluster [default: $SLURM_CONF]."
     ),
     notice: float = typer.Option(300.0, "--notice", min=0, help="Spot reclaim notice in seconds (SIGUSR1, then SIGTERM)."),
+    migration_moves: int = typer.Option(
+        0,
+        "--migration-moves",
+        min=0,
+        help="Move at most this many running GPU-share jobs (with a checkpoint_dir; after the --notice) to make room "
+        "for whole-GPU work that scattered free capacity keeps waiting; 0: never.",
+    ),
+    migration_planner: str = typer.Option(
+        "direct", "--migration-planner", help="direct (single moves) or repack (chains of moves, CP-SAT)."
+    ),
     heartbeat_timeout: float = typer.Option(
         15.0,
         "--heartbeat-timeout",
@@ -173,6 +183,7 @@ def server(
         echo=typer.echo,
         slurm_conf=conf,
         notice_s=notice,
+        migration=_migration(migration_moves, migration_planner),
         heartbeat_timeout_s=heartbeat_timeout,
         runtime=runtime,
         allow_process_runtime=allow_process_runtime,
@@ -189,6 +200,15 @@ def server(
         autostop=_autostop(autostop_default, autostop_min),
         workers=workers,
     )
+
+
+def _migration(moves: int, planner: str):  # type: ignore[no-untyped-def]
+    from suanli.control.plane import MigrationSettings
+
+    try:
+        return MigrationSettings(moves=moves, planner=planner)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--migration-planner") from None
 
 
 def _autostop(default: str | None, minimum: str):  # type: ignore[no-untyped-def]

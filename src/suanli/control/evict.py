@@ -22,13 +22,15 @@ from suanli.db.models import Instance, Job
 log = logging.getLogger(__name__)
 
 
-def evict(plane: Plane, kind: str, wid: int, cause: str, why: str) -> bool:
+def evict(plane: Plane, kind: str, wid: int, cause: str, why: str, beneficiary: str | None = None) -> bool:
     """Stop every task of the row, then release and requeue it. ``cause`` is
     ``failover`` (stopped at once; a job without ``checkpoint_dir`` and any instance
     fail), ``reclaim`` (SIGTERM with the grace period; requeued) or ``funds`` (as
     reclaim, but an instance stops, disk kept, until its owner starts it) or ``idle``
-    (idle auto-stop: as ``funds``). False if
-    the row is no longer running or a stop failed (the next tick tries again)."""
+    (idle auto-stop: as ``funds``). ``beneficiary``: the waiting work (``job-7``) a
+    requeued job makes room for; the next pass places it after that work
+    (``Job.evicted_for``). False if the row is no longer running or a stop failed (the
+    next tick tries again)."""
     with plane.db.transaction() as s:
         row = workloads.get(s, kind, wid)
         if row is None or row.state != "running":
@@ -68,6 +70,7 @@ def evict(plane: Plane, kind: str, wid: int, cause: str, why: str) -> bool:
                 transition(s, row, "pending", "waits for capacity to start again")
             return True
         transition(s, row, "requeued", why)
+        row.evicted_for = beneficiary
         envs = dict(row.spec.get("envs") or {})
         envs["SUANLI_REQUEUES"] = str(int(envs.get("SUANLI_REQUEUES", "0")) + 1)
         resume = ""

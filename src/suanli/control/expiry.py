@@ -10,6 +10,8 @@ that ends during its notice is due at once (``reconcile`` moves its deadline to 
 
 from __future__ import annotations
 
+import re
+
 from suanli.control import workloads
 from suanli.control.autostop import BENEFICIARY as IDLE
 from suanli.control.evict import evict
@@ -48,7 +50,13 @@ def expire_notices(plane: Plane) -> list[tuple[str, int]]:
         ended = "it ended during its notice" if notice.ended_early else "expired"
         why = f"{notice.reason}: notice of {notice.notice_s:.0f}s {ended}"
         cause = "funds" if notice.beneficiary == FUNDS else "idle" if notice.beneficiary == IDLE else "reclaim"
-        if evict(plane, kind, wid, cause, why):
+        if evict(plane, kind, wid, cause, why, _workload(notice.beneficiary)):
             plane.stats.reclaimed += 1
             done.append((kind, wid))
     return done
+
+
+def _workload(beneficiary: str) -> str | None:
+    """The waiting work a notice was given for (``job-7``), or None for the other
+    reasons (``price``, funds, idleness)."""
+    return beneficiary if re.fullmatch(r"(job|instance)-\d+", beneficiary) else None

@@ -22,7 +22,9 @@ this order, each in a module of its own:
    **admit** (``admission``): waiting work judged once against quotas, budgets and
    bids; what can never run fails, what may not run yet is held with its reason;
 7. **preempt** (``preempt``): spot victims noticed for admitted higher-class work
-   that does not fit;
+   that does not fit; then (7b, when the operator turned it on) **migrate**
+   (``migrate``): running shares noticed to move for whole-GPU work that the free
+   capacity's fragmentation keeps waiting;
 8. **schedule** (``scheduling``): admitted work placed and its allocations claimed;
 9. **launch** (``launcher``): what was claimed started, several at once (a
    container start is mostly waiting on the engine; rows are independent). The loop's
@@ -62,8 +64,9 @@ from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
 from suanli.control.loop_report import Counters, Publisher
+from suanli.control.migrate import Migrator
 from suanli.control.outbid import outbid
-from suanli.control.plane import Plane, ReclaimSettings
+from suanli.control.plane import MigrationSettings, Plane, ReclaimSettings
 from suanli.control.preempt import preempt
 from suanli.control.scheduling import PassMemo, PassResult, Waiting, schedule_pass, to_request, waiting_work
 from suanli.control.secrets import Keyring
@@ -118,13 +121,15 @@ class ControlLoop:
         poll_interval_s: float | None = None,
         *,
         reclaim: ReclaimSettings | None = None,
+        migration: MigrationSettings | None = None,
         health_interval_s: float = 1.0,
         heartbeat_timeout_s: float | None = heartbeat.DEFAULT_TIMEOUT_S,
         clock: Clock = SYSTEM,
         keyring: Keyring | None = None,
     ) -> None:
         """``reclaim``: notice and grace of spot reclaim and failover (default: the
-        stop grace and a five-minute notice); ``heartbeat_timeout_s``: silence after
+        stop grace and a five-minute notice); ``migration``: moving shares for waiting
+        whole-GPU work (default: off); ``heartbeat_timeout_s``: silence after
         which a node with an agent is down (None: never); ``clock``: "now" for notices
         (``suanli.clock``); ``keyring``: what opens workloads' secrets at launch (default:
         the data directory's key file)."""
@@ -136,6 +141,7 @@ class ControlLoop:
             backends,
             self.data_dir,
             reclaim or ReclaimSettings(grace_s=stop_grace_s),
+            migration=migration or MigrationSettings(),
             clock=clock,
             keyring=keyring or Keyring.load(self.data_dir),
         )
@@ -156,6 +162,7 @@ class ControlLoop:
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._last_health = -float("inf")
         self._memo = PassMemo()
+        self.migrator = Migrator(self.plane)
         #: called when a tick ended work (exits, stops, evictions): the billing
         #: thread's wake, so usage does not wait for its next interval
         self.work_ended: Callable[[], None] = lambda: None
@@ -266,6 +273,8 @@ class ControlLoop:
         work, held = self.admit()  # 6
         if reclaiming:
             self._guarded(preempt, self.plane, work)  # 7
+        if self.plane.migration.moves:
+            self._guarded(self.migrator.migrate, work)  # 7b
         result = schedule_pass(  # 8
             self.db, self.policy, list(self.backends), self.owner, work, held, memo=self._memo, fallback=self.fallback
         )

@@ -3,7 +3,7 @@
 One value instead of six arguments threaded through every phase, so a phase's
 signature says only what it decides; the clock is one of them, so a test (or the
 simulator) decides what "now" is. The reclaim settings live here because
-failover, notice expiry, outbid and preemption all read them.
+failover, notice expiry, outbid, preemption and migration all read them.
 """
 
 from __future__ import annotations
@@ -35,10 +35,36 @@ class ReclaimSettings:
             raise ValueError("notice_s and grace_s must be >= 0")
 
 
+#: The migration planners (``scheduler.repack.PLANNERS``), named here so settings are
+#: checked without importing the planners.
+PLANNER_NAMES = ("direct", "repack")
+
+
+@dataclass
+class MigrationSettings:
+    """Migration of running shares for whole-GPU work that fragmentation keeps waiting
+    (``control.migrate``). Off by default: a move interrupts a renter's job."""
+
+    #: at most this many shares moved for one waiting request; 0: no migration
+    moves: int = 0
+    #: ``direct`` (single moves, ``scheduler.defrag``) or ``repack`` (chains, CP-SAT)
+    planner: str = "direct"
+    #: a request is not planned for again within this many seconds (its moves take a
+    #: notice; a plan that finds nothing costs up to half a second)
+    retry_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.moves < 0 or self.retry_s < 0:
+            raise ValueError("moves and retry_s must be >= 0")
+        if self.planner not in PLANNER_NAMES:
+            raise ValueError(f"unknown migration planner {self.planner!r}; choose {' or '.join(PLANNER_NAMES)}")
+
+
 @dataclass
 class PhaseStats:
     notices: int = 0
     reclaimed: int = 0
+    migrations: int = 0  #: shares noticed to move for waiting whole-GPU work
     failed_over: int = 0
 
 
@@ -48,6 +74,7 @@ class Plane:
     backends: dict[str, Backend]
     data_dir: Path
     reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
+    migration: MigrationSettings = field(default_factory=MigrationSettings)
     stats: PhaseStats = field(default_factory=PhaseStats)
     #: what "now" is for notices and lost work (``suanli.clock``: a ManualClock in tests)
     clock: Clock = SYSTEM

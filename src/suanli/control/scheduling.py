@@ -40,6 +40,12 @@ class Waiting:
     request: Request
     num_nodes: int
     created_at: datetime
+    #: the waiting work (``job-7``) this was evicted for (``Job.evicted_for``)
+    evicted_for: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.id}"
 
 
 @dataclass
@@ -95,13 +101,50 @@ def to_request(row: Instance | Job) -> Request:
 
 
 def waiting_work(session: Session) -> list[Waiting]:
-    """The waiting work in scheduling order: highest class first, then oldest."""
+    """The waiting work in scheduling order: highest class first, then oldest; work
+    evicted for other waiting work right after it (``behind_beneficiaries``)."""
     work = [
-        Waiting(kind, r.id, to_request(r), r.num_nodes if isinstance(r, Job) else 1, r.created_at)
+        Waiting(
+            kind,
+            r.id,
+            to_request(r),
+            r.num_nodes if isinstance(r, Job) else 1,
+            r.created_at,
+            r.evicted_for if isinstance(r, Job) else None,
+        )
         for kind, r in workloads.waiting(session)
     ]
     work.sort(key=lambda w: (-w.request.priority.rank, w.created_at, w.kind, w.id))
-    return work
+    return behind_beneficiaries(work)
+
+
+def behind_beneficiaries(work: list[Waiting]) -> list[Waiting]:
+    """``work`` with each item evicted for another waiting item moved right behind it.
+    A job moved off its GPU for a waiting request is older than that request, and
+    placed first it could take back the very room it left (a migration's or a spot
+    reclaim's). Items in a cycle of such evictions keep their place."""
+    names = {w.name for w in work}
+    behind: dict[str, list[Waiting]] = {}
+    for w in work:
+        if w.evicted_for in names and w.evicted_for != w.name:
+            behind.setdefault(w.evicted_for, []).append(w)
+    placed: dict[str, None] = {}
+    out: list[Waiting] = []
+
+    def emit(w: Waiting) -> None:
+        if w.name not in placed:
+            placed[w.name] = None
+            out.append(w)
+            for later in behind.get(w.name, ()):
+                emit(later)
+
+    moved = {later.name for group in behind.values() for later in group}
+    for w in work:
+        if w.name not in moved:
+            emit(w)
+    for w in work:  # a cycle: nobody ahead of it was placed
+        emit(w)
+    return out
 
 
 def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allocation] | None, Reason | None]:
@@ -159,6 +202,8 @@ def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, ow
         row = workloads.claim(s, w.kind, w.id, owner)
         if row is None:
             return False
+        if isinstance(row, Job):
+            row.evicted_for = None
         rows = take(s, row, allocs, snap)
         for a in rows:
             record_event(

@@ -299,6 +299,10 @@ class Job(SpotNotice, Base):
     pin_nodes: Mapped[list] = mapped_column(JSON, default=list)
     #: it may land on a cordoned pinned node (re-verifying a node cordoned for failing)
     ignore_cordon: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: the waiting work (``job-7``) it was evicted for, by a spot reclaim or a migration:
+    #: a scheduling pass places it after that work (``scheduling.waiting_work``), so it
+    #: does not take back the room it left. Cleared when it is placed again.
+    evicted_for: Mapped[str | None] = mapped_column(String(100), nullable=True, default=None)
 
 
 class JobDependency(Base):

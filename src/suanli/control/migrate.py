@@ -1,0 +1,117 @@
+"""Migration: whole-GPU work that waits because the free GPU capacity is scattered over
+shared GPUs gets room by moving running shares, with the planner the simulator
+measures (``scheduler.repack.PLANNERS``: ``direct`` single moves or ``repack``'s
+chains; BENCHMARKS.md, issue 16).
+
+A move is what the platform can do to a running job: checkpoint, stop, start
+elsewhere. So only jobs that can resume move: a single-node job on a share of one GPU
+with a ``checkpoint_dir``, not pinned to a node, not already under a notice, and only
+for work of its own class or a higher one (spot work never moves an on-demand job). An
+instance never moves: it is a renter's machine, with their sessions and processes in
+it. Each moved job gets the reclaim notice (SIGUSR1 and the deadline file, then
+SIGTERM: ``notice.notify``), so it checkpoints as for a spot reclaim; when the notice
+runs out it is requeued from its checkpoint (``expiry``, ``evict``) and the next pass
+places the request first, then the moved jobs (``Job.evicted_for``). The request
+waits for its notices instead of planning again, as preemption's beneficiaries do.
+
+One plan per tick, and a request is not planned for again within
+``MigrationSettings.retry_s`` (a planning call costs up to half a second of solver
+time): by then its moves are done and it runs, or a new plan is sought. Off unless the operator sets ``--migration-moves``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from suanli.backends.base import Handle
+from suanli.control import workloads
+from suanli.control.capacity import snapshot, to_sched_allocation
+from suanli.control.notice import notice_of, notify
+from suanli.control.plane import Plane
+from suanli.control.scheduling import Waiting
+from suanli.db.models import Job
+from suanli.scheduler import PriorityClass
+from suanli.scheduler.defrag import DefragPlan, MovableSet
+from suanli.scheduler.framework import feasible_mask
+from suanli.scheduler.repack import PLANNERS
+
+
+@dataclass
+class Migrator:
+    """The migration phase of a tick, with its memory of requests no plan was found for."""
+
+    plane: Plane
+    #: request (``job-7``) -> the clock's time it was last planned for
+    tried: dict[str, float] = field(default_factory=dict)
+
+    def migrate(self, admitted: Sequence[Waiting]) -> list[tuple[str, int]]:
+        """Notice the shares one plan moves for the first admitted whole-GPU request
+        that does not fit; the jobs noticed."""
+        settings, now = self.plane.migration, self.plane.clock.now()
+        if settings.moves < 1:
+            return []
+        wanting = [w for w in admitted if _may_gain(w) and now - self.tried.get(w.name, -1e18) >= settings.retry_s]
+        if not wanting:
+            return []
+        with self.plane.db.transaction() as s:
+            noticed_for, shares = set(), []
+            for kind, row in workloads.running(s):
+                notice = notice_of(row)
+                if notice is not None:
+                    noticed_for.add(notice.beneficiary)
+                elif isinstance(row, Job) and _movable(row) and len(allocs := workloads.open_allocations(s, kind, row.id)) == 1:
+                    shares.append((row, allocs))
+            wanting = [w for w in wanting if w.name not in noticed_for]
+            if not wanting or not shares:
+                return []
+            snap = snapshot(s, list(self.plane.backends))
+            names = {nid: name for name, nid in snap.node_ids.items()}
+            movable = [
+                (
+                    PriorityClass(row.priority).rank,
+                    row.id,
+                    to_sched_allocation(a, names[a.node_id]),
+                    frozenset(row.gpu_models or ()),
+                )
+                for row, [a] in shares
+            ]
+            handles = {row.id: [Handle.from_json(h) for h in row.handles or []] for row, _ in shares}
+        planner = PLANNERS[settings.planner]
+        for w in wanting:
+            if feasible_mask(snap.state, w.request).any():
+                continue  # it fits: the scheduling phase places it
+            self.tried[w.name] = now
+            mine = MovableSet(snap.state)
+            for rank, wid, alloc, models in movable:
+                if rank <= w.request.priority.rank:
+                    mine.add(wid, alloc, models)
+            plan = planner(snap.state, w.request, mine, settings.moves) if mine else None
+            if plan is not None and plan.migrations:
+                return self._notice(plan, w, handles)
+        return []
+
+    def _notice(self, plan: DefragPlan, w: Waiting, handles: dict[int, list[Handle]]) -> list[tuple[str, int]]:
+        told = []
+        for m in plan.migrations:
+            why = (
+                f"migration for {w.name}: its share of {m.old.node} GPU {m.old.gpu_indices[0]} moves "
+                f"(planned: to {m.new.node} GPU {m.new.gpu_indices[0]}) to free {plan.allocation.node} for it"
+            )
+            job_id = cast(int, m.key)  # the keys ``migrate`` put in the MovableSet
+            if notify(self.plane, "job", job_id, handles[job_id], w.name, m.old.node, why=why):
+                told.append(("job", job_id))
+        self.plane.stats.migrations += len(told)
+        return told
+
+
+def _may_gain(w: Waiting) -> bool:
+    """Whole GPUs on one node, placed by the policy: what moving shares can make room for."""
+    req = w.request
+    return w.num_nodes == 1 and req.gpu_count > 0 and not req.pin_nodes
+
+
+def _movable(row: Job) -> bool:
+    """A job that can move: on a share of one GPU of one node, resumable, not pinned."""
+    return bool(row.gpu_milli) and row.num_nodes == 1 and bool(row.spec.get("checkpoint_dir")) and not row.pin_nodes
