@@ -656,13 +656,14 @@ def fragmented(tmp_path: Path, share: dict[str, Any]) -> tuple[Rig, dict[str, in
     return rig, small
 
 
-def test_whole_gpu_work_kept_waiting_by_scattered_shares_gets_one_moved(tmp_path: Path) -> None:
+@pytest.mark.parametrize("planner", ["direct", "repack"])
+def test_whole_gpu_work_kept_waiting_by_scattered_shares_gets_one_moved(tmp_path: Path, planner: str) -> None:
     """A one-GPU job fits nowhere: each GPU holds a 200-milli share. One share is noticed
     (a migration, with the reclaim notice), the request waits for it without planning
     again, and when the notice runs out the share is requeued from its checkpoint and
     placed after the request: the request gets the GPU it left, the share the other."""
     rig, small = fragmented(tmp_path, {"checkpoint_dir": "ckpt"})
-    rig.loop.plane.migration = MigrationSettings(moves=2)
+    rig.loop.plane.migration = MigrationSettings(moves=2, planner=planner)
     whole = rig.submit("H100:1")
     rig.tick()
     assert rig.job(whole).state == "queued"
