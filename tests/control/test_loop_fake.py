@@ -730,3 +730,25 @@ def test_migration_settings_name_the_simulators_planners_and_refuse_others() -> 
         MigrationSettings(moves=2, planner="chains")
     with pytest.raises(ValueError, match="moves and retry_s must be >= 0"):
         MigrationSettings(moves=-1)
+
+
+def test_a_migration_its_request_no_longer_needs_is_withdrawn(tmp_path: Path) -> None:
+    """The other share ends during the notice: the request runs on the GPU that freed, and
+    the noticed share stays where it is (a spot reclaim's notice is final; a move that
+    buys nothing is not made)."""
+    rig, small = fragmented(tmp_path, {"checkpoint_dir": "ckpt"})
+    rig.loop.plane.migration = MigrationSettings(moves=2)
+    whole = rig.submit("H100:1")
+    rig.tick()
+    [moved] = [j for j in small.values() if rig.job(j).notice_for]
+    [ends] = [j for j in small.values() if j != moved]
+    where = rig.nodes_of("job", moved)
+    rig.fake.exit(task_key("job", ends), 0)
+    rig.tick()
+    assert rig.job(whole).state == "running" and rig.nodes_of("job", whole) == [({"m1", "m2"} - set(where)).pop()]
+    rig.wait_out_notice(task_key("job", moved))
+    rig.tick()
+    assert rig.job(moved).state == "running" and rig.job(moved).notice_for is None and rig.nodes_of("job", moved) == where
+    assert rig.events("job", moved)[-1] == ("running", f"migration withdrawn: job-{whole} no longer waits")
+    assert task_key("job", moved) not in dict(rig.fake.stopped)
+    rig.assert_consistent()

@@ -13,7 +13,8 @@ this order, each in a module of its own:
    verification job left is recorded;
 3. **failover** (``failover``): work on a down node requeued from its checkpoint;
 4. **notices** (``expiry``): work whose notice ran out evicted and requeued (spot
-   victims), or stopped and requeued (a tenant out of funds);
+   victims, moved shares), or stopped and requeued (a tenant out of funds); first, a
+   migration's notice withdrawn where its request no longer waits (``migrate``);
 5. **outbid** (``outbid``): spot work bidding below the spot price noticed; then
    (5b, every ``poll_interval_s``) **funds** (``funds``): the running work of a
    prepaid tenant whose balance is spent noticed, a notice withdrawn after a top-up;
@@ -64,7 +65,7 @@ from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
 from suanli.control.loop_report import Counters, Publisher
-from suanli.control.migrate import Migrator
+from suanli.control.migrate import Migrator, withdraw_needless
 from suanli.control.outbid import outbid
 from suanli.control.plane import MigrationSettings, Plane, ReclaimSettings
 from suanli.control.preempt import preempt
@@ -263,6 +264,7 @@ class ControlLoop:
         reclaiming = bool(self._guarded(self._reclaim_due))
         if reclaiming:
             ended |= bool(self._guarded(failover, self.plane))  # 3
+            self._guarded(withdraw_needless, self.plane)  # 4, first: a migration its request no longer needs
             ended |= bool(self._guarded(expire_notices, self.plane))  # 4
             self._guarded(outbid, self.plane)  # 5
         if poll:

@@ -13,6 +13,8 @@ SIGTERM: ``notice.notify``), so it checkpoints as for a spot reclaim; when the n
 runs out it is requeued from its checkpoint (``expiry``, ``evict``) and the next pass
 places the request first, then the moved jobs (``Job.evicted_for``). The request
 waits for its notices instead of planning again, as preemption's beneficiaries do.
+Unlike a spot reclaim's, a migration's notice is withdrawn when its request no longer
+waits (capacity freed elsewhere, or it was cancelled): the move would buy nothing.
 
 One plan per tick, and a request is not planned for again within
 ``MigrationSettings.retry_s`` (a planning call costs up to half a second of solver
@@ -28,7 +30,8 @@ from typing import cast
 from suanli.backends.base import Handle
 from suanli.control import workloads
 from suanli.control.capacity import snapshot, to_sched_allocation
-from suanli.control.notice import notice_of, notify
+from suanli.control.lifecycle import record_event
+from suanli.control.notice import clear_notice, notice_of, notify
 from suanli.control.plane import Plane
 from suanli.control.scheduling import Waiting
 from suanli.db.models import Job
@@ -36,6 +39,9 @@ from suanli.scheduler import PriorityClass
 from suanli.scheduler.defrag import DefragPlan, MovableSet
 from suanli.scheduler.framework import feasible_mask
 from suanli.scheduler.repack import PLANNERS
+
+#: how a migration's notice reason begins (``Notice.why``)
+MIGRATION = "migration for "
 
 
 @dataclass
@@ -96,7 +102,7 @@ class Migrator:
         told = []
         for m in plan.migrations:
             why = (
-                f"migration for {w.name}: its share of {m.old.node} GPU {m.old.gpu_indices[0]} moves "
+                f"{MIGRATION}{w.name}: its share of {m.old.node} GPU {m.old.gpu_indices[0]} moves "
                 f"(planned: to {m.new.node} GPU {m.new.gpu_indices[0]}) to free {plan.allocation.node} for it"
             )
             job_id = cast(int, m.key)  # the keys ``migrate`` put in the MovableSet
@@ -104,6 +110,23 @@ class Migrator:
                 told.append(("job", job_id))
         self.plane.stats.migrations += len(told)
         return told
+
+
+def withdraw_needless(plane: Plane) -> list[tuple[str, int]]:
+    """Withdraw the migration notices whose request no longer waits (phase 4, before
+    expiry); the work withdrawn for."""
+    with plane.db.transaction() as s:
+        noticed = list(workloads.running(s, lambda m: m.notice_why.startswith(MIGRATION)))
+        if not noticed:
+            return []
+        waiting = {f"{kind}-{row.id}" for kind, row in workloads.waiting(s)}
+        withdrawn = []
+        for kind, row in noticed:
+            if row.notice_for not in waiting:
+                record_event(s, kind, row.id, "running", "running", f"migration withdrawn: {row.notice_for} no longer waits")
+                clear_notice(row)
+                withdrawn.append((kind, row.id))
+        return withdrawn
 
 
 def _may_gain(w: Waiting) -> bool:
