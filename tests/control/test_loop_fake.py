@@ -752,3 +752,20 @@ def test_a_migration_its_request_no_longer_needs_is_withdrawn(tmp_path: Path) ->
     assert rig.events("job", moved)[-1] == ("running", f"migration withdrawn: job-{whole} no longer waits")
     assert task_key("job", moved) not in dict(rig.fake.stopped)
     rig.assert_consistent()
+
+
+def test_a_migration_plan_reads_the_shares_allocations_at_once(tmp_path: Path) -> None:
+    """The phase's reads do not grow with the running shares: their allocations in one read
+    (the snapshot reads them once more), not one per share."""
+    rig, small = fragmented(tmp_path, {"checkpoint_dir": "ckpt"})
+    more = [rig.submit("H100:1", resources={"gpu_milli": 100}, checkpoint_dir="ckpt") for _ in range(4)]
+    rig.tick()
+    assert all(rig.job(j).state == "running" for j in more)
+    rig.loop.plane.migration = MigrationSettings(moves=2)
+    rig.submit("H100:1")
+    work, _ = rig.loop.admit()
+    statements: list[str] = []
+    event.listen(rig.db.engine, "before_cursor_execute", lambda _c, _cur, sql, *_: statements.append(sql))
+    assert rig.loop.migrator.migrate(work)
+    assert len([sql for sql in statements if "FROM allocations" in sql]) == 2, statements
+    rig.assert_consistent()

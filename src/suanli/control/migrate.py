@@ -27,11 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+from sqlalchemy import and_
+
 from suanli.backends.base import Handle
 from suanli.control import workloads
 from suanli.control.capacity import snapshot, to_sched_allocation
 from suanli.control.lifecycle import record_event
-from suanli.control.notice import clear_notice, notice_of, notify
+from suanli.control.notice import clear_notice, notify
 from suanli.control.plane import Plane
 from suanli.control.scheduling import Waiting
 from suanli.db.models import Job
@@ -62,15 +64,15 @@ class Migrator:
         if not wanting:
             return []
         with self.plane.db.transaction() as s:
-            noticed_for, shares = set(), []
-            for kind, row in workloads.running(s):
-                notice = notice_of(row)
-                if notice is not None:
-                    noticed_for.add(notice.beneficiary)
-                elif isinstance(row, Job) and _movable(row) and len(allocs := workloads.open_allocations(s, kind, row.id)) == 1:
-                    shares.append((row, allocs))
+            noticed = workloads.running(s, lambda m: m.notice_deadline.is_not(None))
+            noticed_for = {row.notice_for for _, row in noticed}
             wanting = [w for w in wanting if w.name not in noticed_for]
-            if not wanting or not shares:
+            if not wanting:
+                return []
+            candidates = workloads.running(s, lambda m: and_(m.gpu_milli > 0, m.notice_deadline.is_(None)))
+            rows = {("job", row.id): row for _, row in candidates if isinstance(row, Job) and _movable(row)}
+            shares = [(rows[key], allocs) for key, allocs in workloads.open_allocations_of(s, rows).items() if len(allocs) == 1]
+            if not shares:
                 return []
             snap = snapshot(s, list(self.plane.backends))
             names = {nid: name for name, nid in snap.node_ids.items()}
