@@ -18,7 +18,8 @@ waits (capacity freed elsewhere, or it was cancelled): the move would buy nothin
 
 One plan per tick, and a request is not planned for again within
 ``MigrationSettings.retry_s`` (a planning call costs up to half a second of solver
-time): by then its moves are done and it runs, or a new plan is sought. Off unless the operator sets ``--migration-moves``.
+time): by then its moves are done and it runs, or a new plan is sought. Off unless the
+operator sets ``--migration-moves``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ MIGRATION = "migration for "
 
 @dataclass
 class Migrator:
-    """The migration phase of a tick, with its memory of requests no plan was found for."""
+    """The migration phase of a tick, with its memory of the requests it planned for."""
 
     plane: Plane
     #: request (``job-7``) -> the clock's time it was last planned for
@@ -116,7 +117,7 @@ class Migrator:
 
 def withdraw_needless(plane: Plane) -> list[tuple[str, int]]:
     """Withdraw the migration notices whose request no longer waits (phase 4, before
-    expiry); the work withdrawn for."""
+    expiry); the work whose notice was withdrawn."""
     with plane.db.transaction() as s:
         noticed = list(workloads.running(s, lambda m: m.notice_why.startswith(MIGRATION)))
         if not noticed:
