@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -673,6 +673,10 @@ def test_whole_gpu_work_kept_waiting_by_scattered_shares_gets_one_moved(tmp_path
     assert message.startswith(f"migration for job-{whole}: its share of {left} GPU 0 moves"), message
     rig.tick(2)
     assert len(rig.fake.notices) == 1 and rig.job(whole).state == "queued"  # it waits for its notice
+    due = datetime.fromtimestamp(rig.fake.notices[0].deadline, tz=UTC).strftime("%H:%M:%S UTC")
+    assert rig.loop.stats.unplaced[("job", whole)].text() == (
+        f"waiting for capacity (gpu; 1 running workload noticed to make room, due {due})"
+    )
     rig.wait_out_notice(task_key("job", moved))
     rig.tick()
     other = ({"m1", "m2"} - {left}).pop()

@@ -66,6 +66,7 @@ from suanli.control.failover import failover
 from suanli.control.launcher import fail_launch, launch, unclaim
 from suanli.control.loop_report import Counters, Publisher
 from suanli.control.migrate import Migrator, withdraw_needless
+from suanli.control.notice import making_room
 from suanli.control.outbid import outbid
 from suanli.control.plane import MigrationSettings, Plane, ReclaimSettings
 from suanli.control.preempt import preempt
@@ -280,6 +281,9 @@ class ControlLoop:
         result = schedule_pass(  # 8
             self.db, self.policy, list(self.backends), self.owner, work, held, memo=self._memo, fallback=self.fallback
         )
+        if reclaiming and result.unplaced:  # notices may be pending: their beneficiaries' reasons say so
+            annotated = self._guarded(self._making_room, result.unplaced)
+            result.unplaced = annotated if isinstance(annotated, dict) else result.unplaced
         if result.claimed:  # 9
             launches = [self._launcher.submit(self._launch, *claim) for claim in result.claimed]
             with self._inflight_lock:
@@ -319,6 +323,10 @@ class ControlLoop:
     def _has_work(self) -> bool:
         with self.db.reads() as s:  # on SQLite, not behind the API's writes
             return workloads.loop_has_work(s)
+
+    def _making_room(self, unplaced: dict[tuple[str, int], Reason]) -> dict[tuple[str, int], Reason]:
+        with self.db.reads() as s:
+            return making_room(s, unplaced)
 
     def _reclaim_due(self) -> bool:
         """Whether phases 3-5 and 7 have anything to do (``workloads.reclaim_due``)."""

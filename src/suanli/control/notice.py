@@ -13,10 +13,13 @@ import signal
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sqlalchemy.orm import Session
+
 from suanli.backends.base import Backend, BackendError, Handle, SupportsNotice
 from suanli.control import workloads
 from suanli.control.lifecycle import record_event
 from suanli.control.plane import Plane
+from suanli.control.waiting import Reason
 from suanli.db.models import Instance, Job
 
 log = logging.getLogger(__name__)
@@ -119,3 +122,21 @@ def notify(
             log.warning("notice to %s failed: %s", h.key, exc)
     plane.stats.notices += 1
     return True
+
+
+def making_room(s: Session, unplaced: dict[workloads.Key, Reason]) -> dict[workloads.Key, Reason]:
+    """``unplaced`` with the reasons of work that running work is noticed for (a spot
+    reclaim, a migration) saying so and by when: "waiting for capacity (gpu; 2 running
+    workloads noticed to make room, due 09:31:05 UTC)", not a wait that looks open-ended."""
+    due: dict[str, tuple[int, float]] = {}
+    for _, row in workloads.running(s, lambda m: m.notice_deadline.is_not(None)):
+        n, last = due.get(row.notice_for or "", (0, 0.0))
+        due[row.notice_for or ""] = (n + 1, max(last, row.notice_deadline or 0.0))
+    out = dict(unplaced)
+    for (kind, wid), reason in unplaced.items():
+        if (hit := due.get(f"{kind}-{wid}")) is not None:
+            n, deadline = hit
+            when = datetime.fromtimestamp(deadline, tz=UTC).strftime("%H:%M:%S UTC")
+            work = f"{n} running workload{'s' if n > 1 else ''}"
+            out[(kind, wid)] = Reason(reason.code, f"{reason.detail}; {work} noticed to make room, due {when}")
+    return out
