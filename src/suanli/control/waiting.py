@@ -12,7 +12,9 @@ Codes:
 
 - ``capacity``: no node has the free GPUs/CPU/memory now (detail: the filter that
   ruled out every node: ``gpu``, ``cpu``, ``memory``, ``gpu_model``,
-  ``unschedulable``); it starts when capacity frees up.
+  ``unschedulable``; then, where running work is noticed to make room for it, a spot
+  reclaim or a migration, how much and by when: ``notice.making_room``); it starts when
+  capacity frees up.
 - ``gang``: one member fits somewhere, but not ``num_nodes`` of them at once.
 - ``pinned-node``: the work is pinned to nodes (an operator's node verification) and
   none of them can take it now (detail: each node and why: ``busy (gpu)``,
