@@ -14,7 +14,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -638,38 +638,52 @@ def test_an_idle_loop_sleeps_until_its_idle_wait_and_a_wake_ticks_at_once(rig: R
 
 
 # -- migration ---------------------------------------------------------------------------------
-def fragmented(tmp_path: Path, share: dict[str, Any]) -> tuple[Rig, dict[str, int]]:
-    """Two one-GPU nodes, each holding one running share of 200 milli (``share``: the
-    shares' task fields), so 800 milli is free on each GPU and no whole GPU is. Shares of
-    800 placed first put them on different GPUs; they then end."""
-    rig = make_rig(tmp_path, ("m1", "m2"), gpus=1)
-    big = [rig.submit("H100:1", resources={"gpu_milli": 800}) for _ in range(2)]
-    rig.tick()
-    small = {}
-    for name in ("a", "b"):  # one at a time: the second fits only beside the other big share
-        small[name] = rig.submit("H100:1", **{**share, "resources": {"gpu_milli": 200, **share.get("resources", {})}})
+#: ``fragmented(share)``: a rig and its two shares (the fixture below)
+Fragmented = Callable[[dict[str, Any]], tuple[Rig, dict[str, int]]]
+
+
+@pytest.fixture
+def fragmented(tmp_path: Path) -> Iterator[Fragmented]:
+    """``fragmented(share)``: a rig of two one-GPU nodes, each holding one running share of
+    200 milli (``share``: the shares' task fields), so 800 milli is free on each GPU and
+    no whole GPU is; and the shares by name. Shares of 800 placed first put them on
+    different GPUs; they then end."""
+    rigs: list[Rig] = []
+
+    def make(share: dict[str, Any]) -> tuple[Rig, dict[str, int]]:
+        rig = make_rig(tmp_path, ("m1", "m2"), gpus=1)
+        rigs.append(rig)
+        big = [rig.submit("H100:1", resources={"gpu_milli": 800}) for _ in range(2)]
         rig.tick()
-    for j in big:
-        rig.fake.exit(task_key("job", j), 0)
-    rig.tick()
-    assert sorted(rig.nodes_of("job", j)[0] for j in small.values()) == ["m1", "m2"]
-    return rig, small
+        small = {}
+        for name in ("a", "b"):  # one at a time: the second fits only beside the other big share
+            small[name] = rig.submit("H100:1", **{**share, "resources": {"gpu_milli": 200, **share.get("resources", {})}})
+            rig.tick()
+        for j in big:
+            rig.fake.exit(task_key("job", j), 0)
+        rig.tick()
+        assert sorted(rig.nodes_of("job", j)[0] for j in small.values()) == ["m1", "m2"]
+        return rig, small
+
+    yield make
+    for rig in rigs:
+        rig.db.dispose()
 
 
 @pytest.mark.parametrize("planner", ["direct", "repack"])
-def test_whole_gpu_work_kept_waiting_by_scattered_shares_gets_one_moved(tmp_path: Path, planner: str) -> None:
+def test_whole_gpu_work_kept_waiting_by_scattered_shares_gets_one_moved(fragmented: Fragmented, planner: str) -> None:
     """A one-GPU job fits nowhere: each GPU holds a 200-milli share. One share is noticed
     (a migration, with the reclaim notice), the request waits for it without planning
     again, and when the notice runs out the share is requeued from its checkpoint and
     placed after the request: the request gets the GPU it left, the share the other."""
-    rig, small = fragmented(tmp_path, {"checkpoint_dir": "ckpt"})
+    rig, small = fragmented({"checkpoint_dir": "ckpt"})
     rig.loop.plane.migration = MigrationSettings(moves=2, planner=planner)
     whole = rig.submit("H100:1")
     rig.tick()
     assert rig.job(whole).state == "queued"
     [(moved, left)] = [(j, rig.nodes_of("job", j)[0]) for j in small.values() if rig.job(j).notice_for]
     assert rig.job(moved).notice_for == f"job-{whole}"
-    [(state, message)] = [e for e in rig.events("job", moved) if e[0] == "noticed"]
+    [(_, message)] = [e for e in rig.events("job", moved) if e[0] == "noticed"]
     assert message.startswith(f"migration for job-{whole}: its share of {left} GPU 0 moves"), message
     rig.tick(2)
     assert len(rig.fake.notices) == 1 and rig.job(whole).state == "queued"  # it waits for its notice
@@ -691,11 +705,11 @@ def test_whole_gpu_work_kept_waiting_by_scattered_shares_gets_one_moved(tmp_path
 
 
 @pytest.mark.parametrize("case", ["off", "no checkpoint", "spot request", "instances"])
-def test_nothing_moves_that_cannot_resume_or_for_lower_class_work(tmp_path: Path, case: str) -> None:
+def test_nothing_moves_that_cannot_resume_or_for_lower_class_work(fragmented: Fragmented, case: str) -> None:
     """Migration is off unless asked for; a job without a checkpoint_dir would lose its
     work, an instance is a renter's machine, and on-demand work does not move for spot."""
     share: dict[str, Any] = {} if case == "no checkpoint" else {"checkpoint_dir": "ckpt"}
-    rig, small = fragmented(tmp_path, share)
+    rig, small = fragmented(share)
     if case == "instances":  # shares of instances in the jobs' places
         for j in small.values():
             rig.fake.exit(task_key("job", j), 0)
@@ -712,8 +726,6 @@ def test_nothing_moves_that_cannot_resume_or_for_lower_class_work(tmp_path: Path
 
 
 def test_work_evicted_for_waiting_work_is_placed_right_behind_it() -> None:
-    from datetime import datetime
-
     from suanli.control.scheduling import Waiting, behind_beneficiaries
     from suanli.scheduler import Request
 
@@ -736,11 +748,11 @@ def test_migration_settings_name_the_simulators_planners_and_refuse_others() -> 
         MigrationSettings(moves=-1)
 
 
-def test_a_migration_its_request_no_longer_needs_is_withdrawn(tmp_path: Path) -> None:
+def test_a_migration_its_request_no_longer_needs_is_withdrawn(fragmented: Fragmented) -> None:
     """The other share ends during the notice: the request runs on the GPU that freed, and
     the noticed share stays where it is (a spot reclaim's notice is final; a move that
     buys nothing is not made)."""
-    rig, small = fragmented(tmp_path, {"checkpoint_dir": "ckpt"})
+    rig, small = fragmented({"checkpoint_dir": "ckpt"})
     rig.loop.plane.migration = MigrationSettings(moves=2)
     whole = rig.submit("H100:1")
     rig.tick()
@@ -758,10 +770,10 @@ def test_a_migration_its_request_no_longer_needs_is_withdrawn(tmp_path: Path) ->
     rig.assert_consistent()
 
 
-def test_a_migration_plan_reads_the_shares_allocations_at_once(tmp_path: Path) -> None:
+def test_a_migration_plan_reads_the_shares_allocations_at_once(fragmented: Fragmented) -> None:
     """The phase's reads do not grow with the running shares: their allocations in one read
     (the snapshot reads them once more), not one per share."""
-    rig, small = fragmented(tmp_path, {"checkpoint_dir": "ckpt"})
+    rig, small = fragmented({"checkpoint_dir": "ckpt"})
     more = [rig.submit("H100:1", resources={"gpu_milli": 100}, checkpoint_dir="ckpt") for _ in range(4)]
     rig.tick()
     assert all(rig.job(j).state == "running" for j in more)
