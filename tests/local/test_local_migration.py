@@ -1,6 +1,7 @@
 """Migration on the embedded local backend: real processes get the notice, checkpoint,
 stop and resume on another node's GPU, so whole-GPU work kept waiting by scattered
-shares runs. The same scenario against the fake backend, step by step, is in
+shares runs; and ``suanli server --migration-moves`` turns it on in the server's worker
+process. The same scenario against the fake backend, step by step, is in
 ``tests/control/test_loop_fake.py``."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from suanli.control import jobs
 from suanli.control.plane import MigrationSettings
 from suanli.inventory import Inventory, NodeDecl
+from tests.control.control_helpers import ServerProcess, free_port, wait_until
 from tests.event_helpers import events_text
 from tests.local.test_local_reclaim import WORKLOAD, log_lines, starts
 from tests.platform_helpers import ADMIN, Platform, make_platform
@@ -55,3 +57,35 @@ def test_a_share_moves_from_its_checkpoint_so_a_whole_gpu_job_runs(platform: Pla
     assert resumed.endswith(f"node={({'local1', 'local2'} - {left}).pop()}"), resumed
     states = [e.to_state for e in p.events("job", moved)]
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", moved))
+
+
+def test_the_server_flag_turns_migration_on_in_its_worker(tmp_path: Path) -> None:
+    """Through ``suanli server``: the flag reaches the worker process that runs the loop.
+    One four-GPU node of the demo inventory is left schedulable and fragmented by shares."""
+    srv = ServerProcess(
+        tmp_path / "data", None, free_port(), args=("--runtime", "process", "--migration-moves", "2", "--notice", "1")
+    )
+    srv.start()
+    try:
+        c = srv.client()
+        for n in c.nodes():
+            if n["name"] != "rtx4090-0":
+                c.set_node_state(n["name"], "cordoned")
+        gpu = {"accelerators": "RTX4090:1"}
+        big = [c.launch({"resources": {**gpu, "gpu_milli": 800}, "run": "sleep 300"})["id"] for _ in range(4)]
+        wait_until(lambda: all(c.job(j)["state"] == "running" for j in big), 30)
+        small = []
+        for _ in range(4):  # one at a time: each fits only beside a big share
+            run = "trap 'exit 0' TERM; while true; do sleep 0.1; done"
+            small.append(c.launch({"resources": {**gpu, "gpu_milli": 200}, "run": run, "checkpoint_dir": "ckpt"})["id"])
+            wait_until(lambda: c.job(small[-1])["state"] == "running", 30)
+        for j in big:
+            c.cancel_job(j)
+        wait_until(lambda: all(c.job(j)["state"] == "cancelled" for j in big), 30)
+        whole = c.launch({"resources": gpu, "run": "sleep 1"})["id"]
+        wait_until(lambda: c.job(whole)["state"] in ("running", "succeeded"), 60)
+        moved = [j for j in small if any("migration for job-" in (e["message"] or "") for e in c.events("job", j))]
+        assert len(moved) == 1, [c.events("job", j) for j in small]
+        wait_until(lambda: c.job(moved[0])["state"] == "running", 30)
+    finally:
+        srv.close()
