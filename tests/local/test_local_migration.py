@@ -2,7 +2,7 @@
 stop and resume on another node's GPU, so whole-GPU work kept waiting by scattered
 shares runs; and ``suanli server --migration-moves`` turns it on in the server's worker
 process. The same scenario against the fake backend, step by step, is in
-``tests/control/test_loop_fake.py``."""
+``tests/control/test_loop_migration.py``."""
 
 from __future__ import annotations
 
