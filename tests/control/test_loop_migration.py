@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from suanli.control import instances
+from suanli.billing import store as billing_store
+from suanli.control import accounts, instances, jobs
+from suanli.control.auth import Principal
 from suanli.control.launcher import task_key
 from suanli.control.plane import MigrationSettings
+from suanli.control.task import Task
 from tests.control.test_loop_fake import ADMIN, Rig, make_rig
 
 #: ``fragmented(share)``: a rig and its two shares (the fixture below)
@@ -145,6 +148,31 @@ def test_a_migration_its_request_no_longer_needs_is_withdrawn(fragmented: Fragme
     rig.tick()
     assert rig.job(moved).state == "running" and rig.job(moved).notice_for is None and rig.nodes_of("job", moved) == where
     assert rig.events("job", moved)[-1] == ("running", f"migration withdrawn: job-{whole} no longer waits")
+    assert task_key("job", moved) not in dict(rig.fake.stopped)
+    rig.assert_consistent()
+
+
+def test_a_migration_for_a_request_billing_then_holds_is_withdrawn(fragmented: Fragmented) -> None:
+    """The request's prepaid tenant runs out of funds during the notice: billing holds the
+    request, so it would not take the GPU the move frees; the noticed share stays."""
+    rig, small = fragmented({"checkpoint_dir": "ckpt"})
+    rig.loop.plane.migration = MigrationSettings(moves=2)
+    accounts.create_tenant(rig.db, ADMIN, "lab")
+    billing_store.topup(rig.db, "lab", "100")
+    user, _ = accounts.create_user(rig.db, ADMIN, "lab-user", "member", "lab")
+    member = Principal(user_id=user.id, tenant_id=user.tenant_id, name=user.name, role="member")
+    task = Task.model_validate({"resources": {"accelerators": "H100:1"}, "run": "train"})
+    whole = jobs.submit(rig.db, member, task).id
+    rig.tick()
+    [moved] = [j for j in small.values() if rig.job(j).notice_for == f"job-{whole}"]
+    billing_store.record_transfer(rig.db, "lab", "10000")  # ¥1,200 of transfer: lab's ¥100 is spent
+    rig.tick()
+    assert rig.job(moved).notice_for is None and rig.job(moved).notice_deadline is None
+    [(state, message)] = rig.events("job", moved)[-1:]
+    assert state == "running" and message.startswith(f"migration withdrawn: job-{whole} is held: "), message
+    rig.wait_out_notice(task_key("job", moved))
+    rig.tick()
+    assert rig.job(moved).state == "running" and rig.job(whole).state == "queued"
     assert task_key("job", moved) not in dict(rig.fake.stopped)
     rig.assert_consistent()
 

@@ -21,7 +21,8 @@ this order, each in a module of its own:
 6. **pipelines** (``pipelines``): queued jobs whose dependency failed or was cancelled
    cancelled with its name, transitively (one small read when none did); then
    **admit** (``admission``): waiting work judged once against quotas, budgets and
-   bids; what can never run fails, what may not run yet is held with its reason;
+   bids; what can never run fails, what may not run yet is held with its reason, and a
+   migration's notice for a held request is withdrawn;
 7. **preempt** (``preempt``): spot victims noticed for admitted higher-class work
    that does not fit; then (7b, when the operator turned it on) **migrate**
    (``migrate``): running shares noticed to move for whole-GPU work that the free
@@ -274,6 +275,8 @@ class ControlLoop:
         if ended:
             self.work_ended()
         work, held = self.admit()  # 6
+        if reclaiming and held:
+            self._guarded(withdraw_needless, self.plane, held)  # 6b: nor one billing holds
         if reclaiming:
             self._guarded(preempt, self.plane, work)  # 7
         if self.plane.migration.moves:

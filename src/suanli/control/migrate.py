@@ -14,7 +14,8 @@ runs out it is requeued from its checkpoint (``expiry``, ``evict``) and the next
 places the request first, then the moved jobs (``Job.evicted_for``). The request
 waits for its notices instead of planning again, as preemption's beneficiaries do.
 Unlike a spot reclaim's, a migration's notice is withdrawn when its request no longer
-waits (capacity freed elsewhere, or it was cancelled): the move would buy nothing.
+waits (capacity freed elsewhere, or it was cancelled) or billing holds it (a grant's
+GPUs in use, funds that no longer cover it): the move would buy nothing.
 
 One plan per tick, and a request is not planned for again within
 ``MigrationSettings.retry_s`` (a planning call costs up to half a second of solver
@@ -24,7 +25,7 @@ operator sets ``--migration-moves``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -37,6 +38,7 @@ from suanli.control.lifecycle import record_event
 from suanli.control.notice import clear_notice, notify
 from suanli.control.plane import Plane
 from suanli.control.scheduling import Waiting
+from suanli.control.waiting import Reason
 from suanli.db.models import Job
 from suanli.scheduler import PriorityClass
 from suanli.scheduler.defrag import DefragPlan, MovableSet
@@ -115,9 +117,12 @@ class Migrator:
         return told
 
 
-def withdraw_needless(plane: Plane) -> list[tuple[str, int]]:
+def withdraw_needless(plane: Plane, held: Mapping[tuple[str, int], Reason] | None = None) -> list[tuple[str, int]]:
     """Withdraw the migration notices whose request no longer waits (phase 4, before
-    expiry); the work whose notice was withdrawn."""
+    expiry) or, given admission's ``held`` (after phase 6), waits held by billing: a held
+    request is not placed, so the move would interrupt the share for nothing. The work
+    whose notice was withdrawn."""
+    held_names = {f"{kind}-{wid}": reason for (kind, wid), reason in (held or {}).items()}
     with plane.db.transaction() as s:
         noticed = list(workloads.running(s, lambda m: m.notice_why.startswith(MIGRATION)))
         if not noticed:
@@ -126,9 +131,14 @@ def withdraw_needless(plane: Plane) -> list[tuple[str, int]]:
         withdrawn = []
         for kind, row in noticed:
             if row.notice_for not in waiting:
-                record_event(s, kind, row.id, "running", "running", f"migration withdrawn: {row.notice_for} no longer waits")
-                clear_notice(row)
-                withdrawn.append((kind, row.id))
+                why = "no longer waits"
+            elif row.notice_for in held_names:
+                why = f"is held: {held_names[row.notice_for].text()}"
+            else:
+                continue
+            record_event(s, kind, row.id, "running", "running", f"migration withdrawn: {row.notice_for} {why}")
+            clear_notice(row)
+            withdrawn.append((kind, row.id))
         return withdrawn
 
 
