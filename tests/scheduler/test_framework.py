@@ -78,3 +78,46 @@ def test_whole_gpu_requests_take_the_lowest_free_indices():
     state = cluster(node("a", gpus=4), used={"a": [0, 1000, 0, 0]})
     p = scheduler("best_fit", state).place(whole(2))
     assert p.allocation.gpu_indices == (0, 2)
+
+
+def test_bind_all_takes_what_binding_each_in_turn_takes():
+    """A snapshot's many allocations at once: the same free arrays and class counts as
+    one ``bind`` each, and each touched node's version moves."""
+    shapes = [node(f"n{i}", gpus=4, cpu=8000) for i in range(3)]
+    allocs = [
+        Allocation("n0", (0,), 300, 1000, 10),
+        Allocation("n0", (0,), 700, 1000, 10),
+        Allocation("n0", (1, 2), 1000, 2000, 20),
+        Allocation("n2", (3,), 250, 500, 5),
+        Allocation("n2", (), 0, 1500, 0),  # CPU only
+    ]
+    each, at_once = cluster(*shapes), cluster(*shapes)
+    for a in allocs:
+        each.bind(a)
+    before = at_once.version.copy()
+    at_once.bind_all(allocs)
+    for name in ("gpu_free", "cpu_free", "mem_free"):
+        assert (getattr(each, name) == getattr(at_once, name)).all(), name
+    assert {k: v.tolist() for k, v in each.classes.items()} == {k: v.tolist() for k, v in at_once.classes.items()}
+    assert (at_once.version != before).tolist() == [True, False, True]
+
+
+def test_bind_all_rejects_what_does_not_fit_together_and_changes_nothing():
+    state = cluster(node("a", gpus=2, cpu=4000), used={"a": [800, 0]})
+    snapshot = (
+        state.gpu_free.copy(),
+        state.cpu_free.copy(),
+        state.version.copy(),
+        {k: v.copy() for k, v in state.classes.items()},
+    )
+    fits = Allocation("a", (1,), 600, 1000, 0)
+    for bad in (
+        [fits, Allocation("a", (1,), 600, 0, 0)],  # each fits alone, not both
+        [fits, Allocation("a", (0,), 100, 3500, 0)],  # CPU, together
+        [fits, Allocation("a", (2,), 100, 0, 0)],  # no GPU 2
+        [fits, Allocation("a", (1, 1), 100, 0, 0)],  # same GPU twice
+    ):
+        with pytest.raises(OverAllocation):
+            state.bind_all(bad)
+    assert all((x == y).all() for x, y in zip(snapshot[:3], (state.gpu_free, state.cpu_free, state.version)))
+    assert {k: v.tolist() for k, v in state.classes.items()} == {k: v.tolist() for k, v in snapshot[3].items()}

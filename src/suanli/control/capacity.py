@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, select, update
 from sqlalchemy.orm import Session
 
 from suanli.control.lifecycle import record_event
@@ -48,7 +49,18 @@ def to_sched_node(row: Node) -> SchedNode:
     )
 
 
-def to_sched_allocation(row: Allocation, node_name: str) -> SchedAllocation:
+#: what the scheduler's view reads of an allocation (``to_sched_allocation``)
+ALLOCATION_COLUMNS = (
+    Allocation.node_id,
+    Allocation.gpu_indices,
+    Allocation.milli_per_gpu,
+    Allocation.cpu_milli,
+    Allocation.memory_mib,
+)
+
+
+def to_sched_allocation(row: Allocation | Row[Any], node_name: str) -> SchedAllocation:
+    """An allocation row, or a row of ``ALLOCATION_COLUMNS``, in the scheduler's terms."""
     return SchedAllocation(node_name, tuple(row.gpu_indices), row.milli_per_gpu, row.cpu_milli, row.memory_mib)
 
 
@@ -66,8 +78,10 @@ def snapshot(session: Session, backends: Iterable[str]) -> Snapshot:
             # a cordoned node this server runs still takes work pinned to it that ignores
             # the cordon (its re-verification: ``Request.ignore_cordon``)
             state.set_schedulable(n.name, False, cordoned=n.state == "cordoned" and n.backend in usable)
-    for a in session.scalars(select(Allocation).where(Allocation.ended_at.is_(None))):
-        state.bind(to_sched_allocation(a, names[a.node_id]))
+    # columns, not ORM rows: a large cluster holds thousands of allocations, and loading
+    # them as entities was most of a snapshot's time (bench/migration_live_cost.py)
+    rows = session.execute(select(*ALLOCATION_COLUMNS).where(Allocation.ended_at.is_(None)))
+    state.bind_all([to_sched_allocation(a, names[a.node_id]) for a in rows])
     return Snapshot(
         state,
         {n.name: n.id for n in nodes},

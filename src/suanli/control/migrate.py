@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import and_
+from sqlalchemy import Row
 
 from suanli.backends.base import Handle
 from suanli.control import workloads
@@ -39,7 +39,6 @@ from suanli.control.notice import clear_notice, notify
 from suanli.control.plane import Plane
 from suanli.control.scheduling import Waiting
 from suanli.control.waiting import Reason
-from suanli.db.models import Job
 from suanli.scheduler import PriorityClass
 from suanli.scheduler.defrag import DefragPlan, MovableSet
 from suanli.scheduler.framework import feasible_mask
@@ -72,9 +71,7 @@ class Migrator:
             wanting = [w for w in wanting if w.name not in noticed_for]
             if not wanting:
                 return []
-            candidates = workloads.running(s, lambda m: and_(m.gpu_milli > 0, m.notice_deadline.is_(None)))
-            rows = {("job", row.id): row for _, row in candidates if isinstance(row, Job) and _movable(row)}
-            shares = [(rows[key], allocs) for key, allocs in workloads.open_allocations_of(s, rows).items() if len(allocs) == 1]
+            shares = [row for row in workloads.running_shares(s) if _movable(row)]
             if not shares:
                 return []
             snap = snapshot(s, list(self.plane.backends))
@@ -83,12 +80,11 @@ class Migrator:
                 (
                     PriorityClass(row.priority).rank,
                     row.id,
-                    to_sched_allocation(a, names[a.node_id]),
+                    to_sched_allocation(row, names[row.node_id]),
                     frozenset(row.gpu_models or ()),
                 )
-                for row, [a] in shares
+                for row in shares
             ]
-            handles = {row.id: [Handle.from_json(h) for h in row.handles or []] for row, _ in shares}
         planner = PLANNERS[settings.planner]
         for w in wanting:
             if feasible_mask(snap.state, w.request).any():
@@ -100,18 +96,21 @@ class Migrator:
                     mine.add(wid, alloc, models)
             plan = planner(snap.state, w.request, mine, settings.moves) if mine else None
             if plan is not None and plan.migrations:
-                return self._notice(plan, w, handles)
+                return self._notice(plan, w)
         return []
 
-    def _notice(self, plan: DefragPlan, w: Waiting, handles: dict[int, list[Handle]]) -> list[tuple[str, int]]:
+    def _notice(self, plan: DefragPlan, w: Waiting) -> list[tuple[str, int]]:
+        ids = [cast(int, m.key) for m in plan.migrations]  # the keys ``migrate`` put in the MovableSet
+        with self.plane.db.transaction() as s:
+            handles = {wid: [Handle.from_json(h) for h in raw or []] for wid, raw in workloads.handles_of(s, "job", ids)}
         told = []
         for m in plan.migrations:
             why = (
                 f"{MIGRATION}{w.name}: its share of {m.old.node} GPU {m.old.gpu_indices[0]} moves "
                 f"(planned: to {m.new.node} GPU {m.new.gpu_indices[0]}) to free {plan.allocation.node} for it"
             )
-            job_id = cast(int, m.key)  # the keys ``migrate`` put in the MovableSet
-            if notify(self.plane, "job", job_id, handles[job_id], w.name, m.old.node, why=why):
+            job_id = cast(int, m.key)
+            if notify(self.plane, "job", job_id, handles.get(job_id, []), w.name, m.old.node, why=why):
                 told.append(("job", job_id))
         self.plane.stats.migrations += len(told)
         return told
@@ -148,6 +147,6 @@ def _may_gain(w: Waiting) -> bool:
     return w.num_nodes == 1 and req.gpu_count > 0 and not req.pin_nodes
 
 
-def _movable(row: Job) -> bool:
-    """A job that can move: on a share of one GPU of one node, resumable, not pinned."""
-    return bool(row.gpu_milli) and row.num_nodes == 1 and bool(row.spec.get("checkpoint_dir")) and not row.pin_nodes
+def _movable(row: Row[Any]) -> bool:
+    """A running share (``workloads.running_shares``) that can move: resumable, not pinned."""
+    return bool(row.checkpoint_dir) and not row.pin_nodes

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, and_, exists, not_, or_, select, update
+from sqlalchemy import ColumnElement, Row, and_, exists, not_, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from suanli.backends.base import TaskStatus
-from suanli.control.capacity import give_back
+from suanli.control.capacity import ALLOCATION_COLUMNS, give_back
 from suanli.control.lifecycle import INSTANCE_ACTIVE, JOB_FINAL, transition
 from suanli.db.clock import utcnow
 from suanli.db.models import Allocation, Instance, Job, JobDependency, Node, NodeVerifyRun
@@ -71,6 +71,33 @@ def running(s: Session, only: Callable[[Any], ColumnElement[bool]] | None = None
         q = select(model).where(*_on_a_backend(model))
         for row in s.scalars((q if only is None else q.where(only(model))).order_by(model.id)):
             yield kind, cast(Workload, row)
+
+
+def running_shares(s: Session) -> list[Row[Any]]:
+    """Running single-node jobs on a share of one GPU and not under a notice, each with
+    its open allocation: what migration may move (``control.migrate``). Columns, not
+    rows: a large cluster runs thousands of shares, and loading them as entities cost
+    more than planning their moves (bench/migration_live_cost.py)."""
+    q = (
+        select(
+            Job.id,
+            Job.priority,
+            Job.gpu_models,
+            Job.pin_nodes,
+            Job.spec["checkpoint_dir"].as_string().label("checkpoint_dir"),
+            *ALLOCATION_COLUMNS,
+        )
+        .join(Allocation, and_(Allocation.job_id == Job.id, Allocation.ended_at.is_(None)))
+        .where(*_on_a_backend(Job), Job.gpu_milli > 0, Job.num_nodes == 1, Job.notice_deadline.is_(None))
+        .order_by(Job.id)
+    )
+    return list(s.execute(q))
+
+
+def handles_of(s: Session, kind: str, ids: Sequence[int]) -> list[tuple[int, list | None]]:
+    """The backend handles of the ``kind`` workloads ``ids``, in one read."""
+    model = MODELS[kind]
+    return [(wid, raw) for wid, raw in s.execute(select(model.id, model.handles).where(model.id.in_(ids)))]
 
 
 def running_tenants(s: Session) -> set[int]:

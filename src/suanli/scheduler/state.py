@@ -2,7 +2,8 @@
 
 Policies score all nodes at once with vectorised arithmetic over these arrays, so
 one scheduling cycle costs a few array passes instead of a Python loop per node.
-``bind`` and ``unbind`` touch one node's row, O(GPUs of one node).
+``bind`` and ``unbind`` touch one node's row, O(GPUs of one node); ``bind_all`` takes
+a snapshot's allocations in array passes.
 
 GPU slots are padded to the widest node with ``0`` free milli: a padded slot never
 fits a request (every GPU request asks for at least 1 milli) and adds nothing to
@@ -99,6 +100,42 @@ class ClusterState:
             self.gpu_free[i, gpus] -= alloc.milli_per_gpu
             self.class_counts(workload_class(alloc))[i] += 1
         self.version[i] = next(_versions)
+
+    def bind_all(self, allocs: Sequence[Allocation]) -> None:
+        """``bind`` for many allocations at once, as a snapshot of a large cluster does
+        (thousands of allocations; one ``bind`` each was most of the snapshot's time):
+        the same checks on the totals, in array passes. Every change only takes, so the
+        totals fit if and only if each ``bind`` in turn would. Raises ``OverAllocation``
+        and changes nothing if one does not fit."""
+        if not allocs:
+            return
+        n = len(allocs)
+        nodes = np.fromiter((self.index[a.node] for a in allocs), np.int64, n)
+        slots: list[int] = []  # flat (node, GPU) slots taken, with their milli
+        milli: list[int] = []
+        width = self.gpu_free.shape[1]
+        for i, a in zip(nodes.tolist(), allocs, strict=True):
+            gpus = a.gpu_indices
+            if len(set(gpus)) != len(gpus) or any(not 0 <= g < self.gpu_count[i] for g in gpus):
+                raise OverAllocation(f"{a.node}: bad GPU indices {list(gpus)}")
+            slots.extend(i * width + g for g in gpus)
+            milli.extend([a.milli_per_gpu] * len(gpus))
+        cpu_free, mem_free, gpu_free = self.cpu_free.copy(), self.mem_free.copy(), self.gpu_free.copy()
+        np.subtract.at(cpu_free, nodes, np.fromiter((a.cpu_milli for a in allocs), np.int64, n))
+        np.subtract.at(mem_free, nodes, np.fromiter((a.memory_mib for a in allocs), np.int64, n))
+        np.subtract.at(gpu_free.reshape(-1), np.array(slots, np.int64), np.array(milli, gpu_free.dtype))
+        short = np.flatnonzero((cpu_free < 0) | (mem_free < 0))
+        if short.size:
+            raise OverAllocation(f"{self.nodes[short[0]].name}: not enough CPU or memory free")
+        short = np.flatnonzero((gpu_free < 0).any(axis=1))
+        if short.size:
+            raise OverAllocation(f"{self.nodes[short[0]].name}: GPUs lack the milli their allocations take")
+        self.cpu_free[:], self.mem_free[:], self.gpu_free[:] = cpu_free, mem_free, gpu_free
+        for i, a in zip(nodes.tolist(), allocs, strict=True):
+            if a.gpu_indices:
+                self.class_counts(workload_class(a))[i] += 1
+        for i in np.unique(nodes).tolist():
+            self.version[i] = next(_versions)
 
     def unbind(self, alloc: Allocation) -> None:
         """Give an allocation's resources back; raises and changes nothing if that would
