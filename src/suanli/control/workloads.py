@@ -52,18 +52,6 @@ def open_allocations(s: Session, kind: str, wid: int) -> list[Allocation]:
     return list(s.scalars(select(Allocation).where(col == wid, Allocation.ended_at.is_(None))))
 
 
-def open_allocations_of(s: Session, keys: Iterable[Key]) -> dict[Key, list[Allocation]]:
-    """The open allocations of many workloads in one read (one per kind), by workload."""
-    keys = list(keys)
-    out: dict[Key, list[Allocation]] = {k: [] for k in keys}
-    for kind, col in (("job", Allocation.job_id), ("instance", Allocation.instance_id)):
-        ids = [wid for k, wid in keys if k == kind]
-        if ids:
-            for a in s.scalars(select(Allocation).where(col.in_(ids), Allocation.ended_at.is_(None))):
-                out[owner_of(a)].append(a)
-    return out
-
-
 def running(s: Session, only: Callable[[Any], ColumnElement[bool]] | None = None) -> Iterable[tuple[str, Workload]]:
     """Running work that has tasks on a backend: jobs first, then instances, by id;
     ``only(model)``: a further condition on each model's rows."""
