@@ -6,9 +6,11 @@ process. The same scenario against the fake backend, step by step, is in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from suanli.control import jobs
@@ -87,5 +89,13 @@ def test_the_server_flag_turns_migration_on_in_its_worker(tmp_path: Path) -> Non
         moved = [j for j in small if any("migration for job-" in (e["message"] or "") for e in c.events("job", j))]
         assert len(moved) == 1, [c.events("job", j) for j in small]
         wait_until(lambda: c.job(moved[0])["state"] == "running", 30)
+
+        def metric(name: str) -> float | None:  # the loop's counters as /metrics exports them
+            found = re.search(rf"^{name} (\S+)$", httpx.get(srv.url + "/metrics").text, re.MULTILINE)
+            return float(found.group(1)) if found else None
+
+        wait_until(lambda: metric("suanli_control_migrations") == 1.0, 10)
+        assert metric("suanli_control_notices") == metric("suanli_control_reclaimed") == 1.0
+        assert metric("suanli_control_failed_over") == 0.0
     finally:
         srv.close()

@@ -120,6 +120,18 @@ class ClusterCollector:
                 ("suanli_control_policy_errors", "Placements the policy failed on (done by the fallback)", stats.policy_errors),
                 ("suanli_control_last_tick_seconds", "Duration of the last control loop tick", stats.last_tick_s),
                 ("suanli_control_waiting", "Work the last pass could not place", stats.waiting),
+                (
+                    "suanli_control_notices",
+                    "Notices given since start (spot reclaim, outbid, funds, idle stop, migration)",
+                    stats.notices,
+                ),
+                ("suanli_control_reclaimed", "Workloads evicted when their notice ran out, since start", stats.reclaimed),
+                (
+                    "suanli_control_migrations",
+                    "GPU shares noticed to move for waiting whole-GPU work, since start",
+                    stats.migrations,
+                ),
+                ("suanli_control_failed_over", "Workloads requeued from a down node, since start", stats.failed_over),
             ):
                 g = GaugeMetricFamily(name, doc)
                 g.add_metric([], value)

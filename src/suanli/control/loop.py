@@ -300,8 +300,20 @@ class ControlLoop:
     def publish(self, unplaced: dict[tuple[str, int], Reason], since: dict[tuple[str, int], tuple[str, datetime]]) -> None:
         """The counters and this pass's waiting reasons, to the database (``loop_report``)."""
         st = self.stats
+        phases = self.plane.stats
         counters = Counters(
-            self.owner, st.ticks, st.launched, st.conflicts, st.policy_errors, st.last_tick_s, len(unplaced), None
+            self.owner,
+            st.ticks,
+            st.launched,
+            st.conflicts,
+            st.policy_errors,
+            st.last_tick_s,
+            len(unplaced),
+            None,
+            phases.notices,
+            phases.reclaimed,
+            phases.migrations,
+            phases.failed_over,
         )
         self.report.publish(counters, unplaced, since)
 

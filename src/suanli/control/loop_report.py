@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from sqlalchemy import delete, select, tuple_
@@ -38,6 +38,11 @@ class Counters:
     last_tick_s: float
     waiting: int
     updated_at: datetime | None
+    #: the reclaim phases' counters (``control.plane.PhaseStats``)
+    notices: int = 0
+    reclaimed: int = 0
+    migrations: int = 0
+    failed_over: int = 0
 
 
 class Publisher:
@@ -105,9 +110,7 @@ def counters(db: Database) -> Counters | None:
         row = s.get(LoopStatus, 1)
         if row is None:
             return None
-        return Counters(
-            row.owner, row.ticks, row.launched, row.conflicts, row.policy_errors, row.last_tick_s, row.waiting, row.updated_at
-        )
+        return Counters(**{f.name: getattr(row, f.name) for f in fields(Counters)})
 
 
 def waiting(db: Database, kind: str, ids: Iterable[int]) -> dict[int, tuple[Reason, datetime | None]]:

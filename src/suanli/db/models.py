@@ -516,6 +516,11 @@ class LoopStatus(Base):
     policy_errors: Mapped[int] = mapped_column(BigInteger, default=0)
     last_tick_s: Mapped[float] = mapped_column(Float, default=0.0)
     waiting: Mapped[int] = mapped_column(Integer, default=0)  #: rows the last pass could not place
+    #: the reclaim phases' counters (``control.plane.PhaseStats``)
+    notices: Mapped[int] = mapped_column(BigInteger, default=0)
+    reclaimed: Mapped[int] = mapped_column(BigInteger, default=0)
+    migrations: Mapped[int] = mapped_column(BigInteger, default=0)
+    failed_over: Mapped[int] = mapped_column(BigInteger, default=0)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
