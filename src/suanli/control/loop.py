@@ -55,7 +55,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -300,7 +300,6 @@ class ControlLoop:
     def publish(self, unplaced: dict[tuple[str, int], Reason], since: dict[tuple[str, int], tuple[str, datetime]]) -> None:
         """The counters and this pass's waiting reasons, to the database (``loop_report``)."""
         st = self.stats
-        phases = self.plane.stats
         counters = Counters(
             self.owner,
             st.ticks,
@@ -310,10 +309,7 @@ class ControlLoop:
             st.last_tick_s,
             len(unplaced),
             None,
-            phases.notices,
-            phases.reclaimed,
-            phases.migrations,
-            phases.failed_over,
+            **asdict(self.plane.stats),  # the reclaim phases' counters, by the same names
         )
         self.report.publish(counters, unplaced, since)
 

@@ -62,6 +62,10 @@ class MigrationSettings:
 
 @dataclass
 class PhaseStats:
+    """The reclaim phases' counters since the loop started; published with the loop's
+    own (``loop_report.Counters``, ``loop_status``: the same names) and exported by
+    ``/metrics``."""
+
     notices: int = 0
     reclaimed: int = 0
     migrations: int = 0  #: shares noticed to move for waiting whole-GPU work
