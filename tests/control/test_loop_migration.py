@@ -18,7 +18,8 @@ from suanli.control.auth import Principal
 from suanli.control.launcher import task_key
 from suanli.control.plane import MigrationSettings
 from suanli.control.task import Task
-from tests.control.test_loop_fake import ADMIN, Rig, make_rig
+from suanli.db.models import Job
+from tests.control.test_loop_fake import ADMIN, Rig, make_rig, only
 
 #: ``fragmented(share)``: a rig and its two shares (the fixture below)
 Fragmented = Callable[[dict[str, Any]], tuple[Rig, dict[str, int]]]
@@ -67,6 +68,8 @@ def test_whole_gpu_work_kept_waiting_by_scattered_shares_gets_one_moved(fragment
     assert rig.job(moved).notice_for == f"job-{whole}"
     [(_, message)] = [e for e in rig.events("job", moved) if e[0] == "noticed"]
     assert message.startswith(f"migration for job-{whole}: its share of {left} GPU 0 moves"), message
+    other = ({"m1", "m2"} - {left}).pop()
+    assert rig.job(moved).moved_to == [other, 0]  # where the plan put it
     rig.tick(2)
     assert len(rig.fake.notices) == 1 and rig.job(whole).state == "queued"  # it waits for its notice
     due = datetime.fromtimestamp(rig.fake.notices[0].deadline, tz=UTC).strftime("%H:%M:%S UTC")
@@ -75,10 +78,9 @@ def test_whole_gpu_work_kept_waiting_by_scattered_shares_gets_one_moved(fragment
     )
     rig.wait_out_notice(task_key("job", moved))
     rig.tick()
-    other = ({"m1", "m2"} - {left}).pop()
     assert rig.job(whole).state == "running" and rig.nodes_of("job", whole) == [left]
     assert rig.job(moved).state == "running" and rig.nodes_of("job", moved) == [other]
-    assert rig.job(moved).evicted_for is None
+    assert rig.job(moved).evicted_for is None and rig.job(moved).moved_to is None
     relaunch = [t for t in rig.fake.submitted if t.key == task_key("job", moved)][-1]
     assert relaunch.env["SUANLI_RESUME_FROM"].endswith("ckpt"), relaunch.env
     assert ("queued", f"requeued; resumes from {relaunch.env['SUANLI_RESUME_FROM']}") in rig.events("job", moved)
@@ -150,6 +152,36 @@ def test_a_migration_its_request_no_longer_needs_is_withdrawn(fragmented: Fragme
     assert rig.events("job", moved)[-1] == ("running", f"migration withdrawn: job-{whole} no longer waits")
     assert task_key("job", moved) not in dict(rig.fake.stopped)
     rig.assert_consistent()
+
+
+@pytest.mark.parametrize("room", ["fits", "taken"])
+def test_a_moved_share_goes_where_the_plan_put_it_while_that_gpu_takes_it(tmp_path: Path, room: str) -> None:
+    """A requeued share with a plan's destination (``Job.moved_to``) is placed there, not
+    where the policy would put it (the GPU of the same share placed a moment before);
+    when that GPU no longer takes it, the policy places it. Either way the plan is spent."""
+    rig = make_rig(tmp_path, ("m1", "m2"), gpus=1)
+    try:
+        share = {"resources": {"gpu_milli": 200}, "checkpoint_dir": "ckpt"}
+        probe = rig.submit("H100:1", **share)
+        rig.tick()
+        [policy_pick] = rig.nodes_of("job", probe)
+        rig.fake.exit(task_key("job", probe), 0)
+        rig.tick()
+        planned = ({"m1", "m2"} - {policy_pick}).pop()
+        if room == "taken":  # the planned GPU filled meanwhile
+            only(rig, planned)
+            rig.submit("H100:1")
+            rig.tick()
+            only(rig, "m1", "m2")
+        moved = rig.submit("H100:1", **share)
+        with rig.db.transaction() as s:
+            s.get(Job, moved).moved_to = [planned, 0]
+        rig.tick()
+        assert rig.job(moved).state == "running" and rig.job(moved).moved_to is None
+        assert rig.nodes_of("job", moved) == [planned if room == "fits" else policy_pick]
+        rig.assert_consistent()
+    finally:
+        rig.db.dispose()
 
 
 def test_a_migration_for_a_request_billing_then_holds_is_withdrawn(fragmented: Fragmented) -> None:

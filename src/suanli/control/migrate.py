@@ -11,7 +11,9 @@ instance never moves: it is a renter's machine, with their sessions and processe
 it. Each moved job gets the reclaim notice (SIGUSR1 and the deadline file, then
 SIGTERM: ``notice.notify``), so it checkpoints as for a spot reclaim; when the notice
 runs out it is requeued from its checkpoint (``expiry``, ``evict``) and the next pass
-places the request first, then the moved jobs (``Job.evicted_for``). The request
+places the request first, then the moved jobs (``Job.evicted_for``), each where the
+plan put it if that GPU still takes it (``Job.moved_to``), as the simulator applies a
+plan. The request
 waits for its notices instead of planning again, as preemption's beneficiaries do.
 Unlike a spot reclaim's, a migration's notice is withdrawn when its request no longer
 waits (capacity freed elsewhere, or it was cancelled) or billing holds it (a grant's
@@ -39,6 +41,7 @@ from suanli.control.notice import clear_notice, notify
 from suanli.control.plane import Plane
 from suanli.control.scheduling import Waiting
 from suanli.control.waiting import Reason
+from suanli.db.models import Job
 from suanli.scheduler import PriorityClass
 from suanli.scheduler.defrag import DefragPlan, MovableSet
 from suanli.scheduler.framework import feasible_mask
@@ -103,7 +106,7 @@ class Migrator:
         ids = [cast(int, m.key) for m in plan.migrations]  # the keys ``migrate`` put in the MovableSet
         with self.plane.db.transaction() as s:
             handles = {wid: [Handle.from_json(h) for h in raw or []] for wid, raw in workloads.handles_of(s, "job", ids)}
-        told = []
+        told, planned = [], {}
         for m in plan.migrations:
             why = (
                 f"{MIGRATION}{w.name}: its share of {m.old.node} GPU {m.old.gpu_indices[0]} moves "
@@ -112,6 +115,12 @@ class Migrator:
             job_id = cast(int, m.key)
             if notify(self.plane, "job", job_id, handles.get(job_id, []), w.name, m.old.node, why=why):
                 told.append(("job", job_id))
+                planned[job_id] = [m.new.node, m.new.gpu_indices[0]]
+        with self.plane.db.transaction() as s:  # where its next placement goes (``Job.moved_to``)
+            for job_id, where in planned.items():
+                row = workloads.get(s, "job", job_id)
+                if isinstance(row, Job):
+                    row.moved_to = where
         self.plane.stats.migrations += len(told)
         return told
 
@@ -137,6 +146,8 @@ def withdraw_needless(plane: Plane, held: Mapping[tuple[str, int], Reason] | Non
                 continue
             record_event(s, kind, row.id, "running", "running", f"migration withdrawn: {row.notice_for} {why}")
             clear_notice(row)
+            if isinstance(row, Job):
+                row.moved_to = None
             withdrawn.append((kind, row.id))
         return withdrawn
 

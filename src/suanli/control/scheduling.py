@@ -26,7 +26,7 @@ from suanli.control.lifecycle import record_event
 from suanli.control.waiting import CAPACITY, GANG, PINNED, Reason
 from suanli.db.models import Instance, Job
 from suanli.db.session import Database
-from suanli.scheduler import Allocation, ClusterState, PriorityClass, Request, Scheduler, gang
+from suanli.scheduler import Allocation, ClusterState, OverAllocation, PriorityClass, Request, Scheduler, gang
 from suanli.scheduler.framework import failure_reason, feasible_mask
 from suanli.scheduler.policy import Policy
 
@@ -42,6 +42,8 @@ class Waiting:
     created_at: datetime
     #: the waiting work (``job-7``) this was evicted for (``Job.evicted_for``)
     evicted_for: str | None = None
+    #: (node, GPU index) a migration's plan put this share on (``Job.moved_to``)
+    moved_to: tuple[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -111,6 +113,7 @@ def waiting_work(session: Session) -> list[Waiting]:
             r.num_nodes if isinstance(r, Job) else 1,
             r.created_at,
             r.evicted_for if isinstance(r, Job) else None,
+            (r.moved_to[0], int(r.moved_to[1])) if isinstance(r, Job) and r.moved_to else None,
         )
         for kind, r in workloads.waiting(session)
     ]
@@ -162,6 +165,25 @@ def plan_gang(sched: Scheduler, req: Request, num_nodes: int) -> tuple[list[Allo
     return allocs, None
 
 
+def as_planned(state: ClusterState, w: Waiting) -> list[Allocation] | None:
+    """A moved share goes where its migration's plan put it (``Waiting.moved_to``), as
+    the simulator applies a plan, if that GPU still takes it: bound into ``state``. None
+    when there is no plan or it no longer fits: the policy places it."""
+    if w.moved_to is None:
+        return None
+    node, gpu = w.moved_to
+    i = state.index.get(node)
+    if i is None or not feasible_mask(state, w.request)[i]:
+        return None
+    req = w.request
+    alloc = Allocation(node, (gpu,), req.milli_per_gpu, req.cpu_milli, req.memory_mib)
+    try:
+        state.bind(alloc)
+    except OverAllocation:
+        return None
+    return [alloc]
+
+
 def pinned_detail(state: ClusterState, req: Request) -> str:
     """Why none of the nodes ``req`` is pinned to takes it now, node by node:
     ``a100-0: busy (gpu)`` (the free-capacity filter it fails), ``cordoned``, ``down or
@@ -203,7 +225,7 @@ def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, ow
         if row is None:
             return False
         if isinstance(row, Job):
-            row.evicted_for = None
+            row.evicted_for = row.moved_to = None
         rows = take(s, row, allocs, snap)
         for a in rows:
             record_event(
@@ -248,8 +270,10 @@ def schedule_pass(
         if memo is not None and unchanged and key in memo.unplaced and memo.tried.get(key) == w.request:
             result.unplaced[key] = memo.unplaced[key]
             continue
+        allocs, reason = as_planned(snap.state, w), None
         try:
-            allocs, reason = plan_gang(sched, w.request, w.num_nodes)
+            if allocs is None:
+                allocs, reason = plan_gang(sched, w.request, w.num_nodes)
         except Exception:
             if backup is None:
                 raise

@@ -303,6 +303,9 @@ class Job(SpotNotice, Base):
     #: a scheduling pass places it after that work (``scheduling.waiting_work``), so it
     #: does not take back the room it left. Cleared when it is placed again.
     evicted_for: Mapped[str | None] = mapped_column(String(100), nullable=True, default=None)
+    #: ``[node, GPU index]``: where a migration's plan put this share (``control.migrate``);
+    #: its next placement goes there if that GPU still takes it
+    moved_to: Mapped[list | None] = mapped_column(JSON, nullable=True, default=None)
 
 
 class JobDependency(Base):
