@@ -184,6 +184,36 @@ def test_a_moved_share_goes_where_the_plan_put_it_while_that_gpu_takes_it(tmp_pa
         rig.db.dispose()
 
 
+@pytest.mark.parametrize("planner", ["direct", "repack"])
+def test_a_gang_kept_waiting_by_scattered_shares_gets_a_node_of_its_own_per_member(tmp_path: Path, planner: str) -> None:
+    """Three one-GPU nodes hold shares of 200, 200 and 500 milli: one GPU's worth. A gang
+    of two one-GPU members needs two nodes cleared: two shares are noticed, and when their
+    notices run out the gang runs on the two nodes they left and every share runs again."""
+    rig = make_rig(tmp_path, ("m1", "m2", "m3"), gpus=1)
+    try:
+        shares = {}
+        for where, milli in (("m1", 200), ("m2", 200), ("m3", 500)):
+            only(rig, where)
+            shares[where] = rig.submit("H100:1", resources={"gpu_milli": milli}, checkpoint_dir="ckpt")
+            rig.tick()
+        only(rig, "m1", "m2", "m3")
+        rig.loop.plane.migration = MigrationSettings(moves=4, planner=planner)
+        gang = rig.submit("H100:1", num_nodes=2)
+        rig.tick()
+        moved = [j for j in shares.values() if rig.job(j).notice_for == f"job-{gang}"]
+        assert len(moved) == 2 and rig.job(gang).state == "queued"
+        left = sorted(rig.nodes_of("job", j)[0] for j in moved)
+        for j in moved:
+            rig.wait_out_notice(task_key("job", j))
+        rig.tick()
+        assert rig.job(gang).state == "running" and sorted(rig.nodes_of("job", gang)) == left
+        assert all(rig.job(j).state == "running" for j in shares.values())
+        assert rig.loop.plane.stats.migrations == 2
+        rig.assert_consistent()
+    finally:
+        rig.db.dispose()
+
+
 def test_a_migration_for_a_request_billing_then_holds_is_withdrawn(fragmented: Fragmented) -> None:
     """The request's prepaid tenant runs out of funds during the notice: billing holds the
     request, so it would not take the GPU the move frees; the noticed share stays."""

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from suanli.scheduler import Allocation, ClusterState, OverAllocation, Request
 from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet, apply_plan, plan_defrag
-from suanli.scheduler.repack import PLANNERS, order_moves, plan_repack
+from suanli.scheduler.repack import PLANNERS, order_moves, plan_gang_moves, plan_repack
 from tests.scheduler.factories import node
 
 #: The planner's wall-clock budget in these tests. A live loop gives it half a second; these
@@ -187,3 +187,26 @@ def test_same_input_same_plan():
     b = repack(state, need(3), movable, 6)
     assert a is not None and a == b
     check(state, movable, need(3), a)
+
+
+@pytest.mark.parametrize("planner", ["direct", "repack"])
+def test_a_gang_gets_room_member_by_member_on_nodes_of_its_own(planner):
+    # Three one-GPU nodes each hold a share (200, 200, 500): 900 milli, one GPU's worth.
+    # A gang of two one-GPU members needs two nodes cleared, two moves at the least.
+    nodes = [node("a", gpus=1), node("b", gpus=1), node("c", gpus=1)]
+    shares = {"A": share("a", 0, 200), "B": share("b", 0, 200), "C": share("c", 0, 500)}
+    state, movable = build(nodes, shares)
+    before = state.gpu_free.copy()
+    plan = PLANNERS[planner] if planner == "direct" else repack
+    gang = Request(cpu_milli=0, memory_mib=0, gpu_count=1, nodes=2)
+    assert plan_gang_moves(plan, state, gang, MovableSet(state, dict(movable)), 1) is None  # one move frees one node
+    plans = plan_gang_moves(plan, state, gang, movable, 8)
+    assert plans is not None and len(plans) == 2
+    members = [p.allocation.node for p in plans]
+    assert len(set(members)) == 2 and (state.gpu_free == before).all()  # the state is not changed
+    trial = state.copy()
+    for p in plans:  # applied in turn, every step fits, and each member's GPU is left whole
+        apply_plan(trial, p, MovableSet(trial, {m.key: m.old for m in p.migrations}))
+        trial.bind(p.allocation)
+    assert (trial.gpu_free >= 0).all() and trial.used_gpu_milli == 900 + 2 * 1000  # no share lost
+    assert {movable[k].node for k in shares} == set("abc") - set(members)  # the shares where the plans put them

@@ -1,7 +1,8 @@
 """Migration: whole-GPU work that waits because the free GPU capacity is scattered over
 shared GPUs gets room by moving running shares, with the planner the simulator
 measures (``scheduler.repack.PLANNERS``: ``direct`` single moves or ``repack``'s
-chains; BENCHMARKS.md, issue 16).
+chains; BENCHMARKS.md, issue 16). A gang (``num_nodes`` > 1) gets room member by
+member, each on a node of its own (``repack.plan_gang_moves``).
 
 A move is what the platform can do to a running job: checkpoint, stop, start
 elsewhere. So only jobs that can resume move: a single-node job on a share of one GPU
@@ -13,8 +14,8 @@ SIGTERM: ``notice.notify``), so it checkpoints as for a spot reclaim; when the n
 runs out it is requeued from its checkpoint (``expiry``, ``evict``) and the next pass
 places the request first, then the moved jobs (``Job.evicted_for``), each where the
 plan put it if that GPU still takes it (``Job.moved_to``), as the simulator applies a
-plan. The request
-waits for its notices instead of planning again, as preemption's beneficiaries do.
+plan. The request waits for its notices instead of planning again, as preemption's
+beneficiaries do.
 Unlike a spot reclaim's, a migration's notice is withdrawn when its request no longer
 waits (capacity freed elsewhere, or it was cancelled) or billing holds it (a grant's
 GPUs in use, funds that no longer cover it): the move would buy nothing.
@@ -27,8 +28,8 @@ operator sets ``--migration-moves``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from sqlalchemy import Row
@@ -42,10 +43,10 @@ from suanli.control.plane import Plane
 from suanli.control.scheduling import Waiting
 from suanli.control.waiting import Reason
 from suanli.db.models import Job
-from suanli.scheduler import PriorityClass
-from suanli.scheduler.defrag import DefragPlan, MovableSet
+from suanli.scheduler import Allocation, PriorityClass
+from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet
 from suanli.scheduler.framework import feasible_mask
-from suanli.scheduler.repack import PLANNERS
+from suanli.scheduler.repack import PLANNERS, plan_gang_moves
 
 #: how a migration's notice reason begins (``Notice.why``)
 MIGRATION = "migration for "
@@ -61,7 +62,7 @@ class Migrator:
 
     def migrate(self, admitted: Sequence[Waiting]) -> list[tuple[str, int]]:
         """Notice the shares one plan moves for the first admitted whole-GPU request
-        that does not fit; the jobs noticed."""
+        (or gang) that does not fit; the jobs noticed."""
         settings, now = self.plane.migration, self.plane.clock.now()
         if settings.moves < 1:
             return []
@@ -90,29 +91,30 @@ class Migrator:
             ]
         planner = PLANNERS[settings.planner]
         for w in wanting:
-            if feasible_mask(snap.state, w.request).any():
+            if feasible_mask(snap.state, w.request).sum() >= w.num_nodes:
                 continue  # it fits: the scheduling phase places it
             self.tried[w.name] = now
             mine = MovableSet(snap.state)
             for rank, wid, alloc, models in movable:
                 if rank <= w.request.priority.rank:
                     mine.add(wid, alloc, models)
-            plan = planner(snap.state, w.request, mine, settings.moves) if mine else None
-            if plan is not None and plan.migrations:
-                return self._notice(plan, w)
+            gang = replace(w.request, nodes=w.num_nodes)
+            plans = plan_gang_moves(planner, snap.state, gang, mine, settings.moves) if mine else None
+            moves = _net_moves(plans or [])
+            if moves:
+                return self._notice(moves, [p.allocation.node for p in plans or []], w)
         return []
 
-    def _notice(self, plan: DefragPlan, w: Waiting) -> list[tuple[str, int]]:
-        ids = [cast(int, m.key) for m in plan.migrations]  # the keys ``migrate`` put in the MovableSet
+    def _notice(self, moves: list[Migration], freed: list[str], w: Waiting) -> list[tuple[str, int]]:
+        ids = [cast(int, m.key) for m in moves]  # the keys ``migrate`` put in the MovableSet
         with self.plane.db.transaction() as s:
             handles = {wid: [Handle.from_json(h) for h in raw or []] for wid, raw in workloads.handles_of(s, "job", ids)}
         told, planned = [], {}
-        for m in plan.migrations:
+        for job_id, m in zip(ids, moves, strict=True):
             why = (
                 f"{MIGRATION}{w.name}: its share of {m.old.node} GPU {m.old.gpu_indices[0]} moves "
-                f"(planned: to {m.new.node} GPU {m.new.gpu_indices[0]}) to free {plan.allocation.node} for it"
+                f"(planned: to {m.new.node} GPU {m.new.gpu_indices[0]}) to free {', '.join(freed)} for it"
             )
-            job_id = cast(int, m.key)
             if notify(self.plane, "job", job_id, handles.get(job_id, []), w.name, m.old.node, why=why):
                 told.append(("job", job_id))
                 planned[job_id] = [m.new.node, m.new.gpu_indices[0]]
@@ -153,9 +155,22 @@ def withdraw_needless(plane: Plane, held: Mapping[tuple[str, int], Reason] | Non
 
 
 def _may_gain(w: Waiting) -> bool:
-    """Whole GPUs on one node, placed by the policy: what moving shares can make room for."""
-    req = w.request
-    return w.num_nodes == 1 and req.gpu_count > 0 and not req.pin_nodes
+    """Whole GPUs (on one node or a gang's several), placed by the policy: what moving
+    shares can make room for."""
+    return w.request.gpu_count > 0 and not w.request.pin_nodes
+
+
+def _net_moves(plans: list[DefragPlan]) -> list[Migration]:
+    """The plans' moves, one per share: from where it is to where the last plan put it
+    (a gang's later member may move a share an earlier one moved); none that ends where
+    it started."""
+    first: dict[Hashable, Migration] = {}
+    last: dict[Hashable, Allocation] = {}
+    for plan in plans:
+        for m in plan.migrations:
+            first.setdefault(m.key, m)
+            last[m.key] = m.new
+    return [Migration(k, m.old, last[k]) for k, m in first.items() if last[k] != m.old]
 
 
 def _movable(row: Row[Any]) -> bool:
