@@ -92,3 +92,31 @@ def test_the_gang_workload_replays_with_preemption():
     assert sim.state.used_gpu_milli == 0 and not sim.scheduler.reservations  # every member released
     again = summary(Replay(inventory, pods, cfg).run())
     assert {k: v for k, v in again.items() if k != "wall_seconds"} == {k: v for k, v in r.items() if k != "wall_seconds"}
+
+
+@pytest.mark.parametrize("planner", ["direct", "repack"])
+def test_a_gang_kept_waiting_by_scattered_shares_gets_its_nodes_by_migration(planner):
+    # Three 1-GPU nodes: 700-milli fillers make the 300-milli shares a, b and c land one
+    # per node (each the exact fit beside its filler), then end at 6. A 2-node gang g
+    # arrives at 10: without migration it waits for the shares to end at 1000; with it,
+    # two shares move next to the third and g starts at once on the nodes they left.
+    def share(name: str, milli: int, arrive: int, end: int) -> TracePod:
+        return TracePod(Request(cpu_milli=1000, gpu_milli=milli, name=name), arrive, end, "LS")
+
+    pods = [
+        share("f0", 700, 0, 6),
+        share("a", 300, 1, 1000),
+        share("f1", 700, 2, 6),
+        share("b", 300, 3, 1000),
+        share("f2", 700, 4, 6),
+        share("c", 300, 5, 1000),
+        pod("g", 10, 100, nodes=2),
+    ]
+    base = Replay(nodes(3), pods, ReplayConfig(policy="best_fit"))
+    base.run()
+    assert base.jobs[6].first_start == pytest.approx(1000)
+    sim = Replay(nodes(3), pods, ReplayConfig(policy="best_fit", migration_moves=4, migration_planner=planner))
+    r = summary(sim.run())
+    g = sim.jobs[6]
+    assert g.first_start == pytest.approx(10) and r["migrations"] == 2 and r["migration_plans"] == 1
+    assert r["jobs_finished"] == 7 and all(j.done for j in sim.jobs)

@@ -28,7 +28,7 @@ operator sets ``--migration-moves``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -43,10 +43,10 @@ from suanli.control.plane import Plane
 from suanli.control.scheduling import Waiting
 from suanli.control.waiting import Reason
 from suanli.db.models import Job
-from suanli.scheduler import Allocation, PriorityClass
-from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet
+from suanli.scheduler import PriorityClass
+from suanli.scheduler.defrag import Migration, MovableSet
 from suanli.scheduler.framework import feasible_mask
-from suanli.scheduler.repack import PLANNERS, plan_gang_moves
+from suanli.scheduler.repack import PLANNERS, net_moves, plan_gang_moves
 
 #: how a migration's notice reason begins (``Notice.why``)
 MIGRATION = "migration for "
@@ -100,7 +100,7 @@ class Migrator:
                     mine.add(wid, alloc, models)
             gang = replace(w.request, nodes=w.num_nodes)
             plans = plan_gang_moves(planner, snap.state, gang, mine, settings.moves) if mine else None
-            moves = _net_moves(plans or [])
+            moves = net_moves(plans or [])
             if moves:
                 return self._notice(moves, [p.allocation.node for p in plans or []], w)
         return []
@@ -158,19 +158,6 @@ def _may_gain(w: Waiting) -> bool:
     """Whole GPUs (on one node or a gang's several), placed by the policy: what moving
     shares can make room for."""
     return w.request.gpu_count > 0 and not w.request.pin_nodes
-
-
-def _net_moves(plans: list[DefragPlan]) -> list[Migration]:
-    """The plans' moves, one per share: from where it is to where the last plan put it
-    (a gang's later member may move a share an earlier one moved); none that ends where
-    it started."""
-    first: dict[Hashable, Migration] = {}
-    last: dict[Hashable, Allocation] = {}
-    for plan in plans:
-        for m in plan.migrations:
-            first.setdefault(m.key, m)
-            last[m.key] = m.new
-    return [Migration(k, m.old, last[k]) for k, m in first.items() if last[k] != m.old]
 
 
 def _movable(row: Row[Any]) -> bool:

@@ -422,3 +422,18 @@ def plan_gang_moves(
         trial.set_schedulable(plan.allocation.node, False)
         plans.append(plan)
     return plans
+
+
+def net_moves(plans: list[DefragPlan]) -> list[Migration]:
+    """The moves of ``plan_gang_moves``' plans, one per share: from where it is to where
+    the last plan put it (a later member's plan may move a share an earlier one moved);
+    none that ends where it started. Applied all at once (every share off its GPU, then
+    onto its new one), as the live platform evicts them together, they always fit: the
+    last plan's state holds them all."""
+    first: dict[Hashable, Migration] = {}
+    last: dict[Hashable, Allocation] = {}
+    for plan in plans:
+        for m in plan.migrations:
+            first.setdefault(m.key, m)
+            last[m.key] = m.new
+    return [Migration(k, m.old, last[k]) for k, m in first.items() if last[k] != m.old]

@@ -38,7 +38,7 @@ from suanli.scheduler.policy import request_shape
 from suanli.scheduler.preemption import Candidate
 from suanli.scheduler.queue import PendingQueue
 from suanli.scheduler.reclaim import Claim, plan_reclaim, unclaimed
-from suanli.scheduler.repack import PLANNERS
+from suanli.scheduler.repack import PLANNERS, net_moves, plan_gang_moves
 from suanli.sim.events import EventKind, EventQueue
 from suanli.sim.load import busy_period, scale_arrivals
 from suanli.sim.traces import TracePod
@@ -247,26 +247,44 @@ class Replay:
         return plan.allocations if plan is not None else None
 
     def _migrate(self, req: Request, now: float) -> tuple[Allocation, ...] | None:
-        """For a whole-GPU single-node ``req`` that does not fit: plan migrations of
-        running shares, apply them (each moved job is checkpointed, stopped and started
-        on its new GPU, losing ``migration_downtime`` seconds), and return where
-        ``req`` goes; None when no plan exists. Noticed (reclaimed) shares stay."""
-        if self.movable is None or req.nodes != 1 or req.is_sharing or not req.gpu_count:
+        """For a whole-GPU ``req`` (one node or a gang's several) that does not fit: plan
+        migrations of running shares, apply them (each moved job is checkpointed, stopped
+        and started on its new GPU, losing ``migration_downtime`` seconds), and return
+        where ``req`` goes; None when no plan exists. Noticed (reclaimed) shares stay. A
+        gang's plans (``repack.plan_gang_moves``) move each share once, all together, as
+        the live platform does (``control.migrate``)."""
+        if self.movable is None or req.is_sharing or not req.gpu_count:
             return None
-        movable = self.movable
+        movable, planner = self.movable, PLANNERS[self.cfg.migration_planner]
         noticed = [k for k in movable if self.jobs[k].noticed]
         for k in noticed:
             movable.discard(k)
         try:
-            plan = PLANNERS[self.cfg.migration_planner](self.state, req, movable, self.cfg.migration_moves)
+            if req.nodes == 1:
+                plan = planner(self.state, req, movable, self.cfg.migration_moves)
+                plans = None if plan is None else [plan]
+            else:
+                trial = MovableSet(self.state)
+                for k, alloc in movable.items():
+                    trial.add(k, alloc, movable.models.get(k))
+                plans = plan_gang_moves(planner, self.state, req, trial, self.cfg.migration_moves)
         finally:
             for k in noticed:
                 movable.add(k, self.jobs[k].allocs[0], self.jobs[k].request.gpu_models)
-        if plan is None:
+        if plans is None:
             return None
-        apply_plan(self.scheduler, plan, movable)
+        if req.nodes == 1:
+            moves = list(plans[0].migrations)
+            apply_plan(self.scheduler, plans[0], movable)
+        else:
+            moves = net_moves(plans)
+            for m in moves:
+                self.scheduler.unreserve(m.key)
+            for m in moves:
+                self.scheduler.reserve(m.key, m.new)
+                movable.add(m.key, m.new)
         down = self.cfg.migration_downtime
-        for m in plan.migrations:
+        for m in moves:
             job = self.jobs[m.key]
             job.remaining -= now - job.started
             job.remaining += down
@@ -275,9 +293,9 @@ class Replay:
             job.allocs, job.started, job.run = (m.new,), now, job.run + 1
             self.events.push(now + job.remaining, EventKind.FINISH, (job.key, job.run))
             self.interrupted += down * m.old.milli_per_gpu / 1000
-        self.migrations += plan.moves
+        self.migrations += len(moves)
         self.migration_plans += 1
-        return (plan.allocation,)
+        return tuple(p.allocation for p in plans)
 
     # -- the scheduling pass -------------------------------------------------------------
     def _pass(self, now: float) -> None:
