@@ -15,8 +15,10 @@ the size of the Alibaba cluster, where the simulator measured the planners alone
 3. **The phase.** For each planner and request, ``Migrator.migrate`` as the loop calls
    it (the reads, the snapshot, the planner, the notices), wall and CPU time, and its
    planner call alone; the notices it gives are withdrawn before the next request, so
-   each plans on the same state. Also the snapshot alone (``capacity.snapshot``, which
-   every scheduling pass reads too).
+   each plans on the same state. Also the snapshot alone (``capacity.snapshot``), and a
+   scheduling pass over the same requests (``scheduling.schedule_pass``: the snapshot,
+   then the policy on each; none fits, so nothing is claimed): what every tick with
+   work waiting costs at this size, migration or not.
 
 Target (issue 16, "Speed"): a repack plan ≤ 1 s p99 at 1,213 nodes. Prints one JSON
 line per planner.
@@ -50,7 +52,7 @@ from suanli.control.capacity import snapshot, take  # noqa: E402
 from suanli.control.loop import ControlLoop  # noqa: E402
 from suanli.control.notice import clear_notice  # noqa: E402
 from suanli.control.plane import MigrationSettings  # noqa: E402
-from suanli.control.scheduling import Waiting  # noqa: E402
+from suanli.control.scheduling import Waiting, schedule_pass  # noqa: E402
 from suanli.db.models import Job, Node, User  # noqa: E402
 from suanli.inventory import Inventory, NodeDecl  # noqa: E402
 from suanli.scheduler import ClusterState, Request, Scheduler, TargetWorkload, make_policy  # noqa: E402
@@ -186,20 +188,23 @@ def main() -> None:
         with loop.db.engine.connect() as c:
             c.exec_driver_sql("ANALYZE")
             c.commit()
-    snap_s = []
+    snap_s, pass_s = [], []
+    waiting = [Waiting("job", 10_000_000 + i, req, 1, datetime.now(UTC), None) for i, req in enumerate(failed)]
     for _ in range(5):
         with loop.db.transaction() as s:
             t = time.perf_counter()
             snapshot(s, ["memory"])
             snap_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        schedule_pass(loop.db, loop.policy, ["memory"], loop.owner, waiting)  # none fits: nothing is claimed
+        pass_s.append(time.perf_counter() - t)
     migrator = loop.migrator
     for name in args.planners.split(","):
         loop.plane.migration = MigrationSettings(moves=args.moves, planner=name, retry_s=0)
         planner_s: list[float] = []
         migrate_phase.PLANNERS = {name: timed(PLANNERS[name], planner_s)}
         wall, cpu, moved, planned = [], [], [], 0
-        for i, req in enumerate(failed):
-            w = Waiting("job", 10_000_000 + i, req, 1, datetime.now(UTC), None)
+        for w in waiting:
             migrator.tried.clear()
             t, c = time.perf_counter(), time.process_time()
             told = migrator.migrate([w])
@@ -219,6 +224,7 @@ def main() -> None:
                     "movable_shares": shares,
                     "setup_s": round(setup_s, 1),
                     "snapshot_p50_s": round(pct(snap_s, 0.5), 3),
+                    "schedule_pass_p50_s": round(pct(pass_s, 0.5), 3),
                     "requests": len(failed),
                     "with_moves": planned,
                     "moves_mean": round(statistics.fmean(moved), 2) if moved else 0,
