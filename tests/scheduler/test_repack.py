@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from suanli.scheduler import Allocation, ClusterState, OverAllocation, Request
 from suanli.scheduler.defrag import DefragPlan, Migration, MovableSet, apply_plan, plan_defrag
-from suanli.scheduler.repack import PLANNERS, order_moves, plan_gang_moves, plan_repack
+from suanli.scheduler.gang_moves import plan_gang_moves
+from suanli.scheduler.repack import PLANNERS, order_moves, plan_repack
 from tests.scheduler.factories import node
 
 #: The planner's wall-clock budget in these tests. A live loop gives it half a second; these

@@ -300,6 +300,7 @@ class ControlLoop:
     def publish(self, unplaced: dict[tuple[str, int], Reason], since: dict[tuple[str, int], tuple[str, datetime]]) -> None:
         """The counters and this pass's waiting reasons, to the database (``loop_report``)."""
         st = self.stats
+        # the reclaim phases' counters go by the same names
         counters = Counters(
             self.owner,
             st.ticks,
@@ -309,7 +310,7 @@ class ControlLoop:
             st.last_tick_s,
             len(unplaced),
             None,
-            **asdict(self.plane.stats),  # the reclaim phases' counters, by the same names
+            **asdict(self.plane.stats),
         )
         self.report.publish(counters, unplaced, since)
 

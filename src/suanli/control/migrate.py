@@ -2,7 +2,7 @@
 shared GPUs gets room by moving running shares, with the planner the simulator
 measures (``scheduler.repack.PLANNERS``: ``direct`` single moves or ``repack``'s
 chains; BENCHMARKS.md, issue 16). A gang (``num_nodes`` > 1) gets room member by
-member, each on a node of its own (``repack.plan_gang_moves``).
+member, each on a node of its own (``gang_moves.plan_gang_moves``).
 
 A move is what the platform can do to a running job: checkpoint, stop, start
 elsewhere. So only jobs that can resume move: a single-node job on a share of one GPU
@@ -34,7 +34,6 @@ from typing import Any, cast
 
 from sqlalchemy import Row
 
-from suanli.backends.base import Handle
 from suanli.control import workloads
 from suanli.control.capacity import snapshot, to_sched_allocation
 from suanli.control.lifecycle import record_event
@@ -46,7 +45,8 @@ from suanli.db.models import Job
 from suanli.scheduler import PriorityClass
 from suanli.scheduler.defrag import Migration, MovableSet
 from suanli.scheduler.framework import feasible_mask
-from suanli.scheduler.repack import PLANNERS, net_moves, plan_gang_moves
+from suanli.scheduler.gang_moves import net_moves, plan_gang_moves
+from suanli.scheduler.repack import PLANNERS
 
 #: how a migration's notice reason begins (``Notice.why``)
 MIGRATION = "migration for "
@@ -106,16 +106,14 @@ class Migrator:
         return []
 
     def _notice(self, moves: list[Migration], freed: list[str], w: Waiting) -> list[tuple[str, int]]:
-        ids = [cast(int, m.key) for m in moves]  # the keys ``migrate`` put in the MovableSet
-        with self.plane.db.transaction() as s:
-            handles = {wid: [Handle.from_json(h) for h in raw or []] for wid, raw in workloads.handles_of(s, "job", ids)}
         told, planned = [], {}
-        for job_id, m in zip(ids, moves, strict=True):
+        for m in moves:
+            job_id = cast(int, m.key)  # the keys ``migrate`` put in the MovableSet
             why = (
                 f"{MIGRATION}{w.name}: its share of {m.old.node} GPU {m.old.gpu_indices[0]} moves "
                 f"(planned: to {m.new.node} GPU {m.new.gpu_indices[0]}) to free {', '.join(freed)} for it"
             )
-            if notify(self.plane, "job", job_id, handles.get(job_id, []), w.name, m.old.node, why=why):
+            if notify(self.plane, "job", job_id, None, w.name, m.old.node, why=why):
                 told.append(("job", job_id))
                 planned[job_id] = [m.new.node, m.new.gpu_indices[0]]
         with self.plane.db.transaction() as s:  # where its next placement goes (``Job.moved_to``)

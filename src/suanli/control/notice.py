@@ -86,7 +86,7 @@ def notify(
     plane: Plane,
     kind: str,
     wid: int,
-    handles: list[Handle],
+    handles: list[Handle] | None,
     beneficiary: str,
     node: str,
     why: str | None = None,
@@ -95,7 +95,8 @@ def notify(
     """Record the notice (transaction), then deliver SIGUSR1 (no transaction). False if
     the row stopped running or is under notice already (a notice is final, as on AWS).
     ``why`` replaces "spot reclaim for <beneficiary> on <node>" in the events;
-    ``notice_s`` the platform's reclaim notice (a tenant's grace when funds run out)."""
+    ``notice_s`` the platform's reclaim notice (a tenant's grace when funds run out);
+    ``handles`` None: the row's own, as read here."""
     notice_s = plane.reclaim.notice_s if notice_s is None else notice_s
     now = plane.clock.now()
     deadline = now + notice_s
@@ -105,6 +106,8 @@ def notify(
         if row is None or row.state != "running" or not row.handles or notice_of(row) is not None:
             return False
         give_notice(row, notice)
+        if handles is None:
+            handles = [Handle.from_json(h) for h in row.handles]
         when = datetime.fromtimestamp(deadline, tz=UTC).isoformat(timespec="seconds")
         record_event(
             s,

@@ -82,12 +82,6 @@ def running_shares(s: Session) -> list[Row[Any]]:
     return list(s.execute(q))
 
 
-def handles_of(s: Session, kind: str, ids: Sequence[int]) -> list[tuple[int, list | None]]:
-    """The backend handles of the ``kind`` workloads ``ids``, in one read."""
-    model = MODELS[kind]
-    return [(wid, raw) for wid, raw in s.execute(select(model.id, model.handles).where(model.id.in_(ids)))]
-
-
 def running_tenants(s: Session) -> set[int]:
     """The tenants with running work that has tasks on a backend, without loading it."""
     out: set[int] = set()

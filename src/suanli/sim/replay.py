@@ -33,12 +33,13 @@ from suanli.clock import ManualClock
 from suanli.scheduler import ClusterState, Node, PriorityClass, Request, Scheduler, TargetWorkload, make_policy
 from suanli.scheduler.defrag import MovableSet, apply_plan
 from suanli.scheduler.gang import member_keys, plan_gang, reserve_all, unplace_gang
+from suanli.scheduler.gang_moves import net_moves, plan_gang_moves
 from suanli.scheduler.model import Allocation
 from suanli.scheduler.policy import request_shape
 from suanli.scheduler.preemption import Candidate
 from suanli.scheduler.queue import PendingQueue
 from suanli.scheduler.reclaim import Claim, plan_reclaim, unclaimed
-from suanli.scheduler.repack import PLANNERS, net_moves, plan_gang_moves
+from suanli.scheduler.repack import PLANNERS
 from suanli.sim.events import EventKind, EventQueue
 from suanli.sim.load import busy_period, scale_arrivals
 from suanli.sim.traces import TracePod
@@ -251,7 +252,7 @@ class Replay:
         migrations of running shares, apply them (each moved job is checkpointed, stopped
         and started on its new GPU, losing ``migration_downtime`` seconds), and return
         where ``req`` goes; None when no plan exists. Noticed (reclaimed) shares stay. A
-        gang's plans (``repack.plan_gang_moves``) move each share once, all together, as
+        gang's plans (``gang_moves.plan_gang_moves``) move each share once, all together, as
         the live platform does (``control.migrate``)."""
         if self.movable is None or req.is_sharing or not req.gpu_count:
             return None
