@@ -12,6 +12,9 @@ This module imports nothing from ``suanli``, so anything may import it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 
 class DomainError(Exception):
     """A refused request: ``message`` for people, ``code`` for programs."""
@@ -57,7 +60,7 @@ def field_path(loc: tuple | list) -> str:
     return ".".join(parts) or "body"
 
 
-def describe_validation(errors: list[dict]) -> str:
+def describe_validation(errors: Sequence[Mapping[str, Any]]) -> str:
     """Pydantic errors as one line, each prefixed by its field path."""
     msgs = []
     for e in errors:

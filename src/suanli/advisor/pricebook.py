@@ -70,7 +70,8 @@ class PriceBook:
     def cheapest(self, gpu_name: str, plan: str) -> Offer | None:
         hits = self.for_gpu(gpu_name, plan)
         quoted = [o for o in hits if not o.derived]
-        return (quoted or hits or [None])[0]
+        best = quoted or hits
+        return best[0] if best else None
 
 
 def _per_gpu_hour(entry: dict[str, Any], hours_per_month: float, fx: dict[str, float]) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from suanli.advisor.catalog import find_gpu
 from suanli.advisor.memory import GIB, estimate_inference, weight_bytes
@@ -92,7 +93,7 @@ class ReferencePoint:
 
 
 def _qwen_points() -> list[ReferencePoint]:
-    table = {  # input length -> BF16, GPTQ-Int8, GPTQ-Int4, AWQ (GiB)
+    table: dict[str, dict[int, tuple[float | None, ...]]] = {  # input length -> BF16, GPTQ-Int8, GPTQ-Int4, AWQ (GiB)
         "Qwen2.5-7B": {
             1: (14.38, 8.42, 5.52, 5.39),
             6144: (15.38, 9.43, 6.52, 6.39),
@@ -132,7 +133,7 @@ def _qwen_points() -> list[ReferencePoint]:
 
 def _weight_points() -> list[ReferencePoint]:
     points = []
-    hf = {
+    hf: dict[tuple[str, str], float] = {
         ("Llama-3-8B", "bf16"): 16,
         ("Llama-3-8B", "fp8"): 8,
         ("Llama-3-8B", "int4"): 4,
@@ -278,7 +279,7 @@ def _swift_points() -> list[ReferencePoint]:
                     SWIFT,
                     "V",
                     0.30,
-                    lambda m=model, n=seq: lora(m, n),
+                    partial(lora, model, seq),
                     in_median=False,
                 )
             )
@@ -292,7 +293,7 @@ def _swift_points() -> list[ReferencePoint]:
                 SWIFT,
                 "V",
                 0.30,
-                lambda b=batch: lora("qwen-7b-chat", 2048, b),
+                partial(lora, "qwen-7b-chat", 2048, batch),
                 in_median=False,
             )
         )
@@ -307,7 +308,7 @@ def _swift_points() -> list[ReferencePoint]:
                 SWIFT,
                 "V",
                 0.30,
-                lambda f=flash, c=ckpt: lora("qwen-7b-chat", 2048, checkpointing=c, flash=f),
+                partial(lora, "qwen-7b-chat", 2048, checkpointing=ckpt, flash=flash),
                 in_median=False,
             )
         )

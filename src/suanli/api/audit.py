@@ -23,6 +23,7 @@ import re
 import anyio.to_thread
 from fastapi import FastAPI
 from sqlalchemy import select
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from suanli.billing.store import find_tenant
 from suanli.bounds import parse_id
@@ -70,7 +71,8 @@ def action_and_object(method: str, path: str, params: dict) -> tuple[str, str]:
 def _tenant_of(db: Database, obj: str, asked: str | None) -> int | None:
     """The tenant whose object it is: an instance's or job's, else the one the body named."""
     kind, _, ident = obj.partition("/")
-    model = {"instance": Instance, "job": Job}.get(kind)
+    models: dict[str, type[Instance] | type[Job]] = {"instance": Instance, "job": Job}
+    model = models.get(kind)
     with db.reads() as s:
         if model is not None and (n := parse_id(ident)) is not None:
             return s.scalar(select(model.tenant_id).where(model.id == n))
@@ -80,11 +82,11 @@ def _tenant_of(db: Database, obj: str, asked: str | None) -> int | None:
 
 
 class AuditMiddleware:
-    def __init__(self, app, db: Database) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, app: ASGIApp, db: Database) -> None:
         self.app, self.db = app, db
         self.writer = audit.Writer(db)
 
-    def _audited(self, scope) -> bool:  # type: ignore[no-untyped-def]
+    def _audited(self, scope: Scope) -> bool:
         path, method = scope["path"], scope["method"]
         if not path.startswith("/v1/"):
             return False
@@ -92,16 +94,16 @@ class AuditMiddleware:
             return not UNAUDITED.match(path)
         return method == "GET" and bool(OPERATOR_READS.match(path))
 
-    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self._audited(scope):
             return await self.app(scope, receive, send)
-        held: list[dict] = []
+        held: list[Message] = []
         size = 0
         asked: dict = {}  # the body's ``tenant``, the one field read from it
         if scope["method"] in WRITES and _json(scope):
             receive = _tee_tenant(receive, asked)
 
-        async def send_wrapper(message):  # type: ignore[no-untyped-def]
+        async def send_wrapper(message: Message) -> None:
             nonlocal size
             if message["type"] == "http.response.start":
                 if message["status"] != 201:
@@ -125,7 +127,7 @@ class AuditMiddleware:
 
         await self.app(scope, receive, send_wrapper)
 
-    async def _record(self, scope, status: int, created: bytes | None, asked: dict | None = None) -> None:  # type: ignore[no-untyped-def]
+    async def _record(self, scope: Scope, status: int, created: bytes | None, asked: dict | None = None) -> None:
         who: Principal | None = scope.get("state", {}).get("principal")
         if scope["method"] == "GET" and (who is None or not who.sees_all):
             return  # a renter reading their own logs
@@ -178,18 +180,18 @@ class AuditMiddleware:
         self.writer.write(entry)
 
 
-def _json(scope) -> bool:  # type: ignore[no-untyped-def]
+def _json(scope: Scope) -> bool:
     headers = dict(scope.get("headers") or [])
     length = headers.get(b"content-length", b"0")
     return b"json" in headers.get(b"content-type", b"") and length.isdigit() and int(length) <= _MAX_TEED_BODY
 
 
-def _tee_tenant(receive, asked: dict):  # type: ignore[no-untyped-def]
+def _tee_tenant(receive: Receive, asked: dict) -> Receive:
     """``receive`` that also reads the request body's ``tenant`` field into ``asked``
     (the tenant an operator acts on: top-ups, grants, terms, budgets)."""
     chunks: list[bytes] = []
 
-    async def tee():  # type: ignore[no-untyped-def]
+    async def tee() -> Message:
         message = await receive()
         if message["type"] == "http.request":
             chunks.append(message.get("body", b""))

@@ -41,9 +41,13 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from suanli.api.context import ServerContext
 from suanli.control import alerts, audit, wakeup
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -55,25 +59,28 @@ class Background:
     stop: Callable[[], None]
 
 
-def background(ctx: ServerContext, start_proxy: Callable[[], object] | None = None, *, wakes: bool = False) -> list[Background]:
+def background(
+    ctx: ServerContext, start_proxy: Callable[[], uvicorn.Server] | None = None, *, wakes: bool = False
+) -> list[Background]:
     """The server's threads in start order; ``start_proxy`` (in-process servers) starts the
     port proxy's listener and returns its uvicorn server; ``wakes``: listen for the API
     processes' wakes (the worker process)."""
     assert ctx.loop is not None and ctx.billing is not None
-    proxy: list[object] = []
+    proxy: list[uvicorn.Server] = []
+
+    def open_proxy() -> None:
+        assert start_proxy is not None
+        proxy.append(start_proxy())
+
+    def close_proxy() -> None:
+        for server in proxy:
+            server.should_exit = True
+
     listener = wakeup.Listener(wakeup.socket_path(ctx.data_dir), {wakeup.LOOP: ctx.loop.wake, wakeup.BILLING: ctx.billing.wake})
     return [
         Background("control loop", ctx.loop.start, ctx.loop.stop),
         Background("billing", ctx.billing.start, ctx.billing.stop),
-        *(
-            [
-                Background(
-                    "port proxy", lambda: proxy.append(start_proxy()), lambda: [setattr(p, "should_exit", True) for p in proxy]
-                )
-            ]
-            if start_proxy is not None
-            else []
-        ),
+        *([Background("port proxy", open_proxy, close_proxy)] if start_proxy is not None else []),
         periodic("audit retention", 3600.0, lambda: audit.prune(ctx.db, ctx.audit_retention_days)),
         periodic("alerts", 2.0, lambda: alerts.run(ctx.db, ctx.keyring)),
         *([Background("metrics", ctx.metrics.start, ctx.metrics.stop)] if ctx.metrics is not None else []),

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import func, select
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import authenticated, bearer, source
 from suanli.control import metrics as usage_metrics
+from suanli.control.loop_report import Counters as LoopCounters
 from suanli.db.models import Gpu, Instance, Job, Node, Tenant
 from suanli.db.session import Database
 
@@ -78,11 +81,11 @@ def workload_families(db: Database) -> list[GaugeMetricFamily]:
 
 
 class ClusterCollector:
-    def __init__(self, db: Database, loop_stats=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, db: Database, loop_stats: Callable[[], LoopCounters | None] | None = None) -> None:
         self.db = db
         self.loop_stats = loop_stats  #: callable returning ``loop_report.Counters``, or None
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         total = GaugeMetricFamily("suanli_gpu_milli_total", "GPU capacity in milli-GPU", labels=["model", "virtual"])
         used = GaugeMetricFamily("suanli_gpu_milli_used", "Allocated milli-GPU", labels=["model", "virtual"])
         inst = GaugeMetricFamily("suanli_instances", "Instances by state", labels=["state"])
@@ -142,16 +145,16 @@ class _Measure:
     """Pure ASGI middleware (cheaper than ``BaseHTTPMiddleware``): count and time
     each request by route template, so ``/v1/jobs/{job_id}`` is one series."""
 
-    def __init__(self, app, requests: Counter, latency: Histogram) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, app: ASGIApp, requests: Counter, latency: Histogram) -> None:
         self.app, self.requests, self.latency = app, requests, latency
 
-    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
         status = {"code": 500}
 
-        async def send_wrapper(message):  # type: ignore[no-untyped-def]
+        async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)
@@ -168,7 +171,7 @@ class _Measure:
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def install(app: FastAPI, ctx: ServerContext, loop_stats=None) -> CollectorRegistry:  # type: ignore[no-untyped-def]
+def install(app: FastAPI, ctx: ServerContext, loop_stats: Callable[[], LoopCounters | None] | None = None) -> CollectorRegistry:
     """``/metrics``: open to scrapers on this machine (loopback); from anywhere else it
     takes an operator's bearer token (Prometheus' ``authorization`` setting). The endpoint
     is one function for every app, reading what it serves from ``app.state``, as

@@ -28,7 +28,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from suanli.api.context import ServerContext
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ class PartConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def _context(cfg: PartConfig, background_work: bool):  # type: ignore[no-untyped-def]
+def _context(cfg: PartConfig, background_work: bool) -> ServerContext:
     ctx, _ = cfg.build(
         cfg.data_dir,
         cfg.db_url,

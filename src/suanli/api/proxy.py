@@ -49,6 +49,7 @@ from __future__ import annotations
 import re
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -381,7 +382,7 @@ def _upstream_headers(
     return out
 
 
-def _upstream_target(scope: dict, target: Target) -> str:
+def _upstream_target(scope: Mapping[str, Any], target: Target) -> str:
     """The path and query the service sees (raw bytes kept: ``%2F`` stays encoded)."""
     raw = _raw_path(scope)
     if target.prefix:
@@ -390,7 +391,7 @@ def _upstream_target(scope: dict, target: Target) -> str:
     return raw + ("?" + query if query else "")
 
 
-def _raw_path(scope: dict) -> str:
+def _raw_path(scope: Mapping[str, Any]) -> str:
     """The request's path as the client wrote it (percent-encoding kept), for redirects."""
     raw = scope.get("raw_path")
     return raw.decode("latin-1").split("?", 1)[0] if raw else quote(scope["path"])
@@ -438,7 +439,9 @@ async def forward(request: Request, rest: str) -> Response:
         return RedirectResponse(target + ("?" + query if query else ""), status_code=307)
     now = time.time()
     cred = credential(request.headers, request.url.query, target, secret, now)
-    if cred is not None and cred.source == "query":  # a browser's link: trade the token for a pass, drop it from the URL
+    if (
+        cred is not None and cred.source == "query" and cred.token is not None
+    ):  # a browser's link: trade the token for a pass, drop it from the URL
         value = await run_in_threadpool(_issue_pass, ctx.db, cred.token, target, secret, now)
         query = strip_token_query(request.url.query)
         resp = RedirectResponse(_raw_path(request.scope) + ("?" + query if query else ""), status_code=307)

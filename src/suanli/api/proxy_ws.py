@@ -68,6 +68,7 @@ def _ws_admit(
 async def forward_ws(websocket: WebSocket, rest: str) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import InvalidHandshake, InvalidStatus
+    from websockets.typing import Origin
 
     app = websocket.app
     try:
@@ -105,7 +106,7 @@ async def forward_ws(websocket: WebSocket, rest: str) -> None:
             port=up.host_port,
             subprotocols=websocket.scope.get("subprotocols") or None,
             additional_headers=headers,
-            origin=websocket.headers.get("origin"),
+            origin=Origin(o) if (o := websocket.headers.get("origin")) else None,
             user_agent_header=websocket.headers.get("user-agent"),
             proxy=None,
             compression=None,

@@ -12,9 +12,11 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from suanli.api.context import ServerContext
 from suanli.api.parts import KEEP_ALIVE_S
@@ -35,7 +37,13 @@ from suanli.db import urls
 from suanli.db.session import Database, default_sqlite_url
 from suanli.inventory import Inventory, demo_inventory
 
+if TYPE_CHECKING:
+    import uvicorn
+
 log = logging.getLogger(__name__)
+
+#: where the server says what it is doing (the CLI: ``typer.echo``)
+Echo = Callable[[str], None]
 
 DEFAULT_PORT = 8470
 
@@ -197,7 +205,7 @@ def build(
     return ctx, boot
 
 
-def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo) -> None:  # type: ignore[no-untyped-def]
+def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo: Echo) -> None:
     """The quick start's promise: after the first start the default image exists. Pulled
     where a registry answers, else built here from Debian's packages (minutes, once)."""
     assert local.containers is not None
@@ -227,7 +235,9 @@ def ensure_default_image(ctx: ServerContext, local: LocalBackend, echo) -> None:
     echo(f"image {default.ref}: {done.how} in {done.seconds:.0f} s")
 
 
-def start_proxy(ctx: ServerContext, host: str, port: int, echo, domain: str = "localhost", tls: Tls | None = None):  # type: ignore[no-untyped-def]
+def start_proxy(
+    ctx: ServerContext, host: str, port: int, echo: Echo, domain: str = "localhost", tls: Tls | None = None
+) -> uvicorn.Server:
     """The port proxy on a listener of its own, in a thread: renters' pages get an origin
     that is not the console's, one per published port (``ID-PORT.domain``); with ``tls``,
     HTTPS with the API's certificate. Returns the uvicorn server (set ``should_exit`` to stop it)."""
@@ -274,7 +284,7 @@ def serve(
     port: int,
     data_dir: Path,
     db_url: str | None,
-    echo=print,  # type: ignore[no-untyped-def]
+    echo: Echo = print,
     *,
     slurm_conf: Path | None = None,
     notice_s: float = DEFAULT_NOTICE_S,

@@ -108,7 +108,9 @@ def load(name: str) -> TyperCommand | TyperGroup:
         return group
     single = typer.Typer()
     single.command(name)(target)
-    return typer.main.get_command(single)
+    command = typer.main.get_command(single)
+    assert isinstance(command, TyperCommand)  # typer declares a click Command; one registered command is a TyperCommand
+    return command
 
 
 class LazyGroup(TyperGroup):

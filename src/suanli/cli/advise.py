@@ -247,7 +247,14 @@ def fit(
         **training,
     )
     name = service.model_of(model, config, params).name
-    query = {"model": model, "params": params, "task": task, "precision": precision, "context": context, "batch": batch}
+    query: dict[str, Any] = {
+        "model": model,
+        "params": params,
+        "task": task,
+        "precision": precision,
+        "context": context,
+        "batch": batch,
+    }
     query |= {"tokens": n_tokens, "plan": plan_name(plan), "training": {k: v for k, v in training.items() if v is not None}}
     platform, note = platform_answers({k: v for k, v in query.items() if v is not None}, here, config is not None)
     ranking = service.market_ranking(task, n_tokens)

@@ -4,6 +4,7 @@ quote | rate``: what work costs, before and after it runs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -21,7 +22,7 @@ terms_app = typer.Typer(
 subs_app = typer.Typer(help="Monthly (包月) and one-year reserved subscriptions.", no_args_is_help=True)
 
 
-def _req(method: str, path: str, **kw):  # type: ignore[no-untyped-def]
+def _req(method: str, path: str, **kw: Any) -> Any:
     return client().request(method, path, **kw)
 
 
@@ -37,7 +38,7 @@ def _plan(plan: str | None) -> str:
     return (plan or "").replace("_", "-")
 
 
-def _params(**kw) -> dict:  # type: ignore[no-untyped-def]
+def _params(**kw: Any) -> dict[str, Any]:
     return {k: v for k, v in kw.items() if v not in (None, False)}
 
 

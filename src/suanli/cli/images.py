@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from suanli.cli.remote import api_errors, client, err_console, print_json, table
 from suanli.client import ApiError
+
+if TYPE_CHECKING:
+    from suanli.backends.local.imagebuild import Recipe
 
 app = typer.Typer(help="Images renters can run: list them; operators add, remove and build them.", no_args_is_help=True)
 
@@ -91,8 +95,8 @@ def rm(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON
 @app.command("build")
 def build(
     names: list[str] = typer.Argument(..., help="Built-in images to build: python, tiny, jupyter, verify."),
-    engine: str = typer.Option(None, "--engine", help="podman or docker [default: the one this host has]."),
-    data_dir: Path = typer.Option(
+    engine: str | None = typer.Option(None, "--engine", help="podman or docker [default: the one this host has]."),
+    data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Keeps the downloaded .debs under cache/ [default: ./.suanli or $SUANLI_DATA_DIR]."
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the engine has it."),
@@ -124,7 +128,7 @@ def build(
             _register(imagebuild.RECIPES[name])
 
 
-def _register(r) -> None:  # type: ignore[no-untyped-def]
+def _register(r: Recipe) -> None:
     """Add the built recipe to the server's catalog when it is not there; a missing
     server or role only earns a note (the server seeds the built-ins on start)."""
     try:

@@ -23,6 +23,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import typer
 
@@ -98,7 +99,7 @@ class _Over(Exception):
 class _Capped:
     """The archive file as gzip writes it: counted, hashed and stopped past the cap."""
 
-    def __init__(self, f, cap: int) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, f: BinaryIO, cap: int) -> None:
         self.f, self.cap, self.size, self.hash = f, cap, 0, hashlib.sha256()
 
     def write(self, data: bytes) -> int:
@@ -153,7 +154,7 @@ def pack(root: Path, out: Path, max_bytes: int, max_unpacked: int | None = None)
             with (
                 gzip.GzipFile(filename="", mode="wb", fileobj=capped, mtime=0) as gz,
                 tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-            ):  # type: ignore[call-overload]
+            ):
                 for dirpath, dirnames, filenames in os.walk(root):
                     here = Path(dirpath)
                     base = here.relative_to(root).as_posix()

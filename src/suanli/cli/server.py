@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:  # imported where used: they load the control plane
+    from suanli.control.autostop import AutostopSettings
+    from suanli.control.plane import MigrationSettings
 
 #: Same as ``suanli.api.server.DEFAULT_PORT`` (not imported: it loads the web stack).
 DEFAULT_PORT = 8470
@@ -202,7 +207,7 @@ def server(
     )
 
 
-def _migration(moves: int, planner: str):  # type: ignore[no-untyped-def]
+def _migration(moves: int, planner: str) -> MigrationSettings:
     from suanli.control.plane import MigrationSettings
 
     try:
@@ -211,7 +216,7 @@ def _migration(moves: int, planner: str):  # type: ignore[no-untyped-def]
         raise typer.BadParameter(str(exc), param_hint="--migration-planner") from None
 
 
-def _autostop(default: str | None, minimum: str):  # type: ignore[no-untyped-def]
+def _autostop(default: str | None, minimum: str) -> AutostopSettings:
     from suanli.bounds import parse_duration
     from suanli.control.autostop import AutostopSettings
 

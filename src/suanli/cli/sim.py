@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -169,9 +170,9 @@ def compare(
     from suanli.sim.plot import plot_alloc
 
     plot_alloc({n: [r["alloc_ratio"] for r in rs] for n, rs in results.items()}, plot, pods.name)
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for name, runs in results.items():
-        row = {}
+        row: dict[str, Any] = {}  # per arrival column: mean, stdev, min, max; then the run-wide means
         for col in ("100", "130"):
             vals = [r["alloc_ratio"][col] for r in runs if col in r["alloc_ratio"]]
             row[col] = {

@@ -12,11 +12,12 @@ check), begin with a plain ``BEGIN`` and so never queue behind a writer.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -33,7 +34,7 @@ def make_engine(url: str, pool_size: int = 10) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        def _on_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
@@ -42,7 +43,7 @@ def make_engine(url: str, pool_size: int = 10) -> Engine:
             cur.close()
 
         @event.listens_for(engine, "begin")
-        def _on_begin(conn):  # type: ignore[no-untyped-def]
+        def _on_begin(conn: Connection) -> None:
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine

@@ -30,7 +30,7 @@ def plot_alloc(curves: Mapping[str, Sequence[Mapping[str, float]]], path: Path, 
     ax.set_title(title or "Fill experiment")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
-    inset = ax.inset_axes([0.55, 0.1, 0.4, 0.4])  # below the curve, which runs along the diagonal
+    inset = ax.inset_axes((0.55, 0.1, 0.4, 0.4))  # below the curve, which runs along the diagonal
     for runs in curves.values():
         xs = [c for c in range(90, 131) if all(str(c) in run for run in runs)]
         inset.plot(xs, [sum(run[str(c)] for run in runs) / len(runs) for c in xs], linewidth=1.0)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,6 +88,13 @@ class Job:
     def alloc(self) -> Allocation | None:
         """The (first member's) allocation while running, else None."""
         return self.allocs[0] if self.allocs else None
+
+    @property
+    def start_time(self) -> float:
+        """When the running job last started (asking a job that is not running is a bug)."""
+        if self.started is None:
+            raise ValueError(f"job {self.key} is not running")
+        return self.started
 
     @property
     def gpu_milli(self) -> int:
@@ -189,6 +196,12 @@ class Replay:
         if self.movable is not None and job.request.nodes == 1 and job.request.is_sharing:
             self.movable.add(job.key, allocs[0], job.request.gpu_models)
 
+    def _job(self, key: Hashable) -> Job:
+        """The job of a scheduler key (the replay's keys are indexes into ``jobs``)."""
+        if not isinstance(key, int):
+            raise TypeError(f"not a replay job key: {key!r}")
+        return self.jobs[key]
+
     def _stop(self, job: Job) -> None:
         if self.movable is not None:
             self.movable.discard(job.key)
@@ -203,7 +216,7 @@ class Replay:
 
     def _evict(self, job: Job, now: float, cause: str) -> None:
         """Stop ``job`` mid-run; keep the progress up to its last checkpoint."""
-        ran = now - job.started
+        ran = now - job.start_time
         interval = self.cfg.checkpoint_interval
         saved = math.floor(ran / interval) * interval if interval > 0 else 0.0
         self.lost[cause] += (ran - saved) * job.gpu_milli / 1000
@@ -231,11 +244,11 @@ class Replay:
         for job in self.jobs:
             if not job.allocs or job.noticed or job.request.priority is not PriorityClass.SPOT:
                 continue
-            ran = at - job.started
+            ran = at - job.start_time
             unsaved = ran % interval if interval > 0 else ran
             lost = unsaved * job.request.total_gpu_milli / 1000
             out.extend(
-                Candidate((job.key, i), alloc, job.request.priority, lost, job.started) for i, alloc in enumerate(job.allocs)
+                Candidate((job.key, i), alloc, job.request.priority, lost, job.start_time) for i, alloc in enumerate(job.allocs)
             )
         return out
 
@@ -257,7 +270,7 @@ class Replay:
         if self.movable is None or req.is_sharing or not req.gpu_count:
             return None
         movable, planner = self.movable, PLANNERS[self.cfg.migration_planner]
-        noticed = [k for k in movable if self.jobs[k].noticed]
+        noticed = [k for k in movable if self._job(k).noticed]
         for k in noticed:
             movable.discard(k)
         try:
@@ -271,7 +284,7 @@ class Replay:
                 plans = plan_gang_moves(planner, self.state, req, trial, self.cfg.migration_moves)
         finally:
             for k in noticed:
-                movable.add(k, self.jobs[k].allocs[0], self.jobs[k].request.gpu_models)
+                movable.add(k, self._job(k).allocs[0], self._job(k).request.gpu_models)
         if plans is None:
             return None
         if req.nodes == 1:
@@ -286,8 +299,8 @@ class Replay:
                 movable.add(m.key, m.new)
         down = self.cfg.migration_downtime
         for m in moves:
-            job = self.jobs[m.key]
-            job.remaining -= now - job.started
+            job = self._job(m.key)
+            job.remaining -= now - job.start_time
             job.remaining += down
             self.on_node[m.old.node].discard(job.key)
             self.on_node[m.new.node].add(job.key)
@@ -325,12 +338,12 @@ class Replay:
                     allocs = self._migrate(req, now)
             if allocs is not None:
                 self.queue.remove(key)
-                self._start(self.jobs[key], allocs, now)
+                self._start(self._job(key), allocs, now)
                 continue
             failed.add(shape)
             if self.cfg.queue == "fifo":
                 break
-            job = self.jobs[key]
+            job = self._job(key)
             if self.cfg.preemption == "none" or req.priority is PriorityClass.SPOT or job.waiting_until > now:
                 continue
             if spot_running is None:

@@ -58,7 +58,7 @@ def cached(path: Path, kind: str, parse: Callable[[Path], T], code_files: Sequen
         with open(entry, "rb") as f:
             stored_key, value = pickle.load(f)
         if stored_key == key:
-            return value  # type: ignore[no-any-return]
+            return value
     except Exception:  # noqa: BLE001 -- absent, truncated, another version: parse instead
         pass
     value = parse(path)

@@ -55,10 +55,13 @@ def _rows(path: Path, required: tuple[str, ...]):
             yield reader.line_num, row
 
 
-def _int(path: Path, line: int, row: dict, field: str, *, optional: bool = False, minimum: int = 0) -> int | None:
+def _optional_int(path: Path, line: int, row: dict, field: str) -> int | None:
+    """``_int``, or None where the field is empty."""
+    return None if (row.get(field) or "").strip() == "" else _int(path, line, row, field)
+
+
+def _int(path: Path, line: int, row: dict, field: str, *, minimum: int = 0) -> int:
     raw = (row.get(field) or "").strip()
-    if raw == "" and optional:
-        return None
     try:
         value = int(raw)
     except ValueError:
@@ -126,8 +129,8 @@ def _parse_pods(path: Path) -> list[TracePod]:
         pods.append(
             TracePod(
                 req,
-                _int(path, line, row, "creation_time", optional=True),
-                _int(path, line, row, "deletion_time", optional=True),
+                _optional_int(path, line, row, "creation_time"),
+                _optional_int(path, line, row, "deletion_time"),
                 (row.get("qos") or "").strip(),
             )
         )

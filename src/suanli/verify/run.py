@@ -17,6 +17,7 @@ import datetime as dt
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from suanli.verify import measure
@@ -88,7 +89,7 @@ def measure_device(
         if dtype == "fp8" and not measure.has_fp8(device):
             continue
         progress(f"{label}: {dtype} matmul")
-        value = attempt(f"matmul_{dtype}", lambda d=dtype: measure.matmul_tflops(device, d, n, warmup, repeats))
+        value = attempt(f"matmul_{dtype}", partial(measure.matmul_tflops, device, dtype, n, warmup, repeats))
         if value is not None:
             tflops[dtype] = round(value, 2 if cuda else 4)
     progress(f"{label}: bandwidth")
@@ -103,7 +104,7 @@ def measure_device(
             if j == device.index:
                 continue
             other = torch.device("cuda", j)
-            value = attempt(f"p2p_{j}", lambda o=other: measure.copy_gbs(device, o, mib, warmup, repeats, count_both=False))
+            value = attempt(f"p2p_{j}", partial(measure.copy_gbs, device, other, mib, warmup, repeats, count_both=False))
             p2p[str(j)] = {"gbs": _round(value), "peer_access": bool(torch.cuda.can_device_access_peer(device.index, j))}
     return {
         "memory": mem,

@@ -23,6 +23,7 @@ from suanli.billing import funds, rater, reports, spot, store
 from suanli.billing import quote as quoting
 from suanli.billing.money import MoneyError
 from suanli.billing.store import BillingError, dt_to_ms
+from suanli.billing.tables import Grant, Subscription
 from suanli.bounds import DB_INT_MAX, MAX_DISK_GIB, EpochMs, Finite, TenantRef, Text
 from suanli.control import admission
 from suanli.control.auth import Principal
@@ -234,7 +235,7 @@ def topup(body: TopUp, ctx: ServerContext = Depends(context), who: Principal = D
     return {"posted": posted, "balance_micros": bal, "balance": float(bal) / 1_000_000}
 
 
-def _grant_out(g) -> dict:  # type: ignore[no-untyped-def]
+def _grant_out(g: Grant) -> dict:
     return {
         "id": g.id,
         "tenant_id": g.tenant_id,
@@ -307,7 +308,7 @@ def budget_changes(
     ]
 
 
-def _sub_out(r) -> dict:  # type: ignore[no-untyped-def]
+def _sub_out(r: Subscription) -> dict:
     return {
         "id": r.id,
         "tenant_id": r.tenant_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from fastapi import APIRouter, Depends, Request, Response
 
 from suanli.api.context import ServerContext
@@ -33,7 +35,7 @@ from suanli.errors import Unauthorized
 router = APIRouter(prefix="/v1", tags=["users"])
 
 
-def _iso(t) -> str | None:  # type: ignore[no-untyped-def]
+def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t is not None else None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -46,7 +47,7 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def stop_group(pgid: int, leader_alive, grace_s: float, marker: str) -> None:  # type: ignore[no-untyped-def]
+def stop_group(pgid: int, leader_alive: Callable[[], bool], grace_s: float, marker: str) -> None:
     """SIGTERM the whole group, wait up to ``grace_s`` for the leader, then SIGKILL
     what is left: the whole group while its leader still holds the id, and the processes
     carrying ``marker`` (``kill_leftovers``: the id may be reused by then, and a process

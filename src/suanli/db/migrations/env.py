@@ -12,7 +12,12 @@ target_metadata = Base.metadata
 
 
 def run() -> None:
-    engine = config.attributes.get("engine") or create_engine(config.get_main_option("sqlalchemy.url"))
+    engine = config.attributes.get("engine")
+    if engine is None:
+        url = config.get_main_option("sqlalchemy.url")
+        if not url:
+            raise SystemExit("alembic: no database (set sqlalchemy.url or pass an engine)")
+        engine = create_engine(url)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
         with context.begin_transaction():

@@ -15,7 +15,7 @@ down_revision = "0005"
 branch_labels = None
 depends_on = None
 
-NOTICE = [
+NOTICE: list[tuple[str, sa.types.TypeEngine]] = [
     ("notice_deadline", sa.Float()),
     ("notice_at", sa.Float()),
     ("notice_s", sa.Float()),
