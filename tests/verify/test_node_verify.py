@@ -76,17 +76,39 @@ def test_a_report_from_the_cpu_path_is_kept_as_unmeasured_and_cordons_nothing(se
     assert node(server, "rtx4090-1")["verified"]["status"] == "unmeasured"
 
 
+def _with_gpu_field(path: tuple[str, ...], value: float) -> dict:
+    """A good one-GPU report with one of its first GPU's numbers replaced."""
+    report = cuda_report("h100_sxm5_x8.json", 1)
+    *parents, key = path
+    entry = report["gpus"][0]
+    for name in parents:
+        entry = entry[name]
+    entry[key] = value
+    return report
+
+
+NAN_MEMORY = _with_gpu_field(("memory_total_mib",), float("nan"))
+INFINITE_TFLOPS = _with_gpu_field(("tflops", "bf16"), float("inf"))
+
 BAD_REPORTS = [
     ([], "report: Input should be a valid dictionary"),
     ({"device": "tpu", "gpus": []}, "report.device: expected 'cuda' or 'cpu', got 'tpu'"),
     ({"device": "cuda", "gpus": []}, "report.gpus: a cuda report lists its GPUs"),
-    ({"device": "cuda", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}, "report.gpus[0].memory_total_mib: expected a number"),
+    (
+        {"device": "cuda", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]},
+        "report.gpus[0].memory_total_mib: expected a finite number",
+    ),
+    # NaN would pass every threshold comparison, so a node would verify on it
+    (NAN_MEMORY, "report.gpus[0].memory_total_mib: expected a finite number >= 0, got nan"),
+    (INFINITE_TFLOPS, "report.gpus[0].tflops.bf16: expected a finite number >= 0, got inf"),
 ]
 
 
 def test_a_bad_report_is_refused_and_changes_nothing(server: Server) -> None:
     for report, message in BAD_REPORTS:
-        r = server.http.post("/v1/nodes/h100-0/verifications", json={"report": report}, headers=server.headers)
+        body = json.dumps({"report": report})  # json.dumps writes NaN and Infinity, as some clients do
+        headers = {**server.headers, "content-type": "application/json"}
+        r = server.http.post("/v1/nodes/h100-0/verifications", content=body, headers=headers)
         assert r.status_code == 422 and message in r.text, (report, r.text)
     assert server.get("/v1/nodes/h100-0/verifications") == [] and node(server, "h100-0")["state"] == "ready"
 

@@ -19,6 +19,7 @@ telling the operator without cordoning the node.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -163,13 +164,17 @@ class ReportError(ValueError):
     """A report that is not a ``suanli verify --json`` report; the message says what is wrong."""
 
 
-def _number(entry: dict, key: str, where: str, optional: bool = False) -> float | None:
+def _number(entry: dict, key: str, where: str) -> float:
     value = entry.get(key)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ReportError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+    # JSON parsers here accept NaN and Infinity, and NaN passes every threshold comparison
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ReportError(f"{where}.{key}: expected a finite number >= 0, got {value!r}")
     return float(value)
+
+
+def _optional_number(entry: dict, key: str, where: str) -> float | None:
+    """``_number``, or None where the report leaves the field out (or null)."""
+    return None if entry.get(key) is None else _number(entry, key, where)
 
 
 def measured_from_entry(entry: object, where: str = "gpus[0]", nvml_model: str | None = None) -> Measured:
@@ -184,8 +189,10 @@ def measured_from_entry(entry: object, where: str = "gpus[0]", nvml_model: str |
     ok = entry.get("memory_test_ok")
     if not isinstance(ok, bool):
         raise ReportError(f"{where}.memory_test_ok: expected true or false")
-    test = entry.get("memory_test") if isinstance(entry.get("memory_test"), dict) else {}
-    verified = total * 2**20 if ok else (_number(test, "verified_bytes", f"{where}.memory_test", optional=True) or 0.0)
+    test = entry.get("memory_test")
+    if not isinstance(test, dict):
+        test = {}
+    verified = total * 2**20 if ok else (_optional_number(test, "verified_bytes", f"{where}.memory_test") or 0.0)
     tflops = entry.get("tflops")
     if not isinstance(tflops, dict):
         raise ReportError(f"{where}.tflops: expected {{dtype: TFLOPS}}")
@@ -201,16 +208,16 @@ def measured_from_entry(entry: object, where: str = "gpus[0]", nvml_model: str |
     return Measured(
         nvml_model=nvml_model,
         nvml_name=name,
-        memory_total_mib=total or 0.0,
+        memory_total_mib=total,
         virtualization=virt,
         mig_mode=entry.get("mig_mode") if isinstance(entry.get("mig_mode"), str) else None,
         memory_test_ok=ok,
         memory_verified_bytes=verified,
-        tflops={d: v for d, v in measured.items() if v is not None},
-        bandwidth_gbs=_number(entry, "bandwidth_gbs", where, optional=True),
+        tflops=measured,
+        bandwidth_gbs=_optional_number(entry, "bandwidth_gbs", where),
         pcie_gen=small_int("pcie_gen"),
         pcie_gen_max=small_int("pcie_gen_max"),
         pcie_width=small_int("pcie_width"),
         pcie_width_max=small_int("pcie_width_max"),
-        cuda_memory_total_mib=_number(entry, "cuda_memory_total_mib", where, optional=True),
+        cuda_memory_total_mib=_optional_number(entry, "cuda_memory_total_mib", where),
     )
