@@ -46,12 +46,62 @@ def register_ablations() -> None:
         POLICIES[f"suanli-only-{key}"] = lambda target, seed, keys=frozenset({key}): SuanliPolicy(target, keys)
 
 
+def register_mix_variant(name: str) -> None:
+    """Make a variant of ``fgd``/``suanli`` that plans on another mix known to
+    ``make_policy``, for experiments that ask what the learned mix costs (issue 16,
+    session 35): ``P_online-true-after-N`` learns the mix online and adopts the trace's
+    after N requests; ``P_online-coverage-C`` and ``P_online-drift-D`` learn it with
+    another coverage (``OnlineTarget``, FGD's is 0.95) or drift; ``P-coverage-C`` plans
+    on the trace's mix cut at coverage C."""
+    from collections import Counter
+
+    from suanli.scheduler.policies import POLICIES
+    from suanli.scheduler.policies.fgd import FGD
+    from suanli.scheduler.policies.suanli import SuanliPolicy
+    from suanli.scheduler.policies.target import OnlineTarget, TargetWorkload
+
+    base, _, rest = name.partition("-")
+    kind, _, value = rest.rpartition("-")
+    cls = {"fgd": FGD, "suanli": SuanliPolicy}.get(base.removesuffix("_online"))
+    if cls is None or name in POLICIES:
+        return
+
+    def recut(target: TargetWorkload, coverage: float) -> TargetWorkload:
+        whole = target.whole or target
+        return TargetWorkload.from_counts(Counter(dict(zip(whole.shapes, whole.weights))), coverage)
+
+    def online(target: TargetWorkload, seed: int) -> FGD:
+        policy = cls(None)
+        if kind == "coverage":
+            policy.online = OnlineTarget(coverage=float(value))
+        elif kind == "drift":
+            policy.online = OnlineTarget(drift=float(value))
+        elif kind == "true-after":
+            learn, after = policy.observe, int(value)
+
+            def observe(req: object) -> None:
+                if policy.online is not None and policy.online.seen >= after:
+                    policy.online, policy.target, policy._arrays = None, target, None
+                    policy.cache.clear()
+                    return
+                learn(req)
+
+            policy.observe = observe  # type: ignore[method-assign]
+        return policy
+
+    if base.endswith("_online") and kind in ("coverage", "drift", "true-after"):
+        POLICIES[name] = online
+    elif kind == "coverage":
+        POLICIES[name] = lambda target, seed: cls(recut(target, float(value)))
+
+
 def run_one(traces: str, trace: str, policy: str, seed: int) -> dict:
     from suanli.sim.fill import run_fill
     from suanli.sim.metrics import summary
     from suanli.sim.traces import load_nodes, load_pods
 
     register_ablations()
+    register_mix_variant(policy)
     nodes = load_nodes(Path(traces) / "openb_node_list_gpu_node.csv")
     pods = [p.request for p in load_pods(Path(traces) / f"openb_pod_list_{trace}.csv")]
     s = summary(run_fill(nodes, pods, policy, seed))
@@ -91,12 +141,12 @@ def table(results: list[dict], policies: list[str], default: str = "suanli") -> 
             if not runs:
                 continue
             a = [r["a100"] for r in runs]
-            b = [r["a130"] for r in runs]
+            b = [r["a130"] for r in runs if r["a130"] is not None]  # None: a run that kept @100 only
             ref = paper.get((trace, PAPER_NAMES.get(policy, "")), {})
             sd = statistics.stdev(a) if len(a) > 1 else 0.0
             lines.append(
                 f"| {trace} | {policy} | {len(runs)} | {statistics.fmean(a):.2f} ± {sd:.2f} | "
-                f"{ref.get('alloc_at_100_mean', '—')} | {statistics.fmean(b):.2f} | {ref.get('alloc_at_130_mean', '—')} | "
+                f"{ref.get('alloc_at_100_mean', '—')} | {f'{statistics.fmean(b):.2f}' if b else '—'} | {ref.get('alloc_at_130_mean', '—')} | "
                 f"{statistics.fmean(r['wall_seconds'] for r in runs):.1f} |"
             )
         fgd, mine = by.get((trace, "fgd")), by.get((trace, default))
