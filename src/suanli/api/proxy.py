@@ -439,9 +439,8 @@ async def forward(request: Request, rest: str) -> Response:
         return RedirectResponse(target + ("?" + query if query else ""), status_code=307)
     now = time.time()
     cred = credential(request.headers, request.url.query, target, secret, now)
-    if (
-        cred is not None and cred.source == "query" and cred.token is not None
-    ):  # a browser's link: trade the token for a pass, drop it from the URL
+    # a browser's link: trade the token for a pass, drop it from the URL
+    if cred is not None and cred.source == "query" and cred.token is not None:
         value = await run_in_threadpool(_issue_pass, ctx.db, cred.token, target, secret, now)
         query = strip_token_query(request.url.query)
         resp = RedirectResponse(_raw_path(request.scope) + ("?" + query if query else ""), status_code=307)
