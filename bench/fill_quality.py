@@ -29,6 +29,8 @@ PAPER_NAMES = {
     "best_fit": "BestFit",
     "fgd": "FGD",
 }
+#: ``P_online-history-N`` draws its history with the fill's seed plus this (another draw)
+HISTORY_SEED = 1000
 ALL_POLICIES = "random,dot_product,gpu_clustering,gpu_packing,best_fit,fgd,suanli,suanli_online"
 
 
@@ -52,8 +54,12 @@ def register_mix_variant(name: str) -> None:
     session 35): ``P_online-true-after-N`` learns the mix online and adopts the trace's
     after N requests; ``P_online-coverage-C`` and ``P_online-drift-D`` learn it with
     another coverage (``OnlineTarget``, FGD's is 0.95) or drift; ``P-coverage-C`` plans
-    on the trace's mix cut at coverage C."""
+    on the trace's mix cut at coverage C. ``P_online-history-N`` first learns from N
+    requests drawn from the trace's mix (its own seed, not the arrivals), as the live loop
+    learns from the work it served before a restart (``ControlLoop.learn_served_mix``)."""
     from collections import Counter
+
+    import numpy as np
 
     from suanli.scheduler.policies import POLICIES
     from suanli.scheduler.policies.fgd import FGD
@@ -87,9 +93,14 @@ def register_mix_variant(name: str) -> None:
                 learn(req)
 
             policy.observe = observe  # type: ignore[method-assign]
+        elif kind == "history":
+            mix = target.whole or target
+            rng = np.random.default_rng(seed + HISTORY_SEED)
+            for k in rng.choice(len(mix.shapes), size=int(value), p=mix.weights):
+                policy.observe(mix.shapes[k].request())
         return policy
 
-    if base.endswith("_online") and kind in ("coverage", "drift", "true-after"):
+    if base.endswith("_online") and kind in ("coverage", "drift", "true-after", "history"):
         POLICIES[name] = online
     elif kind == "coverage":
         POLICIES[name] = lambda target, seed: cls(recut(target, float(value)))

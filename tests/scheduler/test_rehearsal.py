@@ -4,7 +4,7 @@ more (``scheduler/policies/rehearsal.py``)."""
 from __future__ import annotations
 
 from suanli.scheduler import ClusterState, Request, TargetWorkload
-from suanli.scheduler.policies import rehearsal
+from suanli.scheduler.policies import rehearsal, suanli
 from suanli.scheduler.policies.suanli import SuanliPolicy
 from suanli.scheduler.policies.target import TaskShape
 from tests.scheduler.factories import node, share, whole
@@ -46,17 +46,38 @@ def test_key_1_is_dropped_where_the_rehearsal_sees_no_gain() -> None:
     assert "pressure" in unrehearsed.active_keys(ClusterState(_NODES))
 
 
-def test_a_mix_without_scarce_models_and_the_online_policy_never_rehearse(monkeypatch) -> None:
+def test_a_mix_without_scarce_models_never_rehearses(monkeypatch) -> None:
     def refuse(*args: object) -> bool:
         raise AssertionError("rehearsed")
 
     monkeypatch.setattr(rehearsal, "better", refuse)
     assert "pressure" in _policy([whole(1)] * 8).active_keys(ClusterState(_NODES))  # pressure 0 everywhere
-    online = SuanliPolicy(None)
-    for _ in range(200):
-        online.observe(_V100_ONLY)
-        online.observe(whole(1))
-    assert not online.rehearse and "pressure" in online.active_keys(ClusterState(_NODES))
+
+
+def test_the_online_policy_rehearses_once_when_it_has_learned_the_mix(monkeypatch) -> None:
+    """``suanli_online`` keeps key 1 unrehearsed while its mix is young (a rehearsal of a
+    small sample follows the sample), rehearses once at ``LEARNED_MIX_REQUESTS`` requests,
+    follows the verdict, and does not rehearse again as the mix moves on."""
+    verdicts: list[TargetWorkload] = []
+
+    def drop(nodes: object, target: TargetWorkload, make: object) -> bool:
+        verdicts.append(target)
+        return False
+
+    monkeypatch.setattr(rehearsal, "better", drop)
+    online, state = SuanliPolicy(None), ClusterState(_NODES)
+    mix = [_V100_ONLY] * 2 + [whole(1)] * 18  # V100-only requests over the 5 % the learned mix cuts
+    while online.online is not None and online.online.seen < suanli.LEARNED_MIX_REQUESTS - len(mix):
+        for req in mix:
+            online.observe(req)
+    assert "pressure" in online.active_keys(state) and verdicts == []
+    for req in mix:  # the mix is learned: the next pass rehearses
+        online.observe(req)
+    assert "pressure" not in online.active_keys(state)
+    assert len(verdicts) == 1 and TaskShape.of(_V100_ONLY) in verdicts[0].shapes
+    for req in [whole(2)] * 2000:  # the mix moves (a new target): the verdict stands
+        online.observe(req)
+    assert "pressure" not in online.active_keys(state) and len(verdicts) == 1
 
 
 def test_a_rehearsal_is_deterministic_and_draws_from_the_whole_mix() -> None:

@@ -77,14 +77,16 @@ from suanli.control.waiting import Reason
 from suanli.db.clock import utcnow
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
+from suanli.scheduler.policies.suanli import LEARNED_MIX_REQUESTS
 
 log = logging.getLogger(__name__)
 
 #: Launches run at most this many at a time.
 LAUNCH_WORKERS = 8
 #: How many of the newest workloads a starting loop shows its policy (``learn_served_mix``):
-#: about the mix a few thousand arrivals make, read in one query per kind.
-MIX_HISTORY = 4096
+#: as many as the default policy learns from before it rehearses its scarce-model key,
+#: so a restart with that much history rehearses at once; read in one query per kind.
+MIX_HISTORY = LEARNED_MIX_REQUESTS
 
 
 @dataclass

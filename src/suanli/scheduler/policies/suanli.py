@@ -24,10 +24,12 @@ the seeded node order, which keeps FGD's packing.
    g-gpuspec15 G2 and G3 differed by 0.5 % of their GPUs) and cost 0.39 points there
    against the key off; in steps it costs 0.22. Whether the key gains depends on the
    draw of the mix, not on the pressure alone (issue 16, fourth pass, BENCHMARKS.md),
-   so a policy with a fixed target keeps it only when a rehearsal says it helps: a
-   fill of the mix on an empty half of the cluster with the key and one without
-   (``rehearsal.py``); ``suanli_online``, whose mix moves, keeps it. With no
-   restricted request in the mix this key does nothing and nothing is rehearsed.
+   so the policy keeps it only when a rehearsal says it helps: a fill of the mix on an
+   empty half of the cluster with the key and one without (``rehearsal.py``), once.
+   ``suanli_online``, which learns its mix, keeps the key until it has learned from
+   ``LEARNED_MIX_REQUESTS`` requests and rehearses then (the live loop shows it that
+   many served ones on start). With no restricted request in the mix this key does
+   nothing and nothing is rehearsed.
 
 2. **CPU for the idle GPUs** (CPU-only and whole-GPU requests). A GPU is only usable
    with CPU next to it. Let r be the mix's CPU per GPU milli (over the GPU requests
@@ -136,6 +138,12 @@ RESTRICTED_ROOM = 0.5
 #: gpuspec05 and lost 0.28 points there; 0.35 and 0.5 left T4 at 30 % on gpuspec10
 #: unseparated and lost 0.54 there.
 PRESSURE_STEP = 0.25
+#: ``suanli_online`` rehearses key 1 once it has learned the mix from this many requests,
+#: and keeps the key before. Rehearsed at 1,024 the decision followed the sample rather
+#: than the mix (on gpuspec10 it dropped a key worth 0.54 points) and lost allocation;
+#: on a mix learned from 4,096 it was below ``fgd`` on 7 of 26 traces against 11 without
+#: a rehearsal (issue 16, session 35, BENCHMARKS.md).
+LEARNED_MIX_REQUESTS = 4096
 
 
 def model_pressure(state: ClusterState, t: TargetArrays) -> np.ndarray:
@@ -201,14 +209,22 @@ class SuanliPolicy(FGD):
             raise ValueError(f"unknown keys {sorted(keys - KEYS)}; choose from {sorted(KEYS)}")
         #: The keys in use (ablations in bench/ switch some off; the shipped policy uses all).
         self.keys = keys
-        #: Whether key 1 is kept only when a rehearsal of the mix says it helps (a fixed
-        #: target only: ``rehearsal.py``). The rehearsals' own policies do not rehearse.
-        self.rehearse = rehearse and self.online is None
+        #: Whether key 1 is kept only when a rehearsal of the mix says it helps
+        #: (``rehearsal.py``; a learned mix from ``LEARNED_MIX_REQUESTS`` requests on).
+        #: The rehearsals' own policies do not rehearse.
+        self.rehearse = rehearse
+        self._key_1_kept: bool | None = None  #: the rehearsal's verdict, once given
         self._model_keys_of: TargetArrays | None = None
         self._ratio = np.zeros(0)
         self._pressure_level = np.zeros(0, np.int64)
         self._active = keys
         self._sized = np.zeros(0, np.int64)
+
+    def observe(self, req: Request) -> None:
+        super().observe(req)
+        if self.rehearse and self.online is not None and self.online.seen == LEARNED_MIX_REQUESTS:
+            self._model_keys_of = None  # the mix is learned: decide key 1 by a rehearsal now
+            self.cache.clear()
 
     def cpu_demand_ratio(self, state: ClusterState) -> float:
         """CPU the mix asks for when the cluster's GPUs are fully allocated, over the
@@ -268,13 +284,18 @@ class SuanliPolicy(FGD):
 
     def _key_1_helps(self, state: ClusterState) -> bool:
         """Whether key 1 allocates more than the same policy without it in rehearsals
-        of the mix on an empty copy of the cluster (``rehearsal.py``)."""
-        keys = self.keys
+        of the mix on an empty copy of the cluster (``rehearsal.py``). Rehearsed once; a
+        learned mix keeps the key until it counts ``LEARNED_MIX_REQUESTS`` requests."""
+        if self.online is not None and self.online.seen < LEARNED_MIX_REQUESTS:
+            return True
+        if self._key_1_kept is None:
+            keys = self.keys
 
-        def make(with_key: bool) -> SuanliPolicy:
-            return SuanliPolicy(self.target, keys if with_key else keys - {"pressure"}, rehearse=False)
+            def make(with_key: bool) -> SuanliPolicy:
+                return SuanliPolicy(self.target, keys if with_key else keys - {"pressure"}, rehearse=False)
 
-        return rehearsal.better(state.nodes, self.target, make)
+            self._key_1_kept = rehearsal.better(state.nodes, self.target, make)
+        return self._key_1_kept
 
     def _score(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self.model_keys(state)
