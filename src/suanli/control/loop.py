@@ -84,8 +84,7 @@ log = logging.getLogger(__name__)
 #: Launches run at most this many at a time.
 LAUNCH_WORKERS = 8
 #: How many of the newest workloads a starting loop shows its policy (``learn_served_mix``):
-#: as many as the default policy learns from before it rehearses its scarce-model key,
-#: so a restart with that much history rehearses at once; read in one query per kind.
+#: what the default policy rehearses its scarce-model key on; one query per kind.
 MIX_HISTORY = LEARNED_MIX_REQUESTS
 
 
