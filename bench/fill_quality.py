@@ -16,8 +16,12 @@ import argparse
 import csv
 import json
 import statistics
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+
+from suanli.scheduler.model import Request
+from suanli.scheduler.policies.target import OnlineTarget, TargetWorkload, TaskShape
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -48,6 +52,51 @@ def register_ablations() -> None:
         POLICIES[f"suanli-only-{key}"] = lambda target, seed, keys=frozenset({key}): SuanliPolicy(target, keys)
 
 
+class MixLearner(OnlineTarget):
+    """``OnlineTarget`` with the learners of ``P_online-history_W-N`` (``register_mix_variant``)."""
+
+    def __init__(self, how: str, trace_mix: TargetWorkload, history: int) -> None:
+        super().__init__()
+        self.how, self.history = how, history
+        self.trace_kept = set(trace_mix.shapes)
+        whole = trace_mix.whole or trace_mix
+        self.trace_weight = dict(zip(whole.shapes, whole.weights))
+
+    def observe(self, req: Request) -> bool:
+        if self.how == "frozen" and self.seen >= self.history:
+            self.seen += 1  # counted, as the policies read ``seen``, but not learned from
+            return False
+        return super().observe(req)
+
+    def derive(self) -> TargetWorkload:
+        if self.how == "oraclecut":
+            return TargetWorkload.from_counts(Counter({s: c for s, c in self.counts.items() if s in self.trace_kept}), 1.0)
+        if self.how == "oracleweights":
+            cut = super().derive()
+            return TargetWorkload.from_counts(Counter({s: self.trace_weight.get(s, 0.0) for s in cut.shapes}), 1.0)
+        if self.how.startswith("smooth"):
+            return TargetWorkload.from_counts(self._smoothed(float(self.how.removeprefix("smooth"))), self.coverage)
+        return super().derive()
+
+    def _smoothed(self, alpha: float) -> Counter[TaskShape]:
+        """Each GPU shape (cpu, milli, GPUs) keeps its count; how it splits over the
+        model lists moves towards the lists' shares over all GPU requests, as if
+        ``alpha`` more of its requests had been seen with those shares."""
+        per_shape: Counter[tuple[int, int, int]] = Counter()
+        per_list: Counter[tuple[str, ...]] = Counter()
+        for s, c in self.counts.items():
+            if s.milli_per_gpu:
+                per_shape[(s.cpu_milli, s.milli_per_gpu, s.gpus)] += c
+                per_list[s.gpu_models] += c
+        lists = sum(per_list.values())
+        out: Counter[TaskShape] = Counter({s: c for s, c in self.counts.items() if not s.milli_per_gpu})
+        for (cpu, milli, gpus), n in per_shape.items():
+            for models, m in per_list.items():
+                shape = TaskShape(cpu, milli, gpus, models)
+                out[shape] = (self.counts.get(shape, 0) + alpha * m / lists) * n / (n + alpha)
+        return out
+
+
 def register_mix_variant(name: str) -> None:
     """Make a variant of ``fgd``/``suanli`` that plans on another mix known to
     ``make_policy``, for experiments that ask what the learned mix costs (issue 16,
@@ -56,15 +105,18 @@ def register_mix_variant(name: str) -> None:
     another coverage (``OnlineTarget``, FGD's is 0.95) or drift; ``P-coverage-C`` plans
     on the trace's mix cut at coverage C. ``P_online-history-N`` first learns from N
     requests drawn from the trace's mix (its own seed, not the arrivals), as the live loop
-    learns from the work it served before a restart (``ControlLoop.learn_served_mix``)."""
-    from collections import Counter
-
+    learns from the work it served before a restart (``ControlLoop.learn_served_mix``).
+    ``P_online-history_W-N`` learns so too, with the learner ``W`` (session 36: which part
+    of the learned mix costs): ``frozen`` adopts the mix after the history and keeps it;
+    ``oraclecut`` keeps the shapes of the trace's 95 % cut, weighed by the learned counts;
+    ``oracleweights`` keeps the learned cut's shapes, weighed as in the trace;
+    ``smoothA`` shrinks each GPU shape's model list towards the lists' overall shares,
+    ``A`` requests' worth (the counts of shape and list are noisy where the list is rare)."""
     import numpy as np
 
     from suanli.scheduler.policies import POLICIES
     from suanli.scheduler.policies.fgd import FGD
     from suanli.scheduler.policies.suanli import SuanliPolicy
-    from suanli.scheduler.policies.target import OnlineTarget, TargetWorkload
 
     base, _, rest = name.partition("-")
     kind, _, value = rest.rpartition("-")
@@ -78,6 +130,8 @@ def register_mix_variant(name: str) -> None:
 
     def online(target: TargetWorkload, seed: int) -> FGD:
         policy = cls(None)
+        if kind.startswith("history_"):
+            policy.online = MixLearner(kind.removeprefix("history_"), target, int(value))
         if kind == "coverage":
             policy.online = OnlineTarget(coverage=float(value))
         elif kind == "drift":
@@ -93,14 +147,14 @@ def register_mix_variant(name: str) -> None:
                 learn(req)
 
             policy.observe = observe  # type: ignore[method-assign]
-        elif kind == "history":
+        if kind.startswith("history"):
             mix = target.whole or target
             rng = np.random.default_rng(seed + HISTORY_SEED)
             for k in rng.choice(len(mix.shapes), size=int(value), p=mix.weights):
                 policy.observe(mix.shapes[k].request())
         return policy
 
-    if base.endswith("_online") and kind in ("coverage", "drift", "true-after", "history"):
+    if base.endswith("_online") and (kind in ("coverage", "drift", "true-after") or kind.startswith("history")):
         POLICIES[name] = online
     elif kind == "coverage":
         POLICIES[name] = lambda target, seed: cls(recut(target, float(value)))

@@ -105,11 +105,16 @@ class OnlineTarget:
         self.seen += 1
         if self.seen % self.check_every and self.seen > 1:
             return False
-        candidate = TargetWorkload.from_counts(self.counts, self.coverage)
+        candidate = self.derive()
         if distance(candidate, self.current) <= self.drift:
             return False
         self.current = candidate
         return True
+
+    def derive(self) -> TargetWorkload:
+        """The mix the counts so far say (experiments derive it other ways: issue 16's
+        ``bench/fill_quality.py`` mix variants)."""
+        return TargetWorkload.from_counts(self.counts, self.coverage)
 
 
 def distance(a: TargetWorkload, b: TargetWorkload) -> float:
