@@ -17,11 +17,17 @@ import csv
 import json
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from suanli.scheduler.model import Request
+from suanli.scheduler.policies.fragmentation import TargetArrays
 from suanli.scheduler.policies.target import OnlineTarget, TargetWorkload, TaskShape
+from suanli.scheduler.state import ClusterState
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -55,20 +61,22 @@ def register_ablations() -> None:
 class MixLearner(OnlineTarget):
     """``OnlineTarget`` with the learners of ``P_online-history_W-N`` (``register_mix_variant``)."""
 
-    def __init__(self, how: str, trace_mix: TargetWorkload, history: int) -> None:
+    def __init__(self, how: str, trace_mix: TargetWorkload, n: int) -> None:
         super().__init__()
-        self.how, self.history = how, history
+        self.how, self.n = how, n
         self.trace_kept = set(trace_mix.shapes)
         whole = trace_mix.whole or trace_mix
         self.trace_weight = dict(zip(whole.shapes, whole.weights))
 
     def observe(self, req: Request) -> bool:
-        if self.how == "frozen" and self.seen >= self.history:
+        if self.how == "frozen" and self.seen >= self.n:
             self.seen += 1  # counted, as the policies read ``seen``, but not learned from
             return False
         return super().observe(req)
 
     def derive(self) -> TargetWorkload:
+        if self.how == "late" and self.seen < self.n:
+            return TargetWorkload((), np.zeros(0))
         if self.how == "oraclecut":
             return TargetWorkload.from_counts(Counter({s: c for s, c in self.counts.items() if s in self.trace_kept}), 1.0)
         if self.how == "oracleweights":
@@ -97,6 +105,34 @@ class MixLearner(OnlineTarget):
         return out
 
 
+def packed_while_empty(cls: type, below: float) -> Callable[[TargetWorkload | None], Any]:
+    """``cls`` (FGD or a subclass) planning on no mix, so that FGD's ties leave every
+    placement to the seeded node order, while under ``below`` of the cluster's GPU milli
+    is allocated; on its mix from then on."""
+    empty = TargetWorkload((), np.zeros(0))
+
+    class Packed(cls):  # type: ignore[misc, valid-type]
+        packing: bool | None = None
+
+        def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> Any:
+            packing = state.used_gpu_milli < below * state.total_gpu_milli
+            if packing != self.packing:
+                self.packing = packing
+                self.cache.clear()
+            return super().scores(state, req, feasible)
+
+        no_mix: TargetArrays | None = None
+
+        def arrays(self, state: ClusterState) -> TargetArrays:
+            if not self.packing:
+                return super().arrays(state)
+            if self.no_mix is None:
+                self.no_mix = TargetArrays.build(empty, state.models)
+            return self.no_mix
+
+    return Packed
+
+
 def register_mix_variant(name: str) -> None:
     """Make a variant of ``fgd``/``suanli`` that plans on another mix known to
     ``make_policy``, for experiments that ask what the learned mix costs (issue 16,
@@ -111,8 +147,12 @@ def register_mix_variant(name: str) -> None:
     ``oraclecut`` keeps the shapes of the trace's 95 % cut, weighed by the learned counts;
     ``oracleweights`` keeps the learned cut's shapes, weighed as in the trace;
     ``smoothA`` shrinks each GPU shape's model list towards the lists' overall shares,
-    ``A`` requests' worth (the counts of shape and list are noisy where the list is rare)."""
-    import numpy as np
+    ``A`` requests' worth (the counts of shape and list are noisy where the list is rare).
+    ``P_online-late-N`` plans on no mix (FGD's ties, the seeded node order) until it has
+    seen N requests, then learns as shipped. ``P-packed-U`` and ``P_online-packed-U``
+    plan on no mix while under U of the cluster's GPU milli is allocated (``suanli``'s
+    ``pack_below``, which ``suanli_online`` ships with 0.1; ``packed_while_empty`` for
+    ``fgd``)."""
 
     from suanli.scheduler.policies import POLICIES
     from suanli.scheduler.policies.fgd import FGD
@@ -136,6 +176,8 @@ def register_mix_variant(name: str) -> None:
             policy.online = OnlineTarget(coverage=float(value))
         elif kind == "drift":
             policy.online = OnlineTarget(drift=float(value))
+        elif kind == "late":
+            policy.online = MixLearner("late", target, int(value))
         elif kind == "true-after":
             learn, after = policy.observe, int(value)
 
@@ -154,7 +196,14 @@ def register_mix_variant(name: str) -> None:
                 policy.observe(mix.shapes[k].request())
         return policy
 
-    if base.endswith("_online") and (kind in ("coverage", "drift", "true-after") or kind.startswith("history")):
+    if kind == "packed":
+        below = float(value)
+        if cls is SuanliPolicy:  # the policy's own rule, its rehearsals included
+            POLICIES[name] = lambda target, seed: SuanliPolicy(None if base.endswith("_online") else target, pack_below=below)
+        else:
+            packed = packed_while_empty(cls, below)
+            POLICIES[name] = lambda target, seed: packed(None if base.endswith("_online") else target)
+    elif base.endswith("_online") and (kind in ("coverage", "drift", "true-after", "late") or kind.startswith("history")):
         POLICIES[name] = online
     elif kind == "coverage":
         POLICIES[name] = lambda target, seed: cls(recut(target, float(value)))

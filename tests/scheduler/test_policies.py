@@ -112,6 +112,38 @@ def test_suanli_keeps_cpu_next_to_idle_gpus():
     assert _choices("fgd", state, pod, target) == {"poor", "rich"}
 
 
+def test_suanli_plans_on_no_mix_while_the_cluster_is_nearly_empty():
+    # The case above, where the mix sends the pod to "rich" whatever the seed: with under
+    # PACK_BELOW (10 %) of the GPU milli allocated the policy plans on no mix, and the
+    # seeded node order decides, as FGD's ties do; with a third node's four GPUs taken
+    # (a third of the cluster's milli) it plans on the mix again. The rule is the learned
+    # mix's (suanli_online); with a fixed mix it is off.
+    from suanli.scheduler import Scheduler, TargetWorkload
+    from suanli.scheduler.policies.suanli import PACK_BELOW, SuanliPolicy
+
+    assert 0 < PACK_BELOW < 1 / 3
+    assert SuanliPolicy(None).pack_below == PACK_BELOW
+    target, pod = TargetWorkload.from_requests([whole(1, cpu=8000)], coverage=1.0), whole(1, cpu=4000)
+    nodes = [node("poor", gpus=4, cpu=20_000), node("rich", gpus=4, cpu=40_000), node("busy", gpus=4)]
+
+    def choices(state):
+        policy = SuanliPolicy(target, rehearse=False, pack_below=PACK_BELOW)
+        return {Scheduler(policy, state, seed=s).place(pod).allocation.node for s in range(6)}
+
+    assert len(choices(cluster(*nodes))) > 1
+    assert choices(cluster(*nodes, used={"busy": [1000] * 4})) == {"rich"}
+    fixed = SuanliPolicy(target, rehearse=False)  # a fixed mix is planned on from the start
+    assert "poor" not in {Scheduler(fixed, cluster(*nodes), seed=s).place(pod).allocation.node for s in range(6)}
+    # one policy through both: what it kept for the empty cluster is not reused
+    policy = SuanliPolicy(target, rehearse=False, pack_below=PACK_BELOW)
+    state = cluster(*nodes)
+    early = {Scheduler(policy, state, seed=s).place(pod).allocation.node for s in range(6)}
+    for i in range(4):
+        state.bind(Allocation("busy", (i,), 1000, 0, 0))
+    late = {Scheduler(policy, state, seed=s).place(pod).allocation.node for s in range(6)}
+    assert len(early) > 1 and late == {"rich"}
+
+
 #: Four full 8-GPU T4 nodes: they hold nothing more, and make the two free 2-GPU nodes
 #: a small part of a 36-GPU cluster.
 _FULL = [node(f"full{i}", gpus=8, model="T4") for i in range(4)]
@@ -311,7 +343,7 @@ def test_suanli_keys_can_be_switched_off_one_by_one():
         for keys in (KEYS, KEYS - {key}):
             seen = set()
             for seed in range(12):
-                s = Scheduler(SuanliPolicy(target, keys, rehearse=False), state, seed=seed)
+                s = Scheduler(SuanliPolicy(target, keys, rehearse=False, pack_below=0), state, seed=seed)
                 seen.add(s.place(pod).allocation.node)
             chosen[keys] = seen
         assert len(chosen[KEYS]) == 1 and len(chosen[KEYS - {key}]) == 2, (key, chosen)

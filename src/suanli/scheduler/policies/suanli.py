@@ -72,6 +72,16 @@ the seeded node order, which keeps FGD's packing.
    multigpu20, and on CPU-only pods it changed nothing, so it applies to sharing pods
    only.
 
+**While the cluster is nearly empty, a learned mix is not planned on.** With under
+``PACK_BELOW`` (a tenth) of the cluster's GPU milli allocated, ``suanli_online`` (whose
+mix is learned from arrivals) scores every placement on no mix: FGD's score ties
+everywhere, the keys see no mix, and work goes where the seeded node order puts it,
+packed onto the first nodes. Planning the first tenth of the work on a mix learned from
+its first requests spread it in ways that cost allocation later, most on mixes with many
+model-restricted shapes (g-gpuspec35 and g-gpuspec50 gained 0.7 and 1.0 points with the
+rule, issue 16, session 36). With a fixed mix (``suanli``) the rule is off: on the tune
+side it cost 0.04 points on average (gpuspec05 and gpuspec10 lost 0.13-0.15).
+
 **Which keys apply depends on the mix the policy plans for** (``active_keys``; the
 mix is the target, learned online for ``suanli_online``; never the trace's name):
 
@@ -133,6 +143,9 @@ KEYS = frozenset({"pressure", "cpu", "cpu_gpu", "usable", "whole"})
 #: requests count; a G2-only one (71 %) or a whole-GPU pod that any node with 8 GPUs
 #: can hold does not.
 RESTRICTED_ROOM = 0.5
+#: Below this share of the cluster's GPU milli allocated, the policy plans on no mix
+#: (module docstring, "While the cluster is nearly empty").
+PACK_BELOW = 0.1
 #: Key 1 compares pressure in steps of this share of a model's GPUs. Chosen on the
 #: shipped gpuspec family (issue 16, fourth pass): 0.1 separated T4 at 12 % on
 #: gpuspec05 and lost 0.28 points there; 0.35 and 0.5 left T4 at 30 % on gpuspec10
@@ -203,7 +216,13 @@ def hosts_node_sized(
 class SuanliPolicy(FGD):
     name = "suanli"
 
-    def __init__(self, target: TargetWorkload | None, keys: frozenset[str] = KEYS, rehearse: bool = True) -> None:
+    def __init__(
+        self,
+        target: TargetWorkload | None,
+        keys: frozenset[str] = KEYS,
+        rehearse: bool = True,
+        pack_below: float | None = None,
+    ) -> None:
         super().__init__(target)
         if not keys <= KEYS:
             raise ValueError(f"unknown keys {sorted(keys - KEYS)}; choose from {sorted(KEYS)}")
@@ -219,12 +238,35 @@ class SuanliPolicy(FGD):
         self._pressure_level = np.zeros(0, np.int64)
         self._active = keys
         self._sized = np.zeros(0, np.int64)
+        #: Below this share of the GPU milli allocated, plan on no mix: ``PACK_BELOW`` for
+        #: a learned mix, 0 (never) for a fixed one (module docstring); tests of the keys
+        #: on tiny, nearly empty clusters set 0.
+        self.pack_below = (PACK_BELOW if target is None else 0.0) if pack_below is None else pack_below
+        self._packing: bool | None = None  #: below it, as the last ``scores`` saw
+        self._no_mix: TargetArrays | None = None
+        self._no_mix_models: list[str] | None = None
 
     def observe(self, req: Request) -> None:
         super().observe(req)
         if self.rehearse and self.online is not None and self.online.seen == LEARNED_MIX_REQUESTS:
             self._model_keys_of = None  # the mix is learned: decide key 1 by a rehearsal now
             self.cache.clear()
+
+    def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
+        packing = state.used_gpu_milli < self.pack_below * state.total_gpu_milli
+        if packing != self._packing:  # every kept score was made for the other mix
+            self._packing = packing
+            self.cache.clear()
+        return super().scores(state, req, feasible)
+
+    def arrays(self, state: ClusterState) -> TargetArrays:
+        """The mix planned for: none while the cluster is nearly empty (``scores``)."""
+        if not self._packing:
+            return super().arrays(state)
+        if self._no_mix is None or self._no_mix_models != state.models:
+            self._no_mix = TargetArrays.build(TargetWorkload((), np.zeros(0)), state.models)
+            self._no_mix_models = state.models
+        return self._no_mix
 
     def cpu_demand_ratio(self, state: ClusterState) -> float:
         """CPU the mix asks for when the cluster's GPUs are fully allocated, over the
@@ -292,7 +334,8 @@ class SuanliPolicy(FGD):
             keys = self.keys
 
             def make(with_key: bool) -> SuanliPolicy:
-                return SuanliPolicy(self.target, keys if with_key else keys - {"pressure"}, rehearse=False)
+                pressure = keys if with_key else keys - {"pressure"}
+                return SuanliPolicy(self.target, pressure, rehearse=False, pack_below=self.pack_below)
 
             self._key_1_kept = rehearsal.better(state.nodes, self.target, make)
         return self._key_1_kept
