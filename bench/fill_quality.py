@@ -151,8 +151,7 @@ def register_mix_variant(name: str) -> None:
     ``P_online-late-N`` plans on no mix (FGD's ties, the seeded node order) until it has
     seen N requests, then learns as shipped. ``P-packed-U`` and ``P_online-packed-U``
     plan on no mix while under U of the cluster's GPU milli is allocated (``suanli``'s
-    ``pack_below``, which ``suanli_online`` ships with 0.1; ``packed_while_empty`` for
-    ``fgd``)."""
+    ``pack_below``, off as shipped; ``packed_while_empty`` for ``fgd``)."""
 
     from suanli.scheduler.policies import POLICIES
     from suanli.scheduler.policies.fgd import FGD

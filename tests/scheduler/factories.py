@@ -33,10 +33,8 @@ def whole(count: int, cpu: int = 1000, mem: int = 0) -> Request:
 def scheduler(policy: str, state: ClusterState, target: list[Request] | None = None, seed: int = 0) -> Scheduler:
     """``policy`` on ``state``; "suanli" with every key it applies and no rehearsal
     (``rehearsal.py`` decides key 1 on an empty copy of the cluster, which tells
-    nothing on these tiny ones: tests/scheduler/test_rehearsal.py tests it) and planning
-    on its mix however empty the cluster (``pack_below`` 0: tests/scheduler/test_policies.py
-    tests the packing of a nearly empty cluster)."""
+    nothing on these tiny ones: tests/scheduler/test_rehearsal.py tests it)."""
     tw = TargetWorkload.from_requests(target, coverage=1.0) if target else None
     if policy == "suanli":
-        return Scheduler(SuanliPolicy(tw, rehearse=False, pack_below=0), state, seed=seed)
+        return Scheduler(SuanliPolicy(tw, rehearse=False), state, seed=seed)
     return Scheduler(make_policy(policy, tw, seed), state, seed=seed)

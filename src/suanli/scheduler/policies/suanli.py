@@ -72,15 +72,15 @@ the seeded node order, which keeps FGD's packing.
    multigpu20, and on CPU-only pods it changed nothing, so it applies to sharing pods
    only.
 
-**While the cluster is nearly empty, a learned mix is not planned on.** With under
-``PACK_BELOW`` (a tenth) of the cluster's GPU milli allocated, ``suanli_online`` (whose
-mix is learned from arrivals) scores every placement on no mix: FGD's score ties
-everywhere, the keys see no mix, and work goes where the seeded node order puts it,
-packed onto the first nodes. Planning the first tenth of the work on a mix learned from
-its first requests spread it in ways that cost allocation later, most on mixes with many
-model-restricted shapes (g-gpuspec35 and g-gpuspec50 gained 0.7 and 1.0 points with the
-rule, issue 16, session 36). With a fixed mix (``suanli``) the rule is off: on the tune
-side it cost 0.04 points on average (gpuspec05 and gpuspec10 lost 0.13-0.15).
+**Packing while the cluster is nearly empty (``pack_below``, off).** With under
+``pack_below`` of the cluster's GPU milli allocated, the policy can score every
+placement on no mix: FGD's score ties everywhere, the keys see no mix, and work goes
+where the seeded node order puts it, packed onto the first nodes. At a tenth it lifted
+``suanli_online`` by 0.2 points on average on the 26 traces with model-restricted
+requests (0.7-1.0 on g-gpuspec35 and g-gpuspec50) but cost 0.05 on the 20 shipped
+traces (default -0.09, cpu200 -0.19), and ``suanli`` lost on the tune side with it, so
+it is not shipped (issue 16, session 36); ``bench/fill_quality.py``'s ``-packed-U``
+variants set it.
 
 **Which keys apply depends on the mix the policy plans for** (``active_keys``; the
 mix is the target, learned online for ``suanli_online``; never the trace's name):
@@ -143,9 +143,6 @@ KEYS = frozenset({"pressure", "cpu", "cpu_gpu", "usable", "whole"})
 #: requests count; a G2-only one (71 %) or a whole-GPU pod that any node with 8 GPUs
 #: can hold does not.
 RESTRICTED_ROOM = 0.5
-#: Below this share of the cluster's GPU milli allocated, the policy plans on no mix
-#: (module docstring, "While the cluster is nearly empty").
-PACK_BELOW = 0.1
 #: Key 1 compares pressure in steps of this share of a model's GPUs. Chosen on the
 #: shipped gpuspec family (issue 16, fourth pass): 0.1 separated T4 at 12 % on
 #: gpuspec05 and lost 0.28 points there; 0.35 and 0.5 left T4 at 30 % on gpuspec10
@@ -221,7 +218,7 @@ class SuanliPolicy(FGD):
         target: TargetWorkload | None,
         keys: frozenset[str] = KEYS,
         rehearse: bool = True,
-        pack_below: float | None = None,
+        pack_below: float = 0.0,
     ) -> None:
         super().__init__(target)
         if not keys <= KEYS:
@@ -238,10 +235,9 @@ class SuanliPolicy(FGD):
         self._pressure_level = np.zeros(0, np.int64)
         self._active = keys
         self._sized = np.zeros(0, np.int64)
-        #: Below this share of the GPU milli allocated, plan on no mix: ``PACK_BELOW`` for
-        #: a learned mix, 0 (never) for a fixed one (module docstring); tests of the keys
-        #: on tiny, nearly empty clusters set 0.
-        self.pack_below = (PACK_BELOW if target is None else 0.0) if pack_below is None else pack_below
+        #: Below this share of the GPU milli allocated, plan on no mix (module docstring,
+        #: "Packing while the cluster is nearly empty"; 0: never, as shipped).
+        self.pack_below = pack_below
         self._packing: bool | None = None  #: below it, as the last ``scores`` saw
         self._no_mix: TargetArrays | None = None
         self._no_mix_models: list[str] | None = None
