@@ -17,17 +17,13 @@ import csv
 import json
 import statistics
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from suanli.scheduler.model import Request
-from suanli.scheduler.policies.fragmentation import TargetArrays
 from suanli.scheduler.policies.target import OnlineTarget, TargetWorkload, TaskShape
-from suanli.scheduler.state import ClusterState
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -105,34 +101,6 @@ class MixLearner(OnlineTarget):
         return out
 
 
-def packed_while_empty(cls: type, below: float) -> Callable[[TargetWorkload | None], Any]:
-    """``cls`` (FGD or a subclass) planning on no mix, so that FGD's ties leave every
-    placement to the seeded node order, while under ``below`` of the cluster's GPU milli
-    is allocated; on its mix from then on."""
-    empty = TargetWorkload((), np.zeros(0))
-
-    class Packed(cls):  # type: ignore[misc, valid-type]
-        packing: bool | None = None
-
-        def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> Any:
-            packing = state.used_gpu_milli < below * state.total_gpu_milli
-            if packing != self.packing:
-                self.packing = packing
-                self.cache.clear()
-            return super().scores(state, req, feasible)
-
-        no_mix: TargetArrays | None = None
-
-        def arrays(self, state: ClusterState) -> TargetArrays:
-            if not self.packing:
-                return super().arrays(state)
-            if self.no_mix is None:
-                self.no_mix = TargetArrays.build(empty, state.models)
-            return self.no_mix
-
-    return Packed
-
-
 def register_mix_variant(name: str) -> None:
     """Make a variant of ``fgd``/``suanli`` that plans on another mix known to
     ``make_policy``, for experiments that ask what the learned mix costs (issue 16,
@@ -150,8 +118,8 @@ def register_mix_variant(name: str) -> None:
     ``A`` requests' worth (the counts of shape and list are noisy where the list is rare).
     ``P_online-late-N`` plans on no mix (FGD's ties, the seeded node order) until it has
     seen N requests, then learns as shipped. ``P-packed-U`` and ``P_online-packed-U``
-    plan on no mix while under U of the cluster's GPU milli is allocated (``suanli``'s
-    ``pack_below``, off as shipped; ``packed_while_empty`` for ``fgd``)."""
+    plan on no mix while under U of the cluster's GPU milli is allocated (FGD's
+    ``pack_below``, off as shipped)."""
 
     from suanli.scheduler.policies import POLICIES
     from suanli.scheduler.policies.fgd import FGD
@@ -195,13 +163,8 @@ def register_mix_variant(name: str) -> None:
                 policy.observe(mix.shapes[k].request())
         return policy
 
-    if kind == "packed":
-        below = float(value)
-        if cls is SuanliPolicy:  # the policy's own rule, its rehearsals included
-            POLICIES[name] = lambda target, seed: SuanliPolicy(None if base.endswith("_online") else target, pack_below=below)
-        else:
-            packed = packed_while_empty(cls, below)
-            POLICIES[name] = lambda target, seed: packed(None if base.endswith("_online") else target)
+    if kind == "packed":  # the policies' own rule (a rehearsal's policies too)
+        POLICIES[name] = lambda target, seed: cls(None if base.endswith("_online") else target, pack_below=float(value))
     elif base.endswith("_online") and (kind in ("coverage", "drift", "true-after", "late") or kind.startswith("history")):
         POLICIES[name] = online
     elif kind == "coverage":

@@ -28,7 +28,7 @@ def sigmoid_score(delta_milli: np.ndarray) -> np.ndarray:
 class FGD(NodeLocalPolicy):
     name = "fgd"
 
-    def __init__(self, target: TargetWorkload | None) -> None:
+    def __init__(self, target: TargetWorkload | None, pack_below: float = 0.0) -> None:
         super().__init__()
         self.online: OnlineTarget | None = None
         if target is None:  # learn the target from the requests as they arrive
@@ -37,6 +37,12 @@ class FGD(NodeLocalPolicy):
         self.target = target
         self._arrays: TargetArrays | None = None
         self._models: list[str] | None = None
+        #: An experiment's setting, off in FGD and in Suanli's policies (issue 16, session
+        #: 36): below this share of the GPU milli allocated, plan on no mix, so that every
+        #: placement ties and the seeded node order packs the work.
+        self.pack_below = pack_below
+        self._packing = False
+        self._no_mix: TargetArrays | None = None
 
     def observe(self, req: Request) -> None:
         if self.online is not None and self.online.observe(req):
@@ -44,11 +50,20 @@ class FGD(NodeLocalPolicy):
             self._arrays = None
             self.cache.clear()
 
+    def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
+        packing = state.used_gpu_milli < self.pack_below * state.total_gpu_milli if self.pack_below else False
+        if packing != self._packing:  # every kept score was made for the other mix
+            self._packing = packing
+            self.cache.clear()
+        return super().scores(state, req, feasible)
+
     def arrays(self, state: ClusterState) -> TargetArrays:
+        """The mix planned for (none while packing: ``pack_below``)."""
         if self._arrays is None or self._models != state.models:
             self._arrays = TargetArrays.build(self.target, state.models)
+            self._no_mix = TargetArrays.build(TargetWorkload((), np.zeros(0)), state.models)
             self._models = state.models
-        return self._arrays
+        return self._no_mix if self._packing and self._no_mix is not None else self._arrays
 
     def fragmentation_change(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """F0 - F1 per hypothetical placement: (K, G) for a shared request (-inf where

@@ -72,7 +72,7 @@ the seeded node order, which keeps FGD's packing.
    multigpu20, and on CPU-only pods it changed nothing, so it applies to sharing pods
    only.
 
-**Packing while the cluster is nearly empty (``pack_below``, off).** With under
+**Packing while the cluster is nearly empty (FGD's ``pack_below``, off).** With under
 ``pack_below`` of the cluster's GPU milli allocated, the policy can score every
 placement on no mix: FGD's score ties everywhere, the keys see no mix, and work goes
 where the seeded node order puts it, packed onto the first nodes. At a tenth it lifted
@@ -220,7 +220,7 @@ class SuanliPolicy(FGD):
         rehearse: bool = True,
         pack_below: float = 0.0,
     ) -> None:
-        super().__init__(target)
+        super().__init__(target, pack_below)
         if not keys <= KEYS:
             raise ValueError(f"unknown keys {sorted(keys - KEYS)}; choose from {sorted(KEYS)}")
         #: The keys in use (ablations in bench/ switch some off; the shipped policy uses all).
@@ -235,34 +235,12 @@ class SuanliPolicy(FGD):
         self._pressure_level = np.zeros(0, np.int64)
         self._active = keys
         self._sized = np.zeros(0, np.int64)
-        #: Below this share of the GPU milli allocated, plan on no mix (module docstring,
-        #: "Packing while the cluster is nearly empty"; 0: never, as shipped).
-        self.pack_below = pack_below
-        self._packing: bool | None = None  #: below it, as the last ``scores`` saw
-        self._no_mix: TargetArrays | None = None
-        self._no_mix_models: list[str] | None = None
 
     def observe(self, req: Request) -> None:
         super().observe(req)
         if self.rehearse and self.online is not None and self.online.seen == LEARNED_MIX_REQUESTS:
             self._model_keys_of = None  # the mix is learned: decide key 1 by a rehearsal now
             self.cache.clear()
-
-    def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
-        packing = state.used_gpu_milli < self.pack_below * state.total_gpu_milli
-        if packing != self._packing:  # every kept score was made for the other mix
-            self._packing = packing
-            self.cache.clear()
-        return super().scores(state, req, feasible)
-
-    def arrays(self, state: ClusterState) -> TargetArrays:
-        """The mix planned for: none while the cluster is nearly empty (``scores``)."""
-        if not self._packing:
-            return super().arrays(state)
-        if self._no_mix is None or self._no_mix_models != state.models:
-            self._no_mix = TargetArrays.build(TargetWorkload((), np.zeros(0)), state.models)
-            self._no_mix_models = state.models
-        return self._no_mix
 
     def cpu_demand_ratio(self, state: ClusterState) -> float:
         """CPU the mix asks for when the cluster's GPUs are fully allocated, over the
