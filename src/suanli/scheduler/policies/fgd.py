@@ -61,7 +61,7 @@ class FGD(NodeLocalPolicy):
         """The mix planned for (none while packing: ``pack_below``)."""
         if self._arrays is None or self._models != state.models:
             self._arrays = TargetArrays.build(self.target, state.models)
-            self._no_mix = TargetArrays.build(TargetWorkload((), np.zeros(0)), state.models)
+            self._no_mix = TargetArrays.build(TargetWorkload((), np.zeros(0)), state.models) if self.pack_below else None
             self._models = state.models
         return self._no_mix if self._packing and self._no_mix is not None else self._arrays
 
