@@ -118,8 +118,8 @@ def register_mix_variant(name: str) -> None:
     ``A`` requests' worth (the counts of shape and list are noisy where the list is rare).
     ``P_online-late-N`` plans on no mix (FGD's ties, the seeded node order) until it has
     seen N requests, then learns as shipped. ``P-packed-U`` and ``P_online-packed-U``
-    plan on no mix while under U of the cluster's GPU milli is allocated (FGD's
-    ``pack_below``, off as shipped)."""
+    plan on no mix while under U of the cluster's GPU milli is allocated, whatever the
+    mix (FGD's ``pack_below`` without the gate Suanli's policies ship, session 37)."""
 
     from suanli.scheduler.policies import POLICIES
     from suanli.scheduler.policies.fgd import FGD
@@ -164,7 +164,9 @@ def register_mix_variant(name: str) -> None:
         return policy
 
     if kind == "packed":  # the policies' own rule (a rehearsal's policies too)
-        POLICIES[name] = lambda target, seed: cls(None if base.endswith("_online") else target, pack_below=float(value))
+        POLICIES[name] = lambda target, seed: cls(
+            None if base.endswith("_online") else target, pack_below=float(value), pack_restricted=0.0
+        )
     elif base.endswith("_online") and (kind in ("coverage", "drift", "true-after", "late") or kind.startswith("history")):
         POLICIES[name] = online
     elif kind == "coverage":

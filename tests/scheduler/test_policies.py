@@ -112,34 +112,47 @@ def test_suanli_keeps_cpu_next_to_idle_gpus():
     assert _choices("fgd", state, pod, target) == {"poor", "rich"}
 
 
-def test_suanli_can_plan_on_no_mix_while_the_cluster_is_nearly_empty():
-    # The case above, where the mix sends the pod to "rich" whatever the seed. With
-    # pack_below 0.1 (an experiment's setting; off as shipped) and under a tenth of the
-    # GPU milli allocated, the policy plans on no mix and the seeded node order decides,
-    # as FGD's ties do; with a third node's four GPUs taken (a third of the cluster's
-    # milli) it plans on the mix again.
+def test_suanli_plans_on_no_mix_while_nearly_empty_when_a_fifth_of_the_mix_is_restricted():
+    # The case above, where the mix sends the pod to "rich" whatever the seed. Under a
+    # tenth of the GPU milli allocated (PACK_BELOW), a mix with at least a fifth of its
+    # requests restricted to model lists (PACK_RESTRICTED) is planned as no mix: the
+    # seeded node order decides, as FGD's ties do. With a third node's four GPUs taken
+    # (a third of the cluster's milli), or with too few restricted requests, the policy
+    # plans on the mix.
     from suanli.scheduler import Scheduler, TargetWorkload
     from suanli.scheduler.policies.suanli import SuanliPolicy
 
-    assert SuanliPolicy(None).pack_below == 0
-    target, pod = TargetWorkload.from_requests([whole(1, cpu=8000)], coverage=1.0), whole(1, cpu=4000)
+    pinned = Request(cpu_milli=8000, gpu_count=1, gpu_models=frozenset({"G2"}))  # every node is G2
     nodes = [node("poor", gpus=4, cpu=20_000), node("rich", gpus=4, cpu=40_000), node("busy", gpus=4)]
+    pod = whole(1, cpu=4000)
 
-    def choices(state, pack_below=0.1):
-        policy = SuanliPolicy(target, rehearse=False, pack_below=pack_below)
+    def choices(state, unrestricted: int, **packing):
+        mix = TargetWorkload.from_requests([pinned] + [whole(1, cpu=8000)] * unrestricted, coverage=1.0)
+        policy = SuanliPolicy(mix, rehearse=False, **packing)
         return {Scheduler(policy, state, seed=s).place(pod).allocation.node for s in range(6)}
 
-    assert len(choices(cluster(*nodes))) > 1
-    assert choices(cluster(*nodes, used={"busy": [1000] * 4})) == {"rich"}
-    assert "poor" not in choices(cluster(*nodes), pack_below=0)  # as shipped: the mix from the start
+    assert "poor" in choices(cluster(*nodes), unrestricted=3)  # a quarter restricted
+    assert choices(cluster(*nodes, used={"busy": [1000] * 4}), unrestricted=3) == {"rich"}
+    assert "poor" not in choices(cluster(*nodes), unrestricted=5)  # a sixth restricted
+    assert "poor" in choices(cluster(*nodes), unrestricted=5, pack_restricted=0.0)  # the gate off
+    assert "poor" not in choices(cluster(*nodes), unrestricted=3, pack_below=0.0)  # packing off
     # one policy through both: what it kept for the empty cluster is not reused
-    policy = SuanliPolicy(target, rehearse=False, pack_below=0.1)
+    mix = TargetWorkload.from_requests([pinned] + [whole(1, cpu=8000)] * 3, coverage=1.0)
+    policy = SuanliPolicy(mix, rehearse=False)
     state = cluster(*nodes)
     early = {Scheduler(policy, state, seed=s).place(pod).allocation.node for s in range(6)}
     for i in range(4):
         state.bind(Allocation("busy", (i,), 1000, 0, 0))
     late = {Scheduler(policy, state, seed=s).place(pod).allocation.node for s in range(6)}
-    assert len(early) > 1 and late == {"rich"}
+    assert "poor" in early and late == {"rich"}
+
+
+def test_the_restricted_share_counts_the_mix_tail():
+    from suanli.scheduler import TargetWorkload
+
+    pinned = Request(cpu_milli=1000, gpu_count=1, gpu_models=frozenset({"V100"}))
+    mix = TargetWorkload.from_requests([whole(1)] * 19 + [pinned], coverage=0.9)
+    assert len(mix) == 1 and mix.restricted_share == 0.05
 
 
 #: Four full 8-GPU T4 nodes: they hold nothing more, and make the two free 2-GPU nodes

@@ -28,7 +28,7 @@ def sigmoid_score(delta_milli: np.ndarray) -> np.ndarray:
 class FGD(NodeLocalPolicy):
     name = "fgd"
 
-    def __init__(self, target: TargetWorkload | None, pack_below: float = 0.0) -> None:
+    def __init__(self, target: TargetWorkload | None, pack_below: float = 0.0, pack_restricted: float = 0.0) -> None:
         super().__init__()
         self.online: OnlineTarget | None = None
         if target is None:  # learn the target from the requests as they arrive
@@ -37,10 +37,12 @@ class FGD(NodeLocalPolicy):
         self.target = target
         self._arrays: TargetArrays | None = None
         self._models: list[str] | None = None
-        #: An experiment's setting, off in FGD and in Suanli's policies (issue 16, session
-        #: 36): below this share of the GPU milli allocated, plan on no mix, so that every
-        #: placement ties and the seeded node order packs the work.
+        #: Off in FGD (Suanli's policies set it): below this share of the GPU milli
+        #: allocated, plan on no mix, so that every placement ties and the seeded node
+        #: order packs the work; only for a mix with at least ``pack_restricted`` of its
+        #: requests restricted to GPU model lists (issue 16, sessions 36-37).
         self.pack_below = pack_below
+        self.pack_restricted = pack_restricted
         self._packing = False
         self._no_mix: TargetArrays | None = None
 
@@ -51,7 +53,11 @@ class FGD(NodeLocalPolicy):
             self.cache.clear()
 
     def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
-        packing = state.used_gpu_milli < self.pack_below * state.total_gpu_milli if self.pack_below else False
+        packing = (
+            self.pack_below > 0
+            and state.used_gpu_milli < self.pack_below * state.total_gpu_milli
+            and self.target.restricted_share >= self.pack_restricted
+        )
         if packing != self._packing:  # every kept score was made for the other mix
             self._packing = packing
             self.cache.clear()

@@ -72,15 +72,18 @@ the seeded node order, which keeps FGD's packing.
    multigpu20, and on CPU-only pods it changed nothing, so it applies to sharing pods
    only.
 
-**Packing while the cluster is nearly empty (FGD's ``pack_below``, off).** With under
-``pack_below`` of the cluster's GPU milli allocated, the policy can score every
-placement on no mix: FGD's score ties everywhere, the keys see no mix, and work goes
-where the seeded node order puts it, packed onto the first nodes. At a tenth it lifted
-``suanli_online`` by 0.2 points on average on the 26 traces with model-restricted
-requests (0.7-1.0 on g-gpuspec35 and g-gpuspec50) but cost 0.05 on the 20 shipped
-traces (default -0.09, cpu200 -0.19), and ``suanli`` lost on the tune side with it, so
-it is not shipped (issue 16, session 36); ``bench/fill_quality.py``'s ``-packed-U``
-variants set it.
+**Packing while the cluster is nearly empty, when a fifth of the mix is restricted**
+(FGD's ``pack_below`` and ``pack_restricted``). With under ``PACK_BELOW`` of the
+cluster's GPU milli allocated, a mix with at least ``PACK_RESTRICTED`` of its requests
+restricted to GPU model lists is planned as no mix: FGD's score ties everywhere, the
+keys see no mix, and work goes where the seeded node order puts it, packed onto the
+first nodes. Why: on such mixes FGD planning on the first requests' mix spread the work
+and cost the restricted requests their room later (planning on no mix for the first
+1,024 requests lifted FGD's own online policy by 0.4 points on the 26 traces with
+restricted requests). Ungated it cost 0.05 points on the 20 shipped traces (default
+-0.09, cpu200 -0.19), all without restricted requests; the fifth was chosen on the
+shipped gpuspec family, between gpuspec20 (0.18 restricted, packing lost) and gpuspec25
+(0.22, packing gained) (issue 16, sessions 36-37, BENCHMARKS.md).
 
 **Which keys apply depends on the mix the policy plans for** (``active_keys``; the
 mix is the target, learned online for ``suanli_online``; never the trace's name):
@@ -154,6 +157,10 @@ PRESSURE_STEP = 0.25
 #: on a mix learned from 4,096 it was below ``fgd`` on 7 of 26 traces against 11 without
 #: a rehearsal (issue 16, session 35, BENCHMARKS.md).
 LEARNED_MIX_REQUESTS = 4096
+#: Packing while nearly empty (module docstring): under this share of the GPU milli
+#: allocated, for a mix with at least ``PACK_RESTRICTED`` of its requests restricted.
+PACK_BELOW = 0.1
+PACK_RESTRICTED = 0.2
 
 
 def model_pressure(state: ClusterState, t: TargetArrays) -> np.ndarray:
@@ -218,9 +225,10 @@ class SuanliPolicy(FGD):
         target: TargetWorkload | None,
         keys: frozenset[str] = KEYS,
         rehearse: bool = True,
-        pack_below: float = 0.0,
+        pack_below: float = PACK_BELOW,
+        pack_restricted: float = PACK_RESTRICTED,
     ) -> None:
-        super().__init__(target, pack_below)
+        super().__init__(target, pack_below, pack_restricted)
         if not keys <= KEYS:
             raise ValueError(f"unknown keys {sorted(keys - KEYS)}; choose from {sorted(KEYS)}")
         #: The keys in use (ablations in bench/ switch some off; the shipped policy uses all).
@@ -309,7 +317,7 @@ class SuanliPolicy(FGD):
 
             def make(with_key: bool) -> SuanliPolicy:
                 pressure = keys if with_key else keys - {"pressure"}
-                return SuanliPolicy(self.target, pressure, rehearse=False, pack_below=self.pack_below)
+                return SuanliPolicy(self.target, pressure, False, self.pack_below, self.pack_restricted)
 
             self._key_1_kept = rehearsal.better(state.nodes, self.target, make)
         return self._key_1_kept

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -80,6 +81,12 @@ class TargetWorkload:
 
     def __len__(self) -> int:
         return len(self.shapes)
+
+    @cached_property
+    def restricted_share(self) -> float:
+        """The share of requests restricted to GPU model lists, tail included."""
+        mix = self.whole or self
+        return float(sum(w for shape, w in zip(mix.shapes, mix.weights) if shape.gpu_models))
 
 
 class OnlineTarget:
