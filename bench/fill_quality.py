@@ -165,7 +165,7 @@ def register_mix_variant(name: str) -> None:
 
     if kind == "packed":  # the policies' own rule (a rehearsal's policies too)
         POLICIES[name] = lambda target, seed: cls(
-            None if base.endswith("_online") else target, pack_below=float(value), pack_restricted=0.0
+            None if base.endswith("_online") else target, pack_below=float(value), pack_if=None
         )
     elif base.endswith("_online") and (kind in ("coverage", "drift", "true-after", "late") or kind.startswith("history")):
         POLICIES[name] = online

@@ -103,6 +103,19 @@ FRESH: dict[str, dict[str, float]] = {
     "u-mix-spec15-multi30": {"gpuspec": 15, "multigpu": 30},
 }
 
+#: Tune traces for the fifth decision's second clause (session 37, ``SPLIT_5``): model-
+#: restricted requests with multi-GPU work, and one without it, drawn with their own
+#: seed; no other decision looked at them.
+TUNE_5_SEED = 11
+TUNE_5: dict[str, dict[str, float]] = {
+    "t-spec10-multi20": {"multigpu": 20, "gpuspec": 10},
+    "t-spec05-multi30": {"multigpu": 30, "gpuspec": 5},
+    "t-spec15-multi20": {"multigpu": 20, "gpuspec": 15},
+    "t-spec10-multi10": {"multigpu": 10, "gpuspec": 10},
+    "t-spec10-share40-cpu1.5": {"cpu": 1.5, "gpushare": 40, "gpuspec": 10},
+    "t-mix-all": {"cpu": 1.5, "gpushare": 40, "multigpu": 20, "gpuspec": 10},
+}
+
 #: The fourth pass (key 1, ``policies/suanli.py``): tuned on the shipped gpuspec family
 #: and g-multigpu50; reported on the generated traces with restricted requests and on
 #: ``FRESH``. g-mix-all had been looked at before (issue 16, session 18) and its figure
@@ -125,14 +138,15 @@ SPLIT_4 = {
 
 
 #: The fifth decision (session 37: ``policies/suanli.py``'s packing while nearly empty,
-#: gated on a fifth of the mix restricted): the gate's threshold was set on the shipped
-#: gpuspec family (packing lost on gpuspec20, 0.18 of requests restricted, and gained on
-#: gpuspec25, 0.22); the need for a gate came from the shipped traces without restricted
+#: gated on the mix's restricted requests): the fifth was set on the shipped gpuspec
+#: family (packing lost on gpuspec20, 0.18 of requests restricted, and gained on
+#: gpuspec25, 0.22), the second clause (restricted requests with multi-GPU work) on
+#: ``TUNE_5``; the need for a gate came from the shipped traces without restricted
 #: requests, where session 36 saw packing lose. Reported on the generated and fresh
 #: traces with restricted requests (session 36 had seen their figures with packing
-#: ungated; none was looked at for the threshold).
+#: ungated; none was looked at for a threshold).
 SPLIT_5 = {
-    "tune": ("gpuspec05", "gpuspec10", "gpuspec20", "gpuspec25", "default", "cpu", "gpushare", "multigpu"),
+    "tune": ("gpuspec05", "gpuspec10", "gpuspec20", "gpuspec25", "default", "cpu", "gpushare", "multigpu", *TUNE_5),
     "report": SPLIT_4["report"],
 }
 
@@ -149,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     columns, default = tracegen.read_rows(args.traces / "openb_pod_list_default.csv")
     variants = [(name, families, args.seed) for name, families in VARIANTS.items()]
     variants += [(name, families, FRESH_SEED) for name, families in FRESH.items()]
+    variants += [(name, families, TUNE_5_SEED) for name, families in TUNE_5.items()]
     for name, families, seed in variants:
         rows = tracegen.variant(default, seed, **families)
         tracegen.write_rows(args.out / f"openb_pod_list_{name}.csv", columns, rows)

@@ -11,6 +11,8 @@ Without a target workload, the target is learned online from the requests seen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from suanli.scheduler.model import Request
@@ -28,7 +30,12 @@ def sigmoid_score(delta_milli: np.ndarray) -> np.ndarray:
 class FGD(NodeLocalPolicy):
     name = "fgd"
 
-    def __init__(self, target: TargetWorkload | None, pack_below: float = 0.0, pack_restricted: float = 0.0) -> None:
+    def __init__(
+        self,
+        target: TargetWorkload | None,
+        pack_below: float = 0.0,
+        pack_if: Callable[[TargetWorkload], bool] | None = None,
+    ) -> None:
         super().__init__()
         self.online: OnlineTarget | None = None
         if target is None:  # learn the target from the requests as they arrive
@@ -39,10 +46,10 @@ class FGD(NodeLocalPolicy):
         self._models: list[str] | None = None
         #: Off in FGD (Suanli's policies set it): below this share of the GPU milli
         #: allocated, plan on no mix, so that every placement ties and the seeded node
-        #: order packs the work; only for a mix with at least ``pack_restricted`` of its
-        #: requests restricted to GPU model lists (issue 16, sessions 36-37).
+        #: order packs the work; only for a mix ``pack_if`` accepts (None: any mix;
+        #: issue 16, sessions 36-37).
         self.pack_below = pack_below
-        self.pack_restricted = pack_restricted
+        self.pack_if = pack_if
         self._packing = False
         self._no_mix: TargetArrays | None = None
 
@@ -56,7 +63,7 @@ class FGD(NodeLocalPolicy):
         packing = (
             self.pack_below > 0
             and state.used_gpu_milli < self.pack_below * state.total_gpu_milli
-            and self.target.restricted_share >= self.pack_restricted
+            and (self.pack_if is None or self.pack_if(self.target))
         )
         if packing != self._packing:  # every kept score was made for the other mix
             self._packing = packing

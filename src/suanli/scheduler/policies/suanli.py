@@ -72,18 +72,23 @@ the seeded node order, which keeps FGD's packing.
    multigpu20, and on CPU-only pods it changed nothing, so it applies to sharing pods
    only.
 
-**Packing while the cluster is nearly empty, when a fifth of the mix is restricted**
-(FGD's ``pack_below`` and ``pack_restricted``). With under ``PACK_BELOW`` of the
-cluster's GPU milli allocated, a mix with at least ``PACK_RESTRICTED`` of its requests
-restricted to GPU model lists is planned as no mix: FGD's score ties everywhere, the
+**Packing while the cluster is nearly empty, for mixes with restricted requests**
+(FGD's ``pack_below`` and ``pack_if``; ``packs_while_nearly_empty``). With under
+``PACK_BELOW`` of the cluster's GPU milli allocated, a mix with at least
+``PACK_RESTRICTED`` of its requests restricted to GPU model lists, or at least
+``PACK_RESTRICTED_MULTI`` of them while requests for two GPUs or more ask for
+``PACK_MULTI`` of its GPU milli, is planned as no mix: FGD's score ties everywhere, the
 keys see no mix, and work goes where the seeded node order puts it, packed onto the
 first nodes. Why: on such mixes FGD planning on the first requests' mix spread the work
 and cost the restricted requests their room later (planning on no mix for the first
 1,024 requests lifted FGD's own online policy by 0.4 points on the 26 traces with
 restricted requests). Ungated it cost 0.05 points on the 20 shipped traces (default
--0.09, cpu200 -0.19), all without restricted requests; the fifth was chosen on the
-shipped gpuspec family, between gpuspec20 (0.18 restricted, packing lost) and gpuspec25
-(0.22, packing gained) (issue 16, sessions 36-37, BENCHMARKS.md).
+-0.09, cpu200 -0.19), all without restricted requests. The fifth was chosen on the
+shipped gpuspec family (packing lost on gpuspec20, 0.18 restricted, and gained on
+gpuspec25, 0.22); the second clause on six generated tune traces (``bench/gen_traces.py``'s
+``TUNE_5``: packing gained where multi-GPU requests asked for 0.2 of the milli and lost or
+did nothing at 0.07 and 0.10, or with 0.04 restricted) (issue 16, sessions 36-37,
+BENCHMARKS.md).
 
 **Which keys apply depends on the mix the policy plans for** (``active_keys``; the
 mix is the target, learned online for ``suanli_online``; never the trace's name):
@@ -116,6 +121,8 @@ Measured against FGD on every paper trace in BENCHMARKS.md ("Scheduler: fill qua
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -158,9 +165,19 @@ PRESSURE_STEP = 0.25
 #: a rehearsal (issue 16, session 35, BENCHMARKS.md).
 LEARNED_MIX_REQUESTS = 4096
 #: Packing while nearly empty (module docstring): under this share of the GPU milli
-#: allocated, for a mix with at least ``PACK_RESTRICTED`` of its requests restricted.
+#: allocated, for a mix with at least ``PACK_RESTRICTED`` of its requests restricted to
+#: model lists, or ``PACK_RESTRICTED_MULTI`` of them with requests for two GPUs or more
+#: asking for ``PACK_MULTI`` of its GPU milli.
 PACK_BELOW = 0.1
 PACK_RESTRICTED = 0.2
+PACK_RESTRICTED_MULTI = 0.06
+PACK_MULTI = 0.15
+
+
+def packs_while_nearly_empty(mix: TargetWorkload) -> bool:
+    """Whether the policy plans on no mix while the cluster is nearly empty (module docstring)."""
+    restricted = mix.restricted_share
+    return restricted >= PACK_RESTRICTED or (restricted >= PACK_RESTRICTED_MULTI and mix.multi_gpu_share >= PACK_MULTI)
 
 
 def model_pressure(state: ClusterState, t: TargetArrays) -> np.ndarray:
@@ -226,9 +243,9 @@ class SuanliPolicy(FGD):
         keys: frozenset[str] = KEYS,
         rehearse: bool = True,
         pack_below: float = PACK_BELOW,
-        pack_restricted: float = PACK_RESTRICTED,
+        pack_if: Callable[[TargetWorkload], bool] | None = packs_while_nearly_empty,
     ) -> None:
-        super().__init__(target, pack_below, pack_restricted)
+        super().__init__(target, pack_below, pack_if)
         if not keys <= KEYS:
             raise ValueError(f"unknown keys {sorted(keys - KEYS)}; choose from {sorted(KEYS)}")
         #: The keys in use (ablations in bench/ switch some off; the shipped policy uses all).
@@ -317,7 +334,7 @@ class SuanliPolicy(FGD):
 
             def make(with_key: bool) -> SuanliPolicy:
                 pressure = keys if with_key else keys - {"pressure"}
-                return SuanliPolicy(self.target, pressure, False, self.pack_below, self.pack_restricted)
+                return SuanliPolicy(self.target, pressure, False, self.pack_below, self.pack_if)
 
             self._key_1_kept = rehearsal.better(state.nodes, self.target, make)
         return self._key_1_kept
