@@ -93,7 +93,7 @@ class TargetWorkload:
         """The share of the GPU milli asked for by requests for two GPUs or more, tail included."""
         mix = self.whole or self
         milli = np.array([s.milli_per_gpu * s.gpus for s in mix.shapes], dtype=np.float64)
-        multi = np.array([s.gpus >= 2 and s.milli_per_gpu > 0 for s in mix.shapes], dtype=bool)
+        multi = np.array([s.gpus >= 2 for s in mix.shapes], dtype=bool)
         total = float(mix.weights @ milli) if milli.size else 0.0
         return float(mix.weights[multi] @ milli[multi]) / total if total > 0 else 0.0
 
