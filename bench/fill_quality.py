@@ -117,7 +117,9 @@ def register_mix_variant(name: str) -> None:
     ``smoothA`` shrinks each GPU shape's model list towards the lists' overall shares,
     ``A`` requests' worth (the counts of shape and list are noisy where the list is rare).
     ``P_online-late-N`` plans on no mix (FGD's ties, the seeded node order) until it has
-    seen N requests, then learns as shipped. ``P-packed-U`` and ``P_online-packed-U``
+    seen N requests, then learns as shipped. ``P_online-judge-N`` packs while nearly empty
+    whatever its mix until it has seen N requests, and only then asks the policy's gate
+    (session 37: a mix of few requests swings across the gate). ``P-packed-U`` and ``P_online-packed-U``
     plan on no mix while under U of the cluster's GPU milli is allocated, whatever the
     mix (FGD's ``pack_below`` without the gate Suanli's policies ship, session 37)."""
 
@@ -145,6 +147,9 @@ def register_mix_variant(name: str) -> None:
             policy.online = OnlineTarget(drift=float(value))
         elif kind == "late":
             policy.online = MixLearner("late", target, int(value))
+        elif kind == "judge":
+            learner, gate, after = policy.online, policy.pack_if, int(value)
+            policy.pack_if = lambda mix: learner.seen < after or gate is None or gate(mix)
         elif kind == "true-after":
             learn, after = policy.observe, int(value)
 
@@ -167,7 +172,9 @@ def register_mix_variant(name: str) -> None:
         POLICIES[name] = lambda target, seed: cls(
             None if base.endswith("_online") else target, pack_below=float(value), pack_if=None
         )
-    elif base.endswith("_online") and (kind in ("coverage", "drift", "true-after", "late") or kind.startswith("history")):
+    elif base.endswith("_online") and (
+        kind in ("coverage", "drift", "true-after", "late", "judge") or kind.startswith("history")
+    ):
         POLICIES[name] = online
     elif kind == "coverage":
         POLICIES[name] = lambda target, seed: cls(recut(target, float(value)))
