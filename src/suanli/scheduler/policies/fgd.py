@@ -62,8 +62,8 @@ class FGD(NodeLocalPolicy):
     def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
         packing = (
             self.pack_below > 0
+            and (self.pack_if is None or self.pack_if(self.target))  # cached per mix: before the sums
             and state.used_gpu_milli < self.pack_below * state.total_gpu_milli
-            and (self.pack_if is None or self.pack_if(self.target))
         )
         if packing != self._packing:  # every kept score was made for the other mix
             self._packing = packing
