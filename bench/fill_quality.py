@@ -119,7 +119,9 @@ def register_mix_variant(name: str) -> None:
     ``P_online-late-N`` plans on no mix (FGD's ties, the seeded node order) until it has
     seen N requests, then learns as shipped. ``P_online-judge-N`` packs while nearly empty
     whatever its mix until it has seen N requests, and only then asks the policy's gate
-    (session 37: a mix of few requests swings across the gate). ``P-packed-U`` and ``P_online-packed-U``
+    (session 37: a mix of few requests swings across the gate). ``P_online-sticky-N`` keeps
+    the gate open once it has opened on a mix learned from N requests or more (FGD's
+    ``pack_latch``; session 38, before which the gate was asked every time). ``P-packed-U`` and ``P_online-packed-U``
     plan on no mix while under U of the cluster's GPU milli is allocated, whatever the
     mix (FGD's ``pack_below`` without the gate Suanli's policies ship, session 37)."""
 
@@ -150,6 +152,8 @@ def register_mix_variant(name: str) -> None:
         elif kind == "judge":
             learner, gate, after = policy.online, policy.pack_if, int(value)
             policy.pack_if = lambda mix: learner.seen < after or gate is None or gate(mix)
+        elif kind == "sticky":
+            policy.pack_latch = int(value)
         elif kind == "true-after":
             learn, after = policy.observe, int(value)
 
@@ -173,7 +177,7 @@ def register_mix_variant(name: str) -> None:
             None if base.endswith("_online") else target, pack_below=float(value), pack_if=None
         )
     elif base.endswith("_online") and (
-        kind in ("coverage", "drift", "true-after", "late", "judge") or kind.startswith("history")
+        kind in ("coverage", "drift", "true-after", "late", "judge", "sticky") or kind.startswith("history")
     ):
         POLICIES[name] = online
     elif kind == "coverage":

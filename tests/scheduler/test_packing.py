@@ -67,3 +67,29 @@ def test_packing_needs_a_fifth_restricted_or_a_restricted_mix_with_multi_gpu_wor
     assert packs_while_nearly_empty(mix(25, 0, 75))  # a quarter pinned
     assert not packs_while_nearly_empty(mix(0, 50, 50))  # nothing pinned
     assert mix(0, 0, 50, shares=50).multi_gpu_share == 0.0
+
+
+@pytest.mark.parametrize("latch", [128, None])
+def test_a_learned_gate_stays_open_once_it_opened_on_a_mix_of_enough_requests(latch):
+    # The first case's cluster and pod. suanli_online learns 32 restricted requests in
+    # 128 (a quarter: the gate opens), places a pod, then learns 400 unrestricted ones (the
+    # gate alone shuts). Latched after 128 requests, it still plans on
+    # no mix while nearly empty, so the seeded node order sends the pod to "poor" for some
+    # seed; unlatched, the learned mix sends it to "rich" whatever the seed.
+    from suanli.scheduler import Scheduler
+    from suanli.scheduler.policies.suanli import SuanliPolicy, packs_while_nearly_empty
+
+    pinned = Request(cpu_milli=8000, gpu_count=1, gpu_models=frozenset({"G2"}))
+    plain = whole(1, cpu=8000)
+    nodes = [node("poor", gpus=4, cpu=20_000), node("rich", gpus=4, cpu=40_000), node("busy", gpus=4)]
+    pod = whole(1, cpu=4000)
+    policy = SuanliPolicy(None, rehearse=False, pack_latch=latch)
+    for req in [pinned] * 32 + [plain] * 96:
+        policy.observe(req)
+    assert policy.target.restricted_share == 0.25
+    assert "poor" in {Scheduler(policy, cluster(*nodes), seed=s).place(pod).allocation.node for s in range(6)}
+    for _ in range(400):
+        policy.observe(plain)
+    assert not packs_while_nearly_empty(policy.target)
+    chosen = {Scheduler(policy, cluster(*nodes), seed=s).place(pod).allocation.node for s in range(6)}
+    assert ("poor" in chosen) == (latch is not None)

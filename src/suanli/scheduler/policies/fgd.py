@@ -35,6 +35,7 @@ class FGD(NodeLocalPolicy):
         target: TargetWorkload | None,
         pack_below: float = 0.0,
         pack_if: Callable[[TargetWorkload], bool] | None = None,
+        pack_latch: int | None = None,
     ) -> None:
         super().__init__()
         self.online: OnlineTarget | None = None
@@ -50,6 +51,11 @@ class FGD(NodeLocalPolicy):
         #: issue 16, sessions 36-37).
         self.pack_below = pack_below
         self.pack_if = pack_if
+        #: A learned mix swings across ``pack_if`` while it is young: once the gate opens
+        #: on a mix learned from at least this many requests, it stays open (None: asked
+        #: every time; issue 16, session 38).
+        self.pack_latch = pack_latch
+        self._pack_latched = False
         self._packing = False
         self._no_mix: TargetArrays | None = None
 
@@ -62,13 +68,23 @@ class FGD(NodeLocalPolicy):
     def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
         packing = (
             self.pack_below > 0
-            and (self.pack_if is None or self.pack_if(self.target))  # cached per mix: before the sums
+            and self.packs_for_mix()  # cached per mix: before the sums
             and state.used_gpu_milli < self.pack_below * state.total_gpu_milli
         )
         if packing != self._packing:  # every kept score was made for the other mix
             self._packing = packing
             self.cache.clear()
         return super().scores(state, req, feasible)
+
+    def packs_for_mix(self) -> bool:
+        """Whether ``pack_if`` accepts the mix planned for, or accepted a mix learned from
+        ``pack_latch`` requests or more."""
+        if self.pack_if is None or self._pack_latched:
+            return True
+        packs = self.pack_if(self.target)
+        learned = self.online is not None and self.pack_latch is not None and self.online.seen >= self.pack_latch
+        self._pack_latched = packs and learned
+        return packs
 
     def arrays(self, state: ClusterState) -> TargetArrays:
         """The mix planned for (none while packing: ``pack_below``)."""

@@ -88,7 +88,10 @@ shipped gpuspec family (packing lost on gpuspec20, 0.18 restricted, and gained o
 gpuspec25, 0.22); the second clause on six generated tune traces (``bench/gen_traces.py``'s
 ``TUNE_5``: packing gained where multi-GPU requests asked for 0.2 of the milli and lost or
 did nothing at 0.07 and 0.10, or with 0.04 restricted) (issue 16, sessions 36-37,
-BENCHMARKS.md).
+BENCHMARKS.md). A learned mix is judged again as it grows, and while it is young its
+multi-GPU share swings across ``PACK_MULTI`` (a few hundred requests hold a dozen
+multi-GPU ones), so ``suanli_online``'s gate stays open once it has opened on a mix
+learned from ``PACK_LATCH`` requests (FGD's ``pack_latch``; issue 16, session 38).
 
 **Which keys apply depends on the mix the policy plans for** (``active_keys``; the
 mix is the target, learned online for ``suanli_online``; never the trace's name):
@@ -172,6 +175,10 @@ PACK_BELOW = 0.1
 PACK_RESTRICTED = 0.2
 PACK_RESTRICTED_MULTI = 0.06
 PACK_MULTI = 0.15
+#: ``suanli_online`` keeps packing while nearly empty once its gate has opened on a mix
+#: learned from this many requests: a mix of a few hundred requests holds a dozen
+#: multi-GPU ones and swings across ``PACK_MULTI`` (module docstring).
+PACK_LATCH = 128
 
 
 def packs_while_nearly_empty(mix: TargetWorkload) -> bool:
@@ -244,8 +251,9 @@ class SuanliPolicy(FGD):
         rehearse: bool = True,
         pack_below: float = PACK_BELOW,
         pack_if: Callable[[TargetWorkload], bool] | None = packs_while_nearly_empty,
+        pack_latch: int | None = PACK_LATCH,
     ) -> None:
-        super().__init__(target, pack_below, pack_if)
+        super().__init__(target, pack_below, pack_if, pack_latch)
         if not keys <= KEYS:
             raise ValueError(f"unknown keys {sorted(keys - KEYS)}; choose from {sorted(KEYS)}")
         #: The keys in use (ablations in bench/ switch some off; the shipped policy uses all).
