@@ -121,7 +121,9 @@ def register_mix_variant(name: str) -> None:
     whatever its mix until it has seen N requests, and only then asks the policy's gate
     (session 37: a mix of few requests swings across the gate). ``P_online-sticky-N`` keeps
     the gate open once it has opened on a mix learned from N requests or more (FGD's
-    ``pack_latch``; session 38, before which the gate was asked every time). ``P-packed-U`` and ``P_online-packed-U``
+    ``pack_latch``; session 38, before which the gate was asked every time).
+    ``P_online-sizedafter-N`` (Suanli's only) counts no node-sized share until it has seen N
+    requests, so that a young mix keeps keys 1-3 (session 38). ``P-packed-U`` and ``P_online-packed-U``
     plan on no mix while under U of the cluster's GPU milli is allocated, whatever the
     mix (FGD's ``pack_below`` without the gate Suanli's policies ship, session 37)."""
 
@@ -154,6 +156,17 @@ def register_mix_variant(name: str) -> None:
             policy.pack_if = lambda mix: learner.seen < after or gate is None or gate(mix)
         elif kind == "sticky":
             policy.pack_latch = int(value)
+        elif kind == "sizedafter":
+            share, learn, after = policy.node_sized_share, policy.observe, int(value)
+            policy.node_sized_share = lambda state: share(state) if policy.online.seen >= after else 0.0  # type: ignore[method-assign]
+
+            def observe_sized(req: Request) -> None:
+                learn(req)
+                if policy.online is not None and policy.online.seen == after:
+                    policy._model_keys_of = None  # judge the mix's node-sized share now
+                    policy.cache.clear()
+
+            policy.observe = observe_sized  # type: ignore[method-assign]
         elif kind == "true-after":
             learn, after = policy.observe, int(value)
 
@@ -177,7 +190,7 @@ def register_mix_variant(name: str) -> None:
             None if base.endswith("_online") else target, pack_below=float(value), pack_if=None
         )
     elif base.endswith("_online") and (
-        kind in ("coverage", "drift", "true-after", "late", "judge", "sticky") or kind.startswith("history")
+        kind in ("coverage", "drift", "true-after", "late", "judge", "sticky", "sizedafter") or kind.startswith("history")
     ):
         POLICIES[name] = online
     elif kind == "coverage":
