@@ -73,9 +73,9 @@ def test_packing_needs_a_fifth_restricted_or_a_restricted_mix_with_multi_gpu_wor
 def test_a_learned_gate_stays_open_once_it_opened_on_a_mix_of_enough_requests(latch):
     # The first case's cluster and pod. suanli_online learns 32 restricted requests in
     # 128 (a quarter: the gate opens), places a pod, then learns 400 unrestricted ones (the
-    # gate alone shuts). Latched after 128 requests, it still plans on
-    # no mix while nearly empty, so the seeded node order sends the pod to "poor" for some
-    # seed; unlatched, the learned mix sends it to "rich" whatever the seed.
+    # gate alone shuts). Latched after 128 requests, it still plans on no mix while nearly
+    # empty, so the seeded node order sends the pod to "poor" for some seed; unlatched, the
+    # learned mix sends it to "rich" whatever the seed.
     from suanli.scheduler import Scheduler
     from suanli.scheduler.policies.suanli import SuanliPolicy, packs_while_nearly_empty
 
