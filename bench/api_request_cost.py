@@ -9,6 +9,11 @@ not depend on the load, CPU time less than wall time).
 
     .venv/bin/python bench/api_request_cost.py                 # SQLite
     .venv/bin/python bench/api_request_cost.py --db postgresql # a fresh database on the local server
+    .venv/bin/python bench/api_request_cost.py --price-versions 300  # after 300 price changes, a day apart
+
+``--price-versions N`` first changes a price N times, a day apart in the past (as an
+operator changing prices daily for N days would have), and rates once, so the unrated
+period starts now as the billing worker keeps it on a running platform.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from sqlalchemy import create_engine, event, text
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ROWS = 40
+DAY_MS = 86_400_000
 
 
 def measure(call: Callable[[], object], n: int, count: dict) -> dict:
@@ -55,6 +61,7 @@ def main() -> None:
     ap.add_argument(
         "--where", action="store_true", help="also print which code issued each statement of one computed list and one create"
     )
+    ap.add_argument("--price-versions", type=int, default=0, help="price changes made first, a day apart in the past")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -92,6 +99,13 @@ def main() -> None:
             admin_h = {"Authorization": f"Bearer {boot.admin_token}"}
             http.post("/v1/tenants", json={"name": "bench"}, headers=admin_h).raise_for_status()
             http.post("/v1/billing/topups", json={"tenant": "bench", "amount": "1000"}, headers=admin_h).raise_for_status()
+            if args.price_versions:
+                from suanli.billing import rater, store
+
+                start = store.now_ms() - args.price_versions * DAY_MS
+                for i in range(args.price_versions):
+                    store.set_price(ctx.db, "bench", None, "storage", f"0.1{i % 7}", effective_ms=start + i * DAY_MS)
+                rater.run(ctx.db)
             r = http.post("/v1/users", json={"name": "renter", "role": "member", "tenant": "bench"}, headers=admin_h)
             renter = {"Authorization": f"Bearer {r.json()['token']}"}
 
@@ -107,6 +121,7 @@ def main() -> None:
 
             out = {
                 "db": args.db,
+                "price_versions": args.price_versions + 1,
                 "create": measure(create, ROWS, count),
                 "list": measure(list_, ROWS, count),
                 "list_computed": measure(list_computed, ROWS, count),

@@ -329,3 +329,45 @@ def test_tenants_without_spot_work_rated_in_one_pass_get_each_their_own_figures(
     assert together == alone, (together, alone)
     assert all(together[t].total > 0 for t in everyone), together
     assert together[jobs].ended > 0 and together[mover].ended > 0 and together[reserved].running > 0
+
+
+def test_the_book_in_force_is_read_alone_and_as_every_version_says(db_url: str) -> None:
+    """``current_book`` and ``versions_in_force`` read only the versions they return (a
+    create asks for the book several times, and the book gains a version with every price
+    change) and return what the whole list (``versions``, ``in_force``) says: two
+    versions at one instant (the later wins), one in the future of some instants, instants
+    before every version, in one transaction and in fresh ones, and after a change."""
+    w = world(db_url)
+    for price, eff in (("20", HOUR), ("21", HOUR), ("22", 3 * HOUR), ("19", 5 * HOUR)):
+        store.set_price(w.db, "op", "H100", "on_demand", price, effective_ms=eff)
+    instants = [-1, 0, 1, HOUR - 1, HOUR, HOUR + 1, 3 * HOUR - 1, 3 * HOUR, 4 * HOUR, 5 * HOUR, 6 * HOUR]
+
+    def expected(full: list, at: int) -> int:
+        live = [vid for vid, eff, _ in full if eff <= at]
+        return live[-1] if live else full[0][0]
+
+    with w.db.sessions() as s:
+        full = store.versions(s)
+    assert [eff for _, eff, _ in full] == [0, HOUR, HOUR, 3 * HOUR, 5 * HOUR]
+    for order in (instants, instants[::-1]):
+        with w.db.sessions() as s:  # one transaction: the kept version answers where it is in force
+            assert [store.current_book(s, at)[0] for at in order] == [expected(full, at) for at in order]
+    for at in instants:
+        with w.db.sessions() as s:
+            vid, book = store.current_book(s, at)
+            read_every_version = store._VERSIONS in s.info
+        assert vid == expected(full, at) and book == dict((v, b) for v, _, b in full)[vid]
+        assert read_every_version == (at < 0)  # only before the first version: it is the answer then
+        for since in [x for x in instants if x <= at]:
+            want = [(v, e) for v, e, _ in store.in_force(full, since, at)]
+            with w.db.sessions() as s:
+                assert [(v, e) for v, e, _ in store.versions_in_force(s, since, at)] == want, (since, at)
+                assert store.current_book(s, at)[0] == expected(full, at)  # kept by the read above
+            with w.db.sessions() as s:  # after the book in force at ``at`` was read and kept
+                store.current_book(s, at)
+                assert [(v, e) for v, e, _ in store.versions_in_force(s, since, at)] == want, (since, at)
+    with w.db.transaction() as s:  # a change in the same transaction is seen at once
+        assert store.current_book(s, 7 * HOUR)[0] == full[-1][0]
+    newer = store.set_price(w.db, "op", "H100", "on_demand", "18", effective_ms=6 * HOUR)
+    with w.db.sessions() as s:
+        assert store.current_book(s, 7 * HOUR)[0] == newer and store.current_book(s, 5 * HOUR)[0] == full[-1][0]

@@ -191,3 +191,33 @@ def test_new_work_costs_at_creation_what_the_full_reading_gives_then(db_url: str
         s.flush()
         s.expunge(made)
     assert workload_cost.at_creation(w.db, "job", [made]) == workload_cost.costs(w.db, "job", [made.id], at_ms=4 * HOUR)
+
+
+def test_a_page_rated_with_only_the_versions_in_force_since_the_watermark_gives_the_whole_reading(db_url: str) -> None:
+    """A listing rates its page with the price versions in force from the unrated period on
+    (``store.versions_in_force``), not every version: prices changed before that period,
+    within it and after the instant asked about give the records and the accruing figure
+    a whole-tenant reading with every version gives."""
+    w = world(db_url, disk_gib=100, created_ms=0)
+    for price, eff in (("25", HOUR // 2), ("26", 2 * HOUR + 600_000), ("90", 10 * HOUR)):
+        store.set_price(w.db, "ops", "H100", "on_demand", price, effective_ms=eff)
+    store.set_price(w.db, "ops", None, "storage", "0.3", effective_ms=2 * HOUR + 900_000)
+    allocate(w, 0, HOUR)
+    allocate(w, HOUR + 600_000, None, gpus=2)
+    rater.run(w.db, cutoff_ms=2 * HOUR + 1)  # the watermark: the unrated period starts at 2 h
+    at = 3 * HOUR + 1234
+    with w.db.sessions() as s:
+        cols = (Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state, Instance.created_at, Instance.updated_at)
+        insts = list(s.execute(select(*cols).where(Instance.id == w.instance_id)))
+        allocs = rater.workload_allocations(s, "instance", [w.instance_id], 2 * HOUR)
+        trimmed = store.versions_in_force(s, 2 * HOUR, at)
+        every = store.versions(s)
+    assert len(trimmed) == 3 < len(every) == 5  # the one in force at 2 h, the two after it
+    own = rater.rate_workloads(trimmed, allocs, insts, 2 * HOUR, at, HOUR)
+    whole = rater.rate_workloads(every, allocs, insts, 2 * HOUR, at, HOUR)
+    assert own is not None and whole is not None
+    assert _records_of(own, "instance", w.instance_id) == _records_of(whole, "instance", w.instance_id) != []
+    # the periods of 2 h and 3 h are priced at their start: by the version in force at 2 h and the storage change
+    assert {int(v) for v in own.cols["price_version"]} == {trimmed[0][0], trimmed[-1][0]}
+    cost = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=at)[w.instance_id]
+    assert cost.accruing == rater.accruing(w.db, w.tenant_id, at) > 0

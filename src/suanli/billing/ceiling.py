@@ -37,7 +37,7 @@ from suanli.billing import rater
 from suanli.billing.metering import UNIT_MS
 from suanli.billing.pricebook import PriceBook
 from suanli.billing.rating import GPU_DEN, UNITS_PER_HOUR, price_table
-from suanli.billing.store import dt_to_ms, ms_to_dt, versions
+from suanli.billing.store import dt_to_ms, in_force, ms_to_dt, versions_in_force
 from suanli.billing.tables import Transfer
 from suanli.db.models import Allocation, Instance
 
@@ -73,7 +73,7 @@ class Dearest:
 def dearest(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int) -> Dearest:
     """``Dearest`` of the price versions ``books`` (oldest first, as ``store.versions``
     gives them) in force from ``since_ms`` to ``at_ms``. Pure."""
-    live = [b for _, _, b in _in_force(books, since_ms, at_ms)]
+    live = [b for _, _, b in in_force(books, since_ms, at_ms)]
     return Dearest(
         max((int(price_table(b, list(b.gpus)).max(initial=0)) for b in live), default=0),
         max((Fraction(max(b.storage, b.storage_stopped), b.hours_per_month) for b in live), default=Fraction(0)),
@@ -102,14 +102,6 @@ def bound(prices: Dearest, since_ms: int, at_ms: int, period_ms: int, sums: Sums
     disk = most(sums.disks, prices.gib_hour / UNITS_PER_HOUR)
     transfer = -(-sums.transfer_milli * prices.per_gib // 1000) + sums.transfers
     return gpu + disk + transfer
-
-
-def _in_force(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int) -> list[tuple[int, int, PriceBook]]:
-    """The versions some record from ``since_ms`` to ``at_ms`` may be priced with: the one
-    in force at ``since_ms`` (the first, if none was yet: ``rater.version_index``) and
-    those that took effect after it, up to ``at_ms``."""
-    first = max((i for i, (_, eff, _) in enumerate(books) if eff <= since_ms), default=0)
-    return [v for i, v in enumerate(books) if i == first or (i > first and v[1] <= at_ms)]
 
 
 def _ceil(x: Fraction) -> int:
@@ -157,5 +149,5 @@ def sums(s: Session, tenant_ids: Iterable[int], since_ms: int, at_ms: int) -> di
 def ceilings(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: int = 3_600_000) -> dict[int, int]:
     """``ceiling`` of each tenant: at least its ``rater.accruing_many`` figure."""
     since = rater.unrated_since(s, at_ms, period_ms)
-    prices = dearest(versions(s), since, at_ms)
+    prices = dearest(versions_in_force(s, since, at_ms), since, at_ms)
     return {t: bound(prices, since, at_ms, period_ms, x) for t, x in sums(s, tenant_ids, since, at_ms).items()}

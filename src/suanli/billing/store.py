@@ -95,6 +95,8 @@ def versions(s: Session) -> list[tuple[int, int, PriceBook]]:
 
 #: the key of a session's price versions in ``Session.info``
 _VERSIONS = "suanli_price_versions"
+#: the key of a session's version in force, and the instants it is in force for
+_IN_FORCE = "suanli_price_in_force"
 
 
 _BOOKS: dict[str, PriceBook] = {}
@@ -111,9 +113,70 @@ def _book(version_id: int, data: dict) -> PriceBook:
 
 
 def current_book(s: Session, at_ms: int | None = None) -> tuple[int, PriceBook]:
+    """The version in force at ``at_ms`` (the first, if none was yet). Reads that version
+    alone, not every version: the book grows by one with every price change, and a create
+    asks for the book several times (issue 18, session 38)."""
     at = now_ms() if at_ms is None else at_ms
-    live = [(vid, b) for vid, eff, b in versions(s) if eff <= at]
-    return live[-1] if live else versions(s)[0][::2]
+    memo = s.info.get(_VERSIONS)
+    if memo is not None and memo[0] is s.get_transaction():
+        live = [(vid, b) for vid, eff, b in memo[1] if eff <= at]
+        return live[-1] if live else memo[1][0][::2]
+    kept = s.info.get(_IN_FORCE)
+    if kept is not None and kept[0] is s.get_transaction() and kept[1] <= at < kept[2]:
+        return kept[3]
+    later = select(func.min(PriceVersion.effective_ms)).where(PriceVersion.effective_ms > at).scalar_subquery()
+    row = s.execute(
+        select(PriceVersion.id, PriceVersion.effective_ms, PriceVersion.book, later)
+        .where(PriceVersion.effective_ms <= at)
+        .order_by(PriceVersion.effective_ms.desc(), PriceVersion.id.desc())
+        .limit(1)
+    ).first()
+    if row is None:  # nothing in force yet (or no book: versions() writes the seed)
+        return versions(s)[0][::2]
+    vid, eff, data, until = row
+    found = (vid, _book(vid, data))
+    # the same answer for any instant from this version's start to the next one's
+    s.info[_IN_FORCE] = (s.get_transaction(), eff, until if until is not None else 2**63, found)
+    return found
+
+
+def versions_in_force(s: Session, since_ms: int, at_ms: int) -> list[tuple[int, int, PriceBook]]:
+    """(id, effective_ms, book) of the versions some record from ``since_ms`` to ``at_ms``
+    may be priced with (``in_force`` of ``versions``), reading only those and the next
+    (the version in force at ``at_ms`` is kept for ``current_book``)."""
+    memo = s.info.get(_VERSIONS)
+    if memo is not None and memo[0] is s.get_transaction():
+        return in_force(memo[1], since_ms, at_ms)
+    kept = s.info.get(_IN_FORCE)
+    if kept is not None and kept[0] is s.get_transaction() and kept[1] <= since_ms and at_ms < kept[2]:
+        return [(kept[3][0], kept[1], kept[3][1])]  # one version in force throughout
+    first = (
+        select(PriceVersion.id)
+        .where(PriceVersion.effective_ms <= since_ms)
+        .order_by(PriceVersion.effective_ms.desc(), PriceVersion.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    rows = s.execute(
+        select(PriceVersion.id, PriceVersion.effective_ms, PriceVersion.book)
+        .where((PriceVersion.id == first) | (PriceVersion.effective_ms > since_ms))
+        .order_by(PriceVersion.effective_ms, PriceVersion.id)
+    ).all()
+    if not rows or rows[0][1] > since_ms:  # none in force at ``since_ms`` yet: the first is
+        return in_force(versions(s), since_ms, at_ms)
+    found = [(vid, eff, _book(vid, data)) for vid, eff, data in rows if eff <= at_ms]
+    later = [eff for _, eff, _ in rows if eff > at_ms]
+    s.info[_IN_FORCE] = (s.get_transaction(), found[-1][1], later[0] if later else 2**63, found[-1][::2])
+    return found
+
+
+def in_force(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int) -> list[tuple[int, int, PriceBook]]:
+    """Of the versions ``books`` (oldest first, as ``versions`` gives them), those some
+    record from ``since_ms`` to ``at_ms`` may be priced with: the one in force at
+    ``since_ms`` (the first, if none was yet: ``rater.version_index``) and those that took
+    effect after it, up to ``at_ms``. Pure."""
+    first = max((i for i, (_, eff, _) in enumerate(books) if eff <= since_ms), default=0)
+    return [v for i, v in enumerate(books) if i == first or (i > first and v[1] <= at_ms)]
 
 
 def priced_model(s: Session, book: PriceBook, name: str) -> str:
@@ -149,6 +212,7 @@ def set_price(
         s.add(row)
         s.flush()
         s.info.pop(_VERSIONS, None)
+        s.info.pop(_IN_FORCE, None)
         return row.id
 
 

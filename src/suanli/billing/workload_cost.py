@@ -49,7 +49,7 @@ from suanli.billing.money import div_half_up
 from suanli.billing.offers import Offer, offers
 from suanli.billing.posting import Records
 from suanli.billing.pricebook import resolve_model
-from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms, versions
+from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms, versions_in_force
 from suanli.billing.tables import PriceVersion, RatingState, Subscription, Usage
 from suanli.db.models import Allocation, Instance, Job
 from suanli.db.session import Database
@@ -202,7 +202,7 @@ def _costs(s: Session, kind: Kind, rows: list[Any], at: int, period_ms: int) -> 
 
     # the page's own allocations, read once: what it accrues (unless spot or reserved) and holds now
     allocs = rater.workload_allocations(s, kind, wids, since)
-    own = rater.rate_workloads(versions(s), allocs, rows if kind == "instance" else [], since, at, period_ms)
+    own = rater.rate_workloads(versions_in_force(s, since, at), allocs, rows if kind == "instance" else [], since, at, period_ms)
     accruing = _accruing(s, kind, tenant_of, tenants, since, posted, at, period_ms, own)
     gpu, storage, currency = _rates(s, kind, allocs, tenants, disks, at)
     return {i: WorkloadCost(kind, i, currency, rated[i], accruing.get(i, 0), gpu.get(i, 0), storage.get(i, 0)) for i in tenant_of}
