@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
         with db.transaction() as s:
             s.add_all([Tenant(name=f"bench-{i}") for i in range(args.tenants)])
         with db.sessions() as s:
-            from suanli.billing.store import ensure_book, versions
+            from suanli.billing.price_versions import ensure_book, versions
 
             ensure_book(s)
             s.commit()

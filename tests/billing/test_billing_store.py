@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from suanli.billing import admission, funds, rater, spending, store
+from suanli.billing import admission, funds, price_versions, rater, spending, store
 from suanli.billing.money import to_micros
 from suanli.billing.pricebook import default_book
 from suanli.billing.tables import Notice, Usage
@@ -347,27 +347,27 @@ def test_the_book_in_force_is_read_alone_and_as_every_version_says(db_url: str) 
         return live[-1] if live else full[0][0]
 
     with w.db.sessions() as s:
-        full = store.versions(s)
+        full = price_versions.versions(s)
     assert [eff for _, eff, _ in full] == [0, HOUR, HOUR, 3 * HOUR, 5 * HOUR]
     for order in (instants, instants[::-1]):
         with w.db.sessions() as s:  # one transaction: the kept version answers where it is in force
-            assert [store.current_book(s, at)[0] for at in order] == [expected(full, at) for at in order]
+            assert [price_versions.current_book(s, at)[0] for at in order] == [expected(full, at) for at in order]
     for at in instants:
         with w.db.sessions() as s:
-            vid, book = store.current_book(s, at)
-            read_every_version = store._VERSIONS in s.info
+            vid, book = price_versions.current_book(s, at)
+            read_every_version = price_versions._VERSIONS in s.info
         assert vid == expected(full, at) and book == dict((v, b) for v, _, b in full)[vid]
         assert read_every_version == (at < 0)  # only before the first version: it is the answer then
         for since in [x for x in instants if x <= at]:
-            want = [(v, e) for v, e, _ in store.in_force(full, since, at)]
+            want = [(v, e) for v, e, _ in price_versions.in_force(full, since, at)]
             with w.db.sessions() as s:
-                assert [(v, e) for v, e, _ in store.versions_in_force(s, since, at)] == want, (since, at)
-                assert store.current_book(s, at)[0] == expected(full, at)  # kept by the read above
+                assert [(v, e) for v, e, _ in price_versions.versions_in_force(s, since, at)] == want, (since, at)
+                assert price_versions.current_book(s, at)[0] == expected(full, at)  # kept by the read above
             with w.db.sessions() as s:  # after the book in force at ``at`` was read and kept
-                store.current_book(s, at)
-                assert [(v, e) for v, e, _ in store.versions_in_force(s, since, at)] == want, (since, at)
+                price_versions.current_book(s, at)
+                assert [(v, e) for v, e, _ in price_versions.versions_in_force(s, since, at)] == want, (since, at)
     with w.db.transaction() as s:  # a change in the same transaction is seen at once
-        assert store.current_book(s, 7 * HOUR)[0] == full[-1][0]
+        assert price_versions.current_book(s, 7 * HOUR)[0] == full[-1][0]
     newer = store.set_price(w.db, "op", "H100", "on_demand", "18", effective_ms=6 * HOUR)
     with w.db.sessions() as s:
-        assert store.current_book(s, 7 * HOUR)[0] == newer and store.current_book(s, 5 * HOUR)[0] == full[-1][0]
+        assert price_versions.current_book(s, 7 * HOUR)[0] == newer and price_versions.current_book(s, 5 * HOUR)[0] == full[-1][0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from suanli.billing import rater, store, workload_cost
+from suanli.billing import price_versions, rater, store, workload_cost
 from suanli.billing.money import div_half_up
 from suanli.billing.pricebook import default_book
 from suanli.billing.store import ms_to_dt
@@ -136,7 +136,7 @@ def _own(w, kind: str, ids: list[int], at: int):  # type: ignore[no-untyped-def]
         cols = (Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state, Instance.created_at, Instance.updated_at)
         insts = list(s.execute(select(*cols).where(Instance.id.in_(ids)))) if kind == "instance" else []
         allocs = rater.workload_allocations(s, kind, ids, 0)
-        return rater.rate_workloads(store.versions(s), allocs, insts, 0, at, HOUR)
+        return rater.rate_workloads(price_versions.versions(s), allocs, insts, 0, at, HOUR)
 
 
 def test_a_pages_own_rows_rate_as_its_whole_tenant_does_unless_they_held_spot_or_reserved(db_url: str) -> None:
@@ -195,7 +195,7 @@ def test_new_work_costs_at_creation_what_the_full_reading_gives_then(db_url: str
 
 def test_a_page_rated_with_only_the_versions_in_force_since_the_watermark_gives_the_whole_reading(db_url: str) -> None:
     """A listing rates its page with the price versions in force from the unrated period on
-    (``store.versions_in_force``), not every version: prices changed before that period,
+    (``price_versions.versions_in_force``), not every version: prices changed before that period,
     within it and after the instant asked about give the records and the accruing figure
     a whole-tenant reading with every version gives."""
     w = world(db_url, disk_gib=100, created_ms=0)
@@ -210,8 +210,8 @@ def test_a_page_rated_with_only_the_versions_in_force_since_the_watermark_gives_
         cols = (Instance.id, Instance.tenant_id, Instance.disk_gib, Instance.state, Instance.created_at, Instance.updated_at)
         insts = list(s.execute(select(*cols).where(Instance.id == w.instance_id)))
         allocs = rater.workload_allocations(s, "instance", [w.instance_id], 2 * HOUR)
-        trimmed = store.versions_in_force(s, 2 * HOUR, at)
-        every = store.versions(s)
+        trimmed = price_versions.versions_in_force(s, 2 * HOUR, at)
+        every = price_versions.versions(s)
     assert len(trimmed) == 3 < len(every) == 5  # the one in force at 2 h, the two after it
     own = rater.rate_workloads(trimmed, allocs, insts, 2 * HOUR, at, HOUR)
     whole = rater.rate_workloads(every, allocs, insts, 2 * HOUR, at, HOUR)

@@ -24,6 +24,7 @@ from suanli.api.tls import Tls, plain_warning
 from suanli.backends.base import Backend
 from suanli.backends.local import LocalBackend, discover_gpus
 from suanli.backends.slurm import SlurmBackend, SlurmClient
+from suanli.billing import price_versions
 from suanli.billing import store as billing_store
 from suanli.control import alerts, auth, heartbeat, images, nodes
 from suanli.control.autostop import AutostopSettings
@@ -83,7 +84,7 @@ def bootstrap(db: Database, data_dir: Path, inventory: Inventory | None = None) 
     book is written here, before any thread reads prices: written on a first read, two
     concurrent first reads each wrote one (two "version 1"s on PostgreSQL)."""
     with db.transaction() as s:
-        billing_store.ensure_book(s)
+        price_versions.ensure_book(s)
         alerts.open_cursor(s)  # alerts from this start on, whenever the alerts thread first looks
     token = auth.bootstrap_admin(db, data_dir)
     if token is not None:

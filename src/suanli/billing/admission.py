@@ -30,7 +30,8 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from suanli.billing import funds, quotas, spending, spot
-from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms
+from suanli.billing.price_versions import current_book
+from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import Grant
 from suanli.billing.terms import terms_of
 from suanli.db.models import Allocation, Instance, Job

@@ -35,9 +35,10 @@ from sqlalchemy.sql.expression import BindParameter, CompoundSelect
 
 from suanli.billing import rater
 from suanli.billing.metering import UNIT_MS
+from suanli.billing.price_versions import in_force, versions_in_force
 from suanli.billing.pricebook import PriceBook
 from suanli.billing.rating import GPU_DEN, UNITS_PER_HOUR, price_table
-from suanli.billing.store import dt_to_ms, in_force, ms_to_dt, versions_in_force
+from suanli.billing.store import dt_to_ms, ms_to_dt
 from suanli.billing.tables import Transfer
 from suanli.db.models import Allocation, Instance
 

@@ -28,8 +28,9 @@ from suanli.billing import rater, spot
 from suanli.billing.ceiling import ceilings
 from suanli.billing.metering import UNIT_MS
 from suanli.billing.money import as_text, fmt, fmt_price
+from suanli.billing.price_versions import current_book
 from suanli.billing.quote import quote
-from suanli.billing.store import balances, current_book, now_ms
+from suanli.billing.store import balances, now_ms
 from suanli.billing.tables import Notice, TermsRow
 from suanli.billing.terms import Terms, terms_of
 

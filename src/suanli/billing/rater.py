@@ -35,8 +35,9 @@ from sqlalchemy.orm import Session
 from suanli.billing import debt, metering, plans, rating
 from suanli.billing.intervals import ALLOCATION_COLUMNS, Intervals, clip, intervals
 from suanli.billing.posting import PostResult, Records, post
+from suanli.billing.price_versions import versions
 from suanli.billing.pricebook import PLANS, PriceBook, resolve_model
-from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms, versions
+from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import RatingState, Subscription, Transfer, Usage
 from suanli.billing.utilisation import capacity_milli, per_period
 from suanli.db.models import Allocation, Instance

@@ -9,8 +9,9 @@ from sqlalchemy import func, select
 from suanli.billing import invoice, ledger, rater
 from suanli.billing.budgets import month_start_ms, period_of
 from suanli.billing.money import as_text, fmt, fmt_exact
+from suanli.billing.price_versions import current_book, versions
 from suanli.billing.spending import spent_this_month
-from suanli.billing.store import BillingError, balance, current_book, ms_to_dt, now_ms, versions
+from suanli.billing.store import BillingError, balance, ms_to_dt, now_ms
 from suanli.billing.tables import BudgetRow, LedgerEntry, Notice, Posting, PriceVersion, Subscription, Usage
 from suanli.db.models import Node, Tenant
 from suanli.db.session import Database

@@ -21,7 +21,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from suanli.billing import budgets, rater
-from suanli.billing.store import balance, current_book, now_ms
+from suanli.billing.price_versions import current_book
+from suanli.billing.store import balance, now_ms
 from suanli.billing.tables import BudgetRow, Notice, Subscription, Usage
 from suanli.db.session import Database
 

@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 
 from suanli.billing import utilisation
 from suanli.billing.money import fmt_price
+from suanli.billing.price_versions import current_book
 from suanli.billing.pricebook import PriceBook, PriceBookError
-from suanli.billing.store import current_book, now_ms
+from suanli.billing.store import now_ms
 
 
 @dataclass

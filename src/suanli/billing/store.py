@@ -5,7 +5,6 @@ raises ``BillingError`` (mapped to HTTP 4xx) and changes nothing.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,9 +15,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from suanli import gpu_names
-from suanli.billing import ledger, plans
+from suanli.billing import ledger, plans, price_versions
 from suanli.billing.money import MoneyError, fmt, to_micros
-from suanli.billing.pricebook import BOOK_FIELDS, PriceBook, PriceBookError, default_book, parse, resolve_model
+from suanli.billing.pricebook import BOOK_FIELDS, PriceBook, PriceBookError, resolve_model
 from suanli.billing.quotas import QOS_RANK
 from suanli.billing.tables import (
     DEFAULT_GRACE_S,
@@ -62,123 +61,7 @@ def dt_to_ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
-# -- price versions ------------------------------------------------------------------------
-def ensure_book(s: Session) -> None:
-    """Version 1 is the bundled seed book, effective from the epoch."""
-    if s.scalar(select(func.count()).select_from(PriceVersion)) == 0:
-        s.add(
-            PriceVersion(
-                effective_ms=0,
-                author="default",
-                note="seed prices (suanli/billing/data/pricebook.yaml)",
-                book=default_book().to_dict(),
-            )
-        )
-        s.flush()
-
-
-def versions(s: Session) -> list[tuple[int, int, PriceBook]]:
-    """(id, effective_ms, book), oldest first. Read once per transaction: one request
-    asks for the book several times (its costs, the spot market, the rater's estimate),
-    and each read loads every version; ``set_price`` forgets the transaction's copy."""
-    memo = s.info.get(_VERSIONS)
-    if memo is not None and memo[0] is s.get_transaction():
-        return list(memo[1])
-    rows = list(s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars())
-    if not rows:  # the seed book, written on the first read (bootstrap writes it first on a server)
-        ensure_book(s)
-        rows = list(s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars())
-    got = [(r.id, r.effective_ms, _book(r.id, r.book)) for r in rows]
-    s.info[_VERSIONS] = (s.get_transaction(), got)  # a later transaction of this session reads again
-    return list(got)
-
-
-#: the key of a session's price versions in ``Session.info``
-_VERSIONS = "suanli_price_versions"
-#: the key of a session's version in force, and the instants it is in force for
-_IN_FORCE = "suanli_price_in_force"
-
-
-_BOOKS: dict[str, PriceBook] = {}
-
-
-def _book(version_id: int, data: dict) -> PriceBook:
-    """Parsed books cached by content (version ids repeat across databases)."""
-    key = json.dumps(data, sort_keys=True)
-    if key not in _BOOKS:
-        if len(_BOOKS) > 256:
-            _BOOKS.clear()
-        _BOOKS[key] = parse(data)
-    return _BOOKS[key]
-
-
-def current_book(s: Session, at_ms: int | None = None) -> tuple[int, PriceBook]:
-    """The version in force at ``at_ms`` (the first, if none was yet). Reads that version
-    alone, not every version: the book grows by one with every price change, and a create
-    asks for the book several times (issue 18, session 38)."""
-    at = now_ms() if at_ms is None else at_ms
-    memo = s.info.get(_VERSIONS)
-    if memo is not None and memo[0] is s.get_transaction():
-        live = [(vid, b) for vid, eff, b in memo[1] if eff <= at]
-        return live[-1] if live else memo[1][0][::2]
-    kept = s.info.get(_IN_FORCE)
-    if kept is not None and kept[0] is s.get_transaction() and kept[1] <= at < kept[2]:
-        return kept[3]
-    later = select(func.min(PriceVersion.effective_ms)).where(PriceVersion.effective_ms > at).scalar_subquery()
-    row = s.execute(
-        select(PriceVersion.id, PriceVersion.effective_ms, PriceVersion.book, later)
-        .where(PriceVersion.effective_ms <= at)
-        .order_by(PriceVersion.effective_ms.desc(), PriceVersion.id.desc())
-        .limit(1)
-    ).first()
-    if row is None:  # nothing in force yet (or no book: versions() writes the seed)
-        return versions(s)[0][::2]
-    vid, eff, data, until = row
-    found = (vid, _book(vid, data))
-    # the same answer for any instant from this version's start to the next one's
-    s.info[_IN_FORCE] = (s.get_transaction(), eff, until if until is not None else 2**63, found)
-    return found
-
-
-def versions_in_force(s: Session, since_ms: int, at_ms: int) -> list[tuple[int, int, PriceBook]]:
-    """(id, effective_ms, book) of the versions some record from ``since_ms`` to ``at_ms``
-    may be priced with (``in_force`` of ``versions``), reading only those and the next
-    (the version in force at ``at_ms`` is kept for ``current_book``)."""
-    memo = s.info.get(_VERSIONS)
-    if memo is not None and memo[0] is s.get_transaction():
-        return in_force(memo[1], since_ms, at_ms)
-    kept = s.info.get(_IN_FORCE)
-    if kept is not None and kept[0] is s.get_transaction() and kept[1] <= since_ms and at_ms < kept[2]:
-        return [(kept[3][0], kept[1], kept[3][1])]  # one version in force throughout
-    first = (
-        select(PriceVersion.id)
-        .where(PriceVersion.effective_ms <= since_ms)
-        .order_by(PriceVersion.effective_ms.desc(), PriceVersion.id.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    rows = s.execute(
-        select(PriceVersion.id, PriceVersion.effective_ms, PriceVersion.book)
-        .where((PriceVersion.id == first) | (PriceVersion.effective_ms > since_ms))
-        .order_by(PriceVersion.effective_ms, PriceVersion.id)
-    ).all()
-    if not rows or rows[0][1] > since_ms:  # none in force at ``since_ms`` yet: the first is
-        return in_force(versions(s), since_ms, at_ms)
-    found = [(vid, eff, _book(vid, data)) for vid, eff, data in rows if eff <= at_ms]
-    later = [eff for _, eff, _ in rows if eff > at_ms]
-    s.info[_IN_FORCE] = (s.get_transaction(), found[-1][1], later[0] if later else 2**63, found[-1][::2])
-    return found
-
-
-def in_force(books: list[tuple[int, int, PriceBook]], since_ms: int, at_ms: int) -> list[tuple[int, int, PriceBook]]:
-    """Of the versions ``books`` (oldest first, as ``versions`` gives them), those some
-    record from ``since_ms`` to ``at_ms`` may be priced with: the one in force at
-    ``since_ms`` (the first, if none was yet: ``rater.version_index``) and those that took
-    effect after it, up to ``at_ms``. Pure."""
-    first = max((i for i, (_, eff, _) in enumerate(books) if eff <= since_ms), default=0)
-    return [v for i, v in enumerate(books) if i == first or (i > first and v[1] <= at_ms)]
-
-
+# -- price versions (reads: price_versions.py) ----------------------------------------------
 def priced_model(s: Session, book: PriceBook, name: str) -> str:
     """The model a price is for: one the book prices (any spelling), else one a node
     registered, else a catalog GPU (by the catalog's name); a name that is none of these
@@ -198,7 +81,7 @@ def set_price(
 ) -> int:
     """A new version with one price changed, effective now (or later); returns its id."""
     with db.transaction() as s:
-        _, book = current_book(s)
+        _, book = price_versions.current_book(s)
         if model is not None and plan.replace("-", "_") not in BOOK_FIELDS:
             model = priced_model(s, book, model)
         try:
@@ -211,8 +94,7 @@ def set_price(
         )
         s.add(row)
         s.flush()
-        s.info.pop(_VERSIONS, None)
-        s.info.pop(_IN_FORCE, None)
+        price_versions.forget(s)
         return row.id
 
 
@@ -513,7 +395,7 @@ def subscribe(
     """Buy a monthly or reserved term: the fee is charged now from the prepaid balance."""
     with db.transaction() as s:
         tid = tenant_id_of(s, tenant)
-        vid, book = current_book(s)
+        vid, book = price_versions.current_book(s)
         try:
             q = plans.subscribe(book, plan, model, gpu_count, now_ms() if start_ms is None else start_ms, months)
         except (plans.PlanError, PriceBookError) as exc:

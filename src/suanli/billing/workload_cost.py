@@ -48,8 +48,9 @@ from suanli.billing import metering, rater
 from suanli.billing.money import div_half_up
 from suanli.billing.offers import Offer, offers
 from suanli.billing.posting import Records
+from suanli.billing.price_versions import current_book, versions_in_force
 from suanli.billing.pricebook import resolve_model
-from suanli.billing.store import current_book, dt_to_ms, ms_to_dt, now_ms, versions_in_force
+from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import PriceVersion, RatingState, Subscription, Usage
 from suanli.db.models import Allocation, Instance, Job
 from suanli.db.session import Database

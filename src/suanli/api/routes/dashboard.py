@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 
 from suanli.api.context import ServerContext
 from suanli.api.deps import context, principal
-from suanli.billing.store import current_book
+from suanli.billing.price_versions import current_book
 from suanli.control.auth import Principal
 from suanli.control.dashboard import MAX_DAYS, dashboard
 
