@@ -83,7 +83,9 @@ class ServerContext:
     waker: wakeup.Sender | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        self.fresh = Freshness(ChangeWatch(self.db))
+        watch = ChangeWatch(self.db)
+        self.fresh = Freshness(watch)
+        self.db.keep_catalog(watch)  # the catalog read once per process while unchanged (``db.kept``)
         self.bad_tokens = Throttle(self.db, "bad_tokens", 20, 60.0)
         self.bad_sign_ins = Throttle(self.db, "sign_ins", 10, 900.0)
 

@@ -2,7 +2,9 @@
 
 Every price change writes a new version (``store.set_price``), so the table only grows;
 a request reads the one or two versions it prices with (``current_book``,
-``versions_in_force``), and only a rating run reads every version (``versions``).
+``versions_in_force``), and only a rating run reads every version (``versions``). On a
+server the process keeps every version while none is added (``db.kept``), and a request
+reads none.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from sqlalchemy.orm import Session
 from suanli.billing.pricebook import PriceBook, default_book, parse
 from suanli.billing.tables import PriceVersion
 from suanli.clock import SYSTEM
+from suanli.db.kept import keeps, kept
 
 
 def ensure_book(s: Session) -> None:
@@ -32,19 +35,26 @@ def ensure_book(s: Session) -> None:
 
 
 def versions(s: Session) -> list[tuple[int, int, PriceBook]]:
-    """(id, effective_ms, book), oldest first. Read once per transaction: one request
-    asks for the book several times (its costs, the spot market, the rater's estimate),
-    and each read loads every version; ``set_price`` forgets the transaction's copy."""
+    """(id, effective_ms, book), oldest first. Kept by the process while the catalog is
+    unchanged (``db.kept``); else read once per transaction: one request asks for the
+    book several times (its costs, the spot market, the rater's estimate), and each read
+    loads every version; ``set_price`` forgets the transaction's copy."""
+    if keeps(s):
+        return list(kept(s, "price_versions", lambda s: tuple(_read(s))))
     memo = s.info.get(_VERSIONS)
     if memo is not None and memo[0] is s.get_transaction():
         return list(memo[1])
+    got = _read(s)
+    s.info[_VERSIONS] = (s.get_transaction(), got)  # a later transaction of this session reads again
+    return list(got)
+
+
+def _read(s: Session) -> list[tuple[int, int, PriceBook]]:
     rows = list(s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars())
     if not rows:  # the seed book, written on the first read (bootstrap writes it first on a server)
         ensure_book(s)
         rows = list(s.execute(select(PriceVersion).order_by(PriceVersion.effective_ms, PriceVersion.id)).scalars())
-    got = [(r.id, r.effective_ms, _book(r.id, r.book)) for r in rows]
-    s.info[_VERSIONS] = (s.get_transaction(), got)  # a later transaction of this session reads again
-    return list(got)
+    return [(r.id, r.effective_ms, _book(r.id, r.book)) for r in rows]
 
 
 #: the key of a session's price versions in ``Session.info``
@@ -72,9 +82,10 @@ def current_book(s: Session, at_ms: int | None = None) -> tuple[int, PriceBook]:
     asks for the book several times (issue 18, session 38)."""
     at = SYSTEM.now_ms() if at_ms is None else at_ms
     memo = s.info.get(_VERSIONS)
-    if memo is not None and memo[0] is s.get_transaction():
-        live = [(vid, b) for vid, eff, b in memo[1] if eff <= at]
-        return live[-1] if live else memo[1][0][::2]
+    books = versions(s) if keeps(s) else memo[1] if memo is not None and memo[0] is s.get_transaction() else None
+    if books is not None:
+        live = [(vid, b) for vid, eff, b in books if eff <= at]
+        return live[-1] if live else books[0][::2]
     kept = s.info.get(_IN_FORCE)
     if kept is not None and kept[0] is s.get_transaction() and kept[1] <= at < kept[2]:
         return kept[3]
@@ -99,8 +110,8 @@ def versions_in_force(s: Session, since_ms: int, at_ms: int) -> list[tuple[int, 
     may be priced with (``in_force`` of ``versions``), reading only those and the next
     (the version in force at ``at_ms`` is kept for ``current_book``)."""
     memo = s.info.get(_VERSIONS)
-    if memo is not None and memo[0] is s.get_transaction():
-        return in_force(memo[1], since_ms, at_ms)
+    if keeps(s) or (memo is not None and memo[0] is s.get_transaction()):
+        return in_force(versions(s), since_ms, at_ms)
     kept = s.info.get(_IN_FORCE)
     if kept is not None and kept[0] is s.get_transaction() and kept[1] <= since_ms and at_ms < kept[2]:
         return [(kept[3][0], kept[1], kept[3][1])]  # one version in force throughout

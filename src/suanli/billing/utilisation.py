@@ -13,12 +13,15 @@ So for one instant billing, scheduling and reclaim see one figure.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from suanli.billing.intervals import Intervals
 from suanli.billing.store import ms_to_dt
+from suanli.db.kept import kept
 from suanli.db.models import Allocation, Node
 
 
@@ -59,11 +62,15 @@ def per_period(iv: Intervals, capacity: dict[int, int], model_code: np.ndarray, 
 
 def capacity_milli(s: Session) -> dict[str, int]:
     """GPU milli registered per node model (every node, whatever its state): the
-    denominator of spot utilisation."""
+    denominator of spot utilisation. Kept while the catalog is unchanged (``db.kept``)."""
+    return dict(kept(s, "capacity_milli", _capacity_milli))
+
+
+def _capacity_milli(s: Session) -> MappingProxyType[str, int]:
     caps: dict[str, int] = {}
     for m, c in s.execute(select(Node.gpu_model, Node.gpu_count)):
         caps[m] = caps.get(m, 0) + int(c) * 1000
-    return caps
+    return MappingProxyType(caps)
 
 
 def busy_now(s: Session, at_ms: int) -> dict[str, int]:

@@ -10,7 +10,9 @@ unknown image is refused with the offered names before anything is created.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -19,6 +21,7 @@ from sqlalchemy.orm import Session
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import JOB_ACTIVE
 from suanli.db import keyset
+from suanli.db.kept import kept
 from suanli.db.models import Event, Image, Instance, Job
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
@@ -150,15 +153,30 @@ def remove(db: Database, who: Principal, name: str) -> Image:
         return row
 
 
-def offered_text(rows: list[Image]) -> str:
+def offered_text(rows: Sequence[Image | Offered]) -> str:
     return ", ".join(f"{r.name} (default)" if r.is_default else r.name for r in rows)
 
 
-def resolve(session: Session, name: str | None) -> Image:
+@dataclass(frozen=True)
+class Offered:
+    """An image as a request resolves it (what ``resolve`` keeps of a catalog row)."""
+
+    name: str
+    ref: str
+    is_default: bool
+    contents: Mapping[str, object]
+
+
+def _offered(s: Session) -> tuple[Offered, ...]:
+    return tuple(Offered(r.name, r.ref, r.is_default, MappingProxyType(dict(r.contents or {}))) for r in _list(s))
+
+
+def resolve(session: Session, name: str | None) -> Offered:
     """The catalog row a request's ``image`` means: the default when None or empty,
     else the row of that name. Raises ``Invalid`` naming the offered images, so the
-    caller refuses before it creates anything."""
-    rows = _list(session)
+    caller refuses before it creates anything. Read once per process while the catalog
+    is unchanged (``db.kept``)."""
+    rows = kept(session, "images", _offered)
     if not rows:
         raise Invalid(
             "no images are offered here yet: an operator must add one (suanli images add, or suanli images build python)",

@@ -10,6 +10,7 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 from suanli.backends.local.nvml import DiscoveredGpu, short_model_name
 from suanli.control.auth import Principal
 from suanli.db import keyset
+from suanli.db.kept import kept
 from suanli.db.models import Event, Gpu, Node
 from suanli.db.session import Database
 from suanli.errors import Conflict, Invalid, NotFound
@@ -224,9 +226,14 @@ def gpu_summary(db: Database) -> list[GpuModelSummary]:
 
 
 def canonical_models(session: Session) -> dict[str, tuple[str, int]]:
-    """lower-case model -> (model as registered, most GPUs on one node)."""
+    """lower-case model -> (model as registered, most GPUs on one node); kept while the
+    catalog is unchanged (``db.kept``)."""
+    return dict(kept(session, "canonical_models", _canonical_models))
+
+
+def _canonical_models(session: Session) -> MappingProxyType[str, tuple[str, int]]:
     out: dict[str, tuple[str, int]] = {}
     for model, count in session.execute(select(Node.gpu_model, Node.gpu_count)):
         name, most = out.get(model.lower(), (model, 0))
         out[model.lower()] = (name, max(most, count))
-    return out
+    return MappingProxyType(out)

@@ -26,6 +26,7 @@ from suanli.billing import spot
 from suanli.control import workloads
 from suanli.control.capacity import to_sched_node
 from suanli.control.nodes import canonical_models
+from suanli.db.kept import kept
 from suanli.db.models import Node
 from suanli.errors import Invalid
 from suanli.scheduler import ClusterState, PriorityClass, Request
@@ -58,8 +59,13 @@ class Sized:
 
 
 def inventory(session: Session) -> list[SchedNode]:
-    """Every registered node, whatever its state (see the module docstring)."""
-    return [to_sched_node(n) for n in session.scalars(select(Node).order_by(Node.id))]
+    """Every registered node, whatever its state (see the module docstring); kept while
+    the catalog is unchanged (``db.kept``)."""
+    return list(kept(session, "inventory", _inventory))
+
+
+def _inventory(session: Session) -> tuple[SchedNode, ...]:
+    return tuple(to_sched_node(n) for n in session.scalars(select(Node).order_by(Node.id)))
 
 
 def empty_state(session: Session) -> ClusterState:

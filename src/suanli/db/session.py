@@ -20,6 +20,8 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from suanli.db.kept import KEEPER, Kept, Watch, note_writes
+
 
 def default_sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{(data_dir / 'suanli.db').resolve()}"
@@ -63,11 +65,17 @@ class Database:
         if self.file is not None:
             private_sqlite(self.file)
         self.engine = make_engine(url, pool_size)
-        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: the catalog's values kept for this process's sessions (``db.kept``; off until ``keep_catalog``)
+        self.kept = Kept()
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False, info={KEEPER: self.kept})
         #: sessions for work that only reads: on SQLite they do not take the write lock
         #: (a plain ``BEGIN``), so a listing never waits for the control loop's writes.
         #: A write in one may fail with "database is locked": use ``transaction`` to write.
-        self.reads = sessionmaker(self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
+        self.reads = sessionmaker(
+            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False, info={KEEPER: self.kept}
+        )
+        for factory in (self.sessions, self.reads):
+            event.listen(factory, "after_flush", note_writes)
 
     @property
     def is_sqlite(self) -> bool:
@@ -78,6 +86,11 @@ class Database:
         """A session whose work commits on success and rolls back on any error."""
         with self.sessions() as session, session.begin():
             yield session
+
+    def keep_catalog(self, watch: Watch | None) -> None:
+        """Answer catalog reads from what this process read before while the catalog is
+        unchanged (``db.kept``); the schema must be migrated (0020's triggers count the changes)."""
+        self.kept.enable(self.is_sqlite, watch)
 
     def migrate(self) -> None:
         from suanli.db.migrate import upgrade
