@@ -13,12 +13,12 @@ from sqlalchemy import event, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.util import find_tables
 
-from suanli.billing import price_versions, store, utilisation
-from suanli.control import images, nodes, sizing
+from suanli.billing import price_versions, store, terms, utilisation
+from suanli.control import autostop, images, nodes, sizing
 from suanli.control.auth import Principal
 from suanli.db.changes import ChangeWatch
 from suanli.db.kept import CATALOG_TABLES
-from suanli.db.models import Image, Node, Tenant
+from suanli.db.models import Image, Node, Tenant, WaitingReason
 from suanli.db.session import Database
 from suanli.errors import Invalid
 
@@ -33,6 +33,8 @@ def read_catalog(s: Session) -> dict:
         "models": nodes.canonical_models(s),
         "capacity": utilisation.capacity_milli(s),
         "book": price_versions.current_book(s)[0],
+        "terms": terms.terms_of(s, [1])[1].terms,
+        "autostop": autostop.tenant_default(s, 1),
     }
 
 
@@ -64,6 +66,7 @@ def other(db_url: str) -> Iterator[Database]:
     add_node(db, "n1", 8)
     with db.transaction() as s:
         price_versions.ensure_book(s)
+        s.add(Tenant(id=1, name="renter"))
     yield db
     db.dispose()
 
@@ -82,7 +85,7 @@ def test_a_second_read_reads_nothing_until_someone_else_changes_the_catalog(db_u
         # what changes all the time is not the catalog: still nothing read
         with other.transaction() as s:
             s.execute(update(Node).values(state="cordoned", cpu_used=1000, mem_used=1024))
-            s.add(Tenant(name="renter"))
+            s.add(WaitingReason(kind="job", workload_id=1, code="capacity", detail=""))
         with db.transaction() as s:
             assert read_catalog(s) == first
         assert sent == [], sent
@@ -103,6 +106,12 @@ def test_a_second_read_reads_nothing_until_someone_else_changes_the_catalog(db_u
             now = read_catalog(s)
             assert now["images"] == ["tiny"] and now["book"] == version
             assert images.resolve(s, "python").ref == "localhost/suanli/python:3.11"
+        with other.transaction() as s:
+            s.get(Tenant, 1).autostop_s = 600  # type: ignore[union-attr]
+        store.set_terms(other, 1, "ops", "postpaid")
+        with db.reads() as s:
+            now = read_catalog(s)
+            assert (now["autostop"], now["terms"]) == (600, "postpaid")
         images.remove(other, OPS, "python")
         with db.reads() as s, pytest.raises(Invalid, match="not offered"):
             images.resolve(s, "python")

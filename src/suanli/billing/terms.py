@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from suanli.billing.tables import DEFAULT_GRACE_S, DEFAULT_STORAGE_DEBT_MICROS, TermsRow
+from suanli.db.kept import keeps, kept
 
 
 @dataclass(frozen=True)
@@ -40,13 +42,20 @@ class Terms:
 
 
 def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
-    """Each tenant's terms; a tenant without a row is prepaid with the defaults."""
+    """Each tenant's terms; a tenant without a row is prepaid with the defaults. Every
+    tenant's row is kept while the catalog is unchanged (``db.kept``)."""
     ids = set(tenant_ids)
-    out = {t: Terms(t) for t in ids}
-    if not ids:
-        return out
-    for r in s.scalars(select(TermsRow).where(TermsRow.tenant_id.in_(ids))):
-        out[r.tenant_id] = Terms(
+    if keeps(s):
+        every = kept(s, "terms", lambda s: MappingProxyType(_read(s, None)))
+        return {t: every.get(t) or Terms(t) for t in ids}
+    return {t: Terms(t) for t in ids} | (_read(s, ids) if ids else {})
+
+
+def _read(s: Session, ids: set[int] | None) -> dict[int, Terms]:
+    """The rows of ``ids`` (None: every row)."""
+    q = select(TermsRow) if ids is None else select(TermsRow).where(TermsRow.tenant_id.in_(ids))
+    return {
+        r.tenant_id: Terms(
             r.tenant_id,
             r.terms,
             r.credit_limit_micros,
@@ -55,4 +64,5 @@ def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
             r.low_alerted,
             r.storage_debt_limit_micros,
         )
-    return out
+        for r in s.scalars(q)
+    }

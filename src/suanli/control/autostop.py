@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -41,6 +42,7 @@ from suanli.control.lifecycle import record_event
 from suanli.control.metrics import WorkloadUsage
 from suanli.control.notice import clear_notice, notice_of, notify
 from suanli.control.plane import Plane
+from suanli.db.kept import keeps, kept
 from suanli.db.models import Allocation, Instance, Tenant
 from suanli.errors import Invalid
 
@@ -105,8 +107,17 @@ def why_active(u: WorkloadUsage, settings: AutostopSettings) -> str:
 
 
 def tenant_default(s: Session, tenant_id: int) -> int | None:
+    """The tenant's own idle window, if it set one; the tenants that did are kept while
+    the catalog is unchanged (``db.kept``)."""
+    if keeps(s):
+        return kept(s, "autostop", _windows).get(tenant_id)
     t = s.get(Tenant, tenant_id)
     return t.autostop_s if t is not None else None
+
+
+def _windows(s: Session) -> MappingProxyType[int, int]:
+    rows = s.execute(select(Tenant.id, Tenant.autostop_s).where(Tenant.autostop_s.is_not(None)))
+    return MappingProxyType({tenant: int(window) for tenant, window in rows if window is not None})
 
 
 def check(plane: Plane, settings: AutostopSettings, samples: list[WorkloadUsage], now: float) -> list[int]:

@@ -62,19 +62,25 @@ def checkpoint_dir(data_dir: Path, job_id: int, requested: str) -> Path:
     return inside(job_volume(data_dir, job_id), volume_path(requested))
 
 
-def _virtual_nodes(session: Session, node_ids: set[int]) -> set[int]:
-    """Which of ``node_ids`` have virtual (declared) GPUs, in one query."""
-    return set(session.scalars(select(Gpu.node_id).where(Gpu.node_id.in_(node_ids), Gpu.virtual.is_(True)).distinct()))
+def _nodes(session: Session, allocs: list[Allocation]) -> tuple[dict[int, Node], set[int]]:
+    """The nodes of ``allocs`` by id, and which of them have virtual (declared) GPUs, in one query."""
+    virtual = select(Gpu.id).where(Gpu.node_id == Node.id, Gpu.virtual.is_(True)).exists()
+    rows = session.execute(select(Node, virtual).where(Node.id.in_({a.node_id for a in allocs}))).all()
+    return {n.id: n for n, _ in rows}, {n.id for n, v in rows if v}
 
 
 def build_specs(
-    session: Session, row: Instance | Job, allocs: list[Allocation], data_dir: Path, keyring: Keyring
+    session: Session,
+    row: Instance | Job,
+    allocs: list[Allocation],
+    data_dir: Path,
+    keyring: Keyring,
+    found: tuple[dict[int, Node], set[int]] | None = None,
 ) -> list[TaskSpec]:
     """One spec per node, rank 0 first (the other nodes' containers resolve its address).
-    The row's secrets are unsealed here, into the specs only (``TaskSpec.secrets``)."""
-    ids = {a.node_id for a in allocs}
-    nodes = {n.id: n for n in session.scalars(select(Node).where(Node.id.in_(ids)))}
-    virtual = _virtual_nodes(session, ids)
+    The row's secrets are unsealed here, into the specs only (``TaskSpec.secrets``).
+    ``found``: what ``_nodes`` gave for ``allocs``, if the caller read it."""
+    nodes, virtual = found or _nodes(session, allocs)
     port = free_port()
     specs = []
     img = images.resolve(session, (row.spec.get("image") if isinstance(row, Job) else row.image) or None)
@@ -159,9 +165,9 @@ def launch(
         if row is None or row.launch_owner != owner or row.handles is not None:
             return
         allocs = active_allocations(s, row)
-        node_backend = dict(s.execute(select(Node.id, Node.backend).where(Node.id.in_({a.node_id for a in allocs}))).all())
-        specs = build_specs(s, row, allocs, data_dir, keyring)
-        by_rank = {a.node_rank: node_backend[a.node_id] for a in allocs}
+        found = _nodes(s, allocs)
+        specs = build_specs(s, row, allocs, data_dir, keyring, found)
+        by_rank = {a.node_rank: found[0][a.node_id].backend for a in allocs}
         backend_of = [by_rank[sp.node_rank] for sp in specs]
         tenant_id, code = row.tenant_id, (row.spec.get("code") if isinstance(row, Job) else None)
     started: list[tuple[Backend, Handle]] = []

@@ -196,8 +196,8 @@ def claim(s: Session, kind: str, wid: int, owner: str) -> Workload | None:
     waiting or another server claimed it first (the guarded UPDATE decides)."""
     model = MODELS[kind]
     guard = [model.id == wid, *_waiting(model)]
-    res = s.execute(update(model).where(*guard).values(launch_owner=owner).execution_options(synchronize_session=False))
-    return get(s, kind, wid) if res.rowcount == 1 else None  # type: ignore[attr-defined]
+    claimed = update(model).where(*guard).values(launch_owner=owner).returning(model)
+    return cast("Workload | None", s.scalars(claimed.execution_options(synchronize_session=False)).one_or_none())
 
 
 def with_tasks(s: Session, only_stops: bool = False) -> list[tuple[str, Workload]]:

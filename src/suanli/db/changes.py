@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import make_url
 
+from suanli.db.kept import CATALOG
 from suanli.db.session import Database
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ CHANNEL = "suanli_changes"
 @dataclass(frozen=True)
 class Changes:
     """What one look saw: per tenant, commits that changed its pages (tenant 0: every
-    tenant's). Counts only grow while the watch keeps its connection (``opened``)."""
+    tenant's; tenant -1: the catalog, ``db.kept``). Counts only grow while the watch keeps
+    its connection (``opened``)."""
 
     opened: int
     counts: Mapping[int, int]
@@ -48,8 +50,8 @@ class Changes:
     def token(self, tenant_id: int | None) -> Hashable:
         """Equal tokens: nothing that changes the pages of ``tenant_id`` (None: of every
         tenant, an operator's pages) was committed in between."""
-        if tenant_id is None:
-            return (self.opened, sum(self.counts.values()))
+        if tenant_id is None:  # every tenant's, not the catalog's (``db.kept``)
+            return (self.opened, sum(n for t, n in self.counts.items() if t != CATALOG))
         return (self.opened, self.counts.get(0, 0), self.counts.get(tenant_id, 0))
 
 

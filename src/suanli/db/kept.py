@@ -1,8 +1,9 @@
 """The catalog, read once per process and kept while the database says it has not changed.
 
-The catalog is what every request reads and only operators change: the images offered,
-the nodes' sizes and the price versions (``CATALOG_TABLES``). A create read each of them
-itself, six of its sixteen statements (issue 18, session 39). Migration 0020's triggers
+The catalog is what every request reads and few change, and seldom: the images offered,
+the nodes' sizes, the price versions, and the tenants' settings and payment terms
+(``CATALOG_TABLES``). A create read each of them itself, eight of its sixteen statements
+(issue 18, session 39). Migration 0020's triggers
 count every commit that changes one of them under tenant ``CATALOG`` (-1) of
 ``db.changes``, so a transaction asks one count (``token``) and answers every catalog read from the values
 kept with that count.
@@ -47,7 +48,7 @@ class Watch(Protocol):
 
 
 #: the tables whose rows are the catalog; migration 0020 counts their changes
-CATALOG_TABLES = frozenset({"images", "nodes", "billing_price_versions"})
+CATALOG_TABLES = frozenset({"images", "nodes", "billing_price_versions", "tenants", "billing_terms"})
 #: tenant id under which the triggers count the catalog's changes (``page_changes``, notices)
 CATALOG = -1
 #: the key of a session's ``Kept`` in ``Session.info`` (set by ``Database``'s session factories)

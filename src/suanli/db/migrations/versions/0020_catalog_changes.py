@@ -1,7 +1,8 @@
 """A commit that changes the catalog says so, where another process can see it without
-reading the catalog (``db.kept``): the tables every request reads and only operators
-change. These are the images offered, the nodes' sizes and the price versions. Counted
-as migration 0016 counts a tenant's changes, under tenant -1 (``db.changes.CATALOG``).
+reading the catalog (``db.kept``): the tables every request reads and few change, and
+seldom. These are the images offered, the nodes' sizes, the price versions, and the
+tenants' settings and payment terms. Counted as migration 0016 counts a tenant's
+changes, under tenant -1 (``db.kept.CATALOG``).
 
 A node's own state, the CPU and memory it has in use, and its heartbeat change all the
 time and are not the catalog, so an update counts only when it sets another column.
@@ -23,6 +24,8 @@ CATALOG = -1
 TABLES: dict[str, tuple[str, ...] | None] = {
     "images": None,
     "billing_price_versions": None,
+    "tenants": None,
+    "billing_terms": None,
     "nodes": (
         "name",
         "zone",
