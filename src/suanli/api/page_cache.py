@@ -3,11 +3,12 @@
 Why: the console and ``watch``-style scripts ask for the same page every few seconds,
 and computing one is a dozen statements (allocations, access, waiting reasons, usage
 samples and, most of all, the cost figures: rated sums, posted records, the page's
-allocations rated) and 10-25 ms of CPU. A page asked again is answered from memory, after two
-statements in one read, when nothing it shows was seen to change: the page's rows, every
+allocations rated) and 10-25 ms of CPU. A page asked again is answered from memory, after its
+stamps are read, when nothing it shows was seen to change: the page's rows, every
 column, and their waiting reasons (``list_stamp``: a transition, a stop asked, a reclaim
-notice, a new or deleted row, the scheduler's reason for a wait), and the billing stamp
-(a price version, a subscription bought or cancelled; ``workload_cost.billing_stamp``).
+notice, a new or deleted row, the scheduler's reason for a wait; one statement), and the
+billing stamp (a price version, a subscription bought or cancelled;
+``workload_cost.billing_stamp``: the catalog's count, where it is kept, else a statement).
 So a renter sees their own change on the next request. What may be older than the
 request, by at most ``stale_ms`` (8 s, inside billing's 10-s visibility rule): what
 accrued meanwhile and how a rating run split it into rated and accruing, a spot rate
@@ -17,10 +18,9 @@ Each API worker process keeps its own; a page is kept per user and URL.
 When the database tells that nothing changing the tenant's pages was committed since a
 page was kept (``db.changes``: per-tenant counts, one look shared by the requests waiting
 for it, ``api.freshness``), the page is answered on the event loop with no read and no
-worker thread (``answer``): under 50 clients those hand-offs, not the two statements,
+worker thread (``answer``): under 50 clients those hand-offs, not the stamps' reads,
 were most of a listing's wait. Such a commit sends the next request for each of that
-tenant's pages (an operator's: every page) back to the two statements, which decide as
-before.
+tenant's pages (an operator's: every page) back to the stamps, which decide as before.
 
 A page past its life whose tenant's token has not moved differs from computing it now
 only by what moves with the clock (what accrued, the spot market, the latest sample). It

@@ -1,8 +1,8 @@
 """The catalog, read once per process and kept while the database says it has not changed.
 
 The catalog is what every request reads and few change, and seldom: the images offered,
-the nodes' sizes, the price versions, and the tenants' settings and payment terms
-(``CATALOG_TABLES``). A create read each of them itself, eight of its sixteen statements
+the nodes' sizes, the price versions and subscriptions, and the tenants' settings and
+payment terms (``CATALOG_TABLES``). A create read each of them itself, eight of its sixteen statements
 (issue 18, session 39). Migration 0020's triggers
 count every commit that changes one of them under tenant ``CATALOG`` (-1) of
 ``db.changes``, so a transaction asks one count (``token``) and answers every catalog read from the values
@@ -48,7 +48,7 @@ class Watch(Protocol):
 
 
 #: the tables whose rows are the catalog; migration 0020 counts their changes
-CATALOG_TABLES = frozenset({"images", "nodes", "billing_price_versions", "tenants", "billing_terms"})
+CATALOG_TABLES = frozenset({"images", "nodes", "billing_price_versions", "billing_subscriptions", "tenants", "billing_terms"})
 #: tenant id under which the triggers count the catalog's changes (``page_changes``, notices)
 CATALOG = -1
 #: the key of a session's ``Kept`` in ``Session.info`` (set by ``Database``'s session factories)
@@ -114,8 +114,14 @@ def kept(s: Session, key: str, load: Callable[[Session], T]) -> T:
 def keeps(s: Session) -> bool:
     """Whether a catalog read in this transaction is answered from what is kept: a
     reader that would otherwise read one row of a table may then ask for all of it."""
+    return catalog_count(s) is not None
+
+
+def catalog_count(s: Session) -> Hashable | None:
+    """The catalog's count as of this transaction (equal counts: no catalog change
+    committed in between); None where it is not kept."""
     keeper = s.info.get(KEEPER)
-    return keeper is not None and keeper.token(s) is not None
+    return None if keeper is None else keeper.token(s)
 
 
 def note_writes(s: Session, _context: object) -> None:

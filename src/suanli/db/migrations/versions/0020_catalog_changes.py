@@ -1,7 +1,7 @@
 """A commit that changes the catalog says so, where another process can see it without
 reading the catalog (``db.kept``): the tables every request reads and few change, and
-seldom. These are the images offered, the nodes' sizes, the price versions, and the
-tenants' settings and payment terms. Counted as migration 0016 counts a tenant's
+seldom. These are the images offered, the nodes' sizes, the price versions and
+subscriptions, and the tenants' settings and payment terms. Counted as migration 0016 counts a tenant's
 changes, under tenant -1 (``db.kept.CATALOG``).
 
 A node's own state, the CPU and memory it has in use, and its heartbeat change all the
@@ -24,6 +24,7 @@ CATALOG = -1
 TABLES: dict[str, tuple[str, ...] | None] = {
     "images": None,
     "billing_price_versions": None,
+    "billing_subscriptions": None,
     "tenants": None,
     "billing_terms": None,
     "nodes": (
