@@ -13,7 +13,7 @@ from sqlalchemy import event, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.util import find_tables
 
-from suanli.billing import price_versions, store, terms, utilisation
+from suanli.billing import price_versions, rater, store, terms, utilisation
 from suanli.control import autostop, images, nodes, sizing
 from suanli.control.auth import Principal
 from suanli.db.changes import ChangeWatch
@@ -35,6 +35,7 @@ def read_catalog(s: Session) -> dict:
         "book": price_versions.current_book(s)[0],
         "terms": terms.terms_of(s, [1])[1].terms,
         "autostop": autostop.tenant_default(s, 1),
+        "watermark": rater.watermark(s),
     }
 
 
@@ -109,9 +110,10 @@ def test_a_second_read_reads_nothing_until_someone_else_changes_the_catalog(db_u
         with other.transaction() as s:
             s.get(Tenant, 1).autostop_s = 600  # type: ignore[union-attr]
         store.set_terms(other, 1, "ops", "postpaid")
+        ran = rater.run(other, cutoff_ms=store.now_ms())
         with db.reads() as s:
             now = read_catalog(s)
-            assert (now["autostop"], now["terms"]) == (600, "postpaid")
+            assert (now["autostop"], now["terms"], now["watermark"]) == (600, "postpaid", ran.settled_ms)
         images.remove(other, OPS, "python")
         with db.reads() as s, pytest.raises(Invalid, match="not offered"):
             images.resolve(s, "python")

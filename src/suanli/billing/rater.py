@@ -40,6 +40,7 @@ from suanli.billing.pricebook import PLANS, PriceBook, resolve_model
 from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import RatingState, Subscription, Transfer, Usage
 from suanli.billing.utilisation import capacity_milli, per_period
+from suanli.db.kept import kept
 from suanli.db.models import Allocation, Instance
 from suanli.db.session import Database
 
@@ -495,8 +496,13 @@ def accruing_many(s: Session, tenant_ids: Iterable[int], at_ms: int, period_ms: 
 def unrated_since(s: Session, at_ms: int, period_ms: int) -> int:
     """The start of the period holding the watermark (at most ``at_ms``): what is
     accruing at ``at_ms`` lies in records from there on."""
-    watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
-    return min(watermark, at_ms) // period_ms * period_ms
+    return min(watermark(s), at_ms) // period_ms * period_ms
+
+
+def watermark(s: Session) -> int:
+    """The cutoff of the last rating run; kept with the catalog (``db.kept``), which each
+    run's move of it changes: a create and a page ask for it, a run moves it every 10 s."""
+    return kept(s, "watermark", lambda s: int(s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0))
 
 
 def _by_tenant(rows: list, tenants: list[int]) -> dict[int, list]:

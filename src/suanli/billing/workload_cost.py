@@ -51,7 +51,7 @@ from suanli.billing.posting import Records
 from suanli.billing.price_versions import current_book, versions_in_force
 from suanli.billing.pricebook import resolve_model
 from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
-from suanli.billing.tables import PriceVersion, RatingState, Subscription, Usage
+from suanli.billing.tables import PriceVersion, Subscription, Usage
 from suanli.db.kept import catalog_count
 from suanli.db.models import Allocation, Instance, Job
 from suanli.db.session import Database
@@ -177,8 +177,7 @@ def _costs(s: Session, kind: Kind, rows: list[Any], at: int, period_ms: int) -> 
     tenants = sorted(set(tenant_of.values()))
     first = min(dt_to_ms(r.created_at) for r in rows) // period_ms * period_ms
 
-    watermark = s.scalar(select(RatingState.watermark_ms).where(RatingState.id == 1)) or 0
-    since = min(watermark, at) // period_ms * period_ms  # as rater.accruing: what a run may still post
+    since = rater.unrated_since(s, at, period_ms)  # as rater.accruing: what a run may still post
     wids = list(tenant_of)
     rated: dict[int, int] = dict.fromkeys(tenant_of, 0)
     for wid, amount in s.execute(  # before ``since``: settled, no run writes there any more

@@ -1,12 +1,12 @@
 """The catalog, read once per process and kept while the database says it has not changed.
 
 The catalog is what every request reads and few change, and seldom: the images offered,
-the nodes' sizes, the price versions and subscriptions, and the tenants' settings and
-payment terms (``CATALOG_TABLES``). A create read each of them itself, eight of its sixteen statements
-(issue 18, session 39). Migration 0020's triggers
-count every commit that changes one of them under tenant ``CATALOG`` (-1) of
-``db.changes``, so a transaction asks one count (``token``) and answers every catalog read from the values
-kept with that count.
+the nodes' sizes, the price versions and subscriptions, the tenants' settings and
+payment terms, and the rating watermark, which a rating run moves every 10 s
+(``CATALOG_TABLES``). A create read each of them itself, nine of its sixteen statements
+(issue 18, session 39). Migration 0020's triggers count every commit that changes one of
+them under tenant ``CATALOG`` (-1) of ``db.changes``, so a transaction asks one count
+(``token``) and answers every catalog read from the values kept with that count.
 
 The count is read so that a kept value is never older than the transaction reading it:
 - on SQLite, from ``page_changes`` in the transaction itself, so count and values come
@@ -48,7 +48,9 @@ class Watch(Protocol):
 
 
 #: the tables whose rows are the catalog; migration 0020 counts their changes
-CATALOG_TABLES = frozenset({"images", "nodes", "billing_price_versions", "billing_subscriptions", "tenants", "billing_terms"})
+CATALOG_TABLES = frozenset(
+    {"images", "nodes", "billing_price_versions", "billing_subscriptions", "tenants", "billing_terms", "billing_state"}
+)
 #: tenant id under which the triggers count the catalog's changes (``page_changes``, notices)
 CATALOG = -1
 #: the key of a session's ``Kept`` in ``Session.info`` (set by ``Database``'s session factories)

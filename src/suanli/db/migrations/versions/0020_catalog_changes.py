@@ -1,7 +1,8 @@
 """A commit that changes the catalog says so, where another process can see it without
 reading the catalog (``db.kept``): the tables every request reads and few change, and
 seldom. These are the images offered, the nodes' sizes, the price versions and
-subscriptions, and the tenants' settings and payment terms. Counted as migration 0016 counts a tenant's
+subscriptions, the tenants' settings and payment terms, and the rating watermark (a
+rating run moves it every 10 s: each process reads the catalog again after it). Counted as migration 0016 counts a tenant's
 changes, under tenant -1 (``db.kept.CATALOG``).
 
 A node's own state, the CPU and memory it has in use, and its heartbeat change all the
@@ -27,6 +28,7 @@ TABLES: dict[str, tuple[str, ...] | None] = {
     "billing_subscriptions": None,
     "tenants": None,
     "billing_terms": None,
+    "billing_state": None,
     "nodes": (
         "name",
         "zone",
