@@ -130,6 +130,25 @@ def test_a_request_never_gets_a_token_read_before_it_arrived(db_url: str) -> Non
         db.dispose()
 
 
+def test_threads_asking_at_once_share_a_look_begun_after_they_asked(db_url: str) -> None:
+    """``look(since=...)`` (the catalog's counts, ``db.kept``): a look begun since then is
+    answered again; one begun before, never."""
+    db = Database(db_url)
+    watch = ChangeWatch(db)
+    try:
+        first = watch.look()
+        asked = time.monotonic()
+        second = watch.look(since=asked)
+        assert second is not first  # the last look began before: a new one
+        assert watch.look(since=asked) is second
+        commit(db, 3)
+        third = watch.look(since=time.monotonic())
+        assert third is not None and second is not None and third.token(None) != second.token(None)
+    finally:
+        watch.close()
+        db.dispose()
+
+
 def test_a_watch_nobody_asks_still_reads_its_notices(db_url: str) -> None:
     """PostgreSQL holds every notice a listener has not read and cannot trim its queue
     past them: an API worker nobody lists through still reads them."""

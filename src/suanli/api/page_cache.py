@@ -8,7 +8,7 @@ stamps are read, when nothing it shows was seen to change: the page's rows, ever
 column, and their waiting reasons (``list_stamp``: a transition, a stop asked, a reclaim
 notice, a new or deleted row, the scheduler's reason for a wait; one statement), and the
 billing stamp (a price version, a subscription bought or cancelled;
-``workload_cost.billing_stamp``: the catalog's count, where it is kept, else a statement).
+``workload_cost.billing_stamp``: kept with the catalog, else a statement).
 So a renter sees their own change on the next request. What may be older than the
 request, by at most ``stale_ms`` (8 s, inside billing's 10-s visibility rule): what
 accrued meanwhile and how a rating run split it into rated and accruing, a spot rate

@@ -215,8 +215,8 @@ def rate_workloads(books: list, allocs: list, insts: list, since_ms: int, at_ms:
     if any(a.priority in ("spot", "reserved") for a in allocs):
         return None
     since_dt = ms_to_dt(since_ms)
-    kept = [r for r in insts if r.state != "deleted" or r.updated_at >= since_dt]  # as ``_instances`` selects
-    return _rate((books, allocs, {}, kept, [], []), since_ms, at_ms, period_ms, at_ms, None)
+    listed = [r for r in insts if r.state != "deleted" or r.updated_at >= since_dt]  # as ``_instances`` selects
+    return _rate((books, allocs, {}, listed, [], []), since_ms, at_ms, period_ms, at_ms, None)
 
 
 def collect(

@@ -52,7 +52,7 @@ from suanli.billing.price_versions import current_book, versions_in_force
 from suanli.billing.pricebook import resolve_model
 from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import PriceVersion, Subscription, Usage
-from suanli.db.kept import catalog_count
+from suanli.db.kept import kept
 from suanli.db.models import Allocation, Instance, Job
 from suanli.db.session import Database
 
@@ -146,15 +146,16 @@ def at_creation(db: Database, kind: Kind, rows: list[Instance] | list[Job]) -> d
 
 
 def billing_stamp(s: Session) -> tuple:
-    """What changes a workload's rate besides its own row, in one statement: the newest
-    price version, and the newest subscription and cancellation (what reserved work
-    costs); where the catalog is kept, its count, which these move (``db.kept``), and no
-    statement. Equal stamps and an unchanged row mean the same figures but for what
-    accrued in between and the spot market's drift (``api.page_cache``). A rating run is
-    not in it: it moves what accrued into what is rated, the total stays."""
-    counted = catalog_count(s)
-    if counted is not None:
-        return ("catalog", counted)
+    """What changes a workload's rate besides its own row, in one statement (kept with the
+    catalog, ``db.kept``): the newest price version, and the newest subscription and
+    cancellation (what reserved work costs). Equal stamps and an unchanged row mean the
+    same figures but for what accrued in between and the spot market's drift
+    (``api.page_cache``). A rating run is not in it: it moves what accrued into what is
+    rated, the total stays."""
+    return kept(s, "billing_stamp", _billing_stamp)
+
+
+def _billing_stamp(s: Session) -> tuple:
     return tuple(
         s.execute(
             select(

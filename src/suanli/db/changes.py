@@ -133,6 +133,7 @@ class ChangeWatch:
         self._lock = threading.Lock()
         self.idle_look_s = idle_look_s
         self._looked = 0.0  # time.monotonic() of the last look
+        self._last: tuple[float, Changes] | None = None  # when the last look that answered began, and what it saw
         self._keeper: threading.Thread | None = None
         self._closed = False
 
@@ -140,12 +141,17 @@ class ChangeWatch:
     def can_tell(self) -> bool:
         return self._open is not None
 
-    def look(self, quiet: bool = False) -> Changes | None:
+    def look(self, quiet: bool = False, since: float | None = None) -> Changes | None:
         """What was committed so far, per tenant; ``None``: this database cannot tell, or
-        the look failed (read what you need; ``quiet``: not worth a warning)."""
+        the look failed (read what you need; ``quiet``: not worth a warning). ``since``
+        (``time.monotonic()``): a look begun since then will do, so threads asking at once
+        share one (``db.kept``'s counts)."""
         if self._open is None:
             return None
         with self._lock:
+            if since is not None and self._last is not None and self._last[0] >= since:
+                return self._last[1]
+            began = time.monotonic()
             try:
                 if self._look is None:
                     self._look = self._open()
@@ -156,6 +162,7 @@ class ChangeWatch:
                         self._keeper.start()
                 seen = Changes(self._opened, self._look.read())
                 self._looked = time.monotonic()
+                self._last = (began, seen)
                 return seen
             except Exception as exc:  # noqa: BLE001 - any failure only means "cannot tell now"
                 log.log(

@@ -23,6 +23,7 @@ bare ``Database``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from itertools import chain
 from typing import Any, Protocol, TypeVar
@@ -44,7 +45,7 @@ class Watch(Protocol):
 
     @property
     def can_tell(self) -> bool: ...
-    def look(self) -> Seen | None: ...
+    def look(self, quiet: bool = False, since: float | None = None) -> Seen | None: ...
 
 
 #: the tables whose rows are the catalog; migration 0020 counts their changes
@@ -116,14 +117,8 @@ def kept(s: Session, key: str, load: Callable[[Session], T]) -> T:
 def keeps(s: Session) -> bool:
     """Whether a catalog read in this transaction is answered from what is kept: a
     reader that would otherwise read one row of a table may then ask for all of it."""
-    return catalog_count(s) is not None
-
-
-def catalog_count(s: Session) -> Hashable | None:
-    """The catalog's count as of this transaction (equal counts: no catalog change
-    committed in between); None where it is not kept."""
     keeper = s.info.get(KEEPER)
-    return None if keeper is None else keeper.token(s)
+    return keeper is not None and keeper.token(s) is not None
 
 
 def note_writes(s: Session, _context: object) -> None:
@@ -149,5 +144,5 @@ def _sqlite_count(s: Session) -> Hashable:
 
 
 def _watch_count(watch: Watch) -> Hashable | None:
-    seen = watch.look()
+    seen = watch.look(since=time.monotonic())  # one look for the threads asking at once
     return None if seen is None else (seen.opened, seen.counts.get(CATALOG, 0))
