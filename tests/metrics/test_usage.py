@@ -151,9 +151,22 @@ def test_a_host_process_task_on_a_real_gpu_gets_nvml_figures(tmp_path: Path) -> 
 def test_sessions_are_read_from_a_real_kernel_table() -> None:
     """An established connection to a listening port of this process's network namespace,
     read back from ``/proc/<pid>/net/tcp``: the kernel's own text, not a recording."""
+    import random
     import socket
 
-    server = socket.create_server(("127.0.0.1", 0))
+    # A port below the kernel's ephemeral range: sessions are counted by local port, over
+    # every address and both families, and a port chosen by the kernel (``bind`` to port 0)
+    # may be the local end of another test's client connection on ``::1`` at the same time
+    # (seen: 2 sessions for 1). No client connection is ever given a port below the range.
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    server = socket.socket()
+    for port in random.sample(range(max(1024, low - 8000), low), 50):
+        try:
+            server.bind(("127.0.0.1", port))
+            break
+        except OSError:
+            continue
+    server.listen()
     port = server.getsockname()[1]
     before = usage.count_sessions(usage.netns_tables(os.getpid()), {port})
     client = socket.create_connection(("127.0.0.1", port))
