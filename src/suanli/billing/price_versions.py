@@ -10,6 +10,7 @@ reads none.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -17,7 +18,7 @@ from sqlalchemy.orm import Session
 from suanli.billing.pricebook import PriceBook, default_book, parse
 from suanli.billing.tables import PriceVersion
 from suanli.clock import SYSTEM
-from suanli.db.kept import keeps, kept
+from suanli.db.kept import kept_whole
 
 
 def ensure_book(s: Session) -> None:
@@ -39,14 +40,22 @@ def versions(s: Session) -> list[tuple[int, int, PriceBook]]:
     unchanged (``db.kept``); else read once per transaction: one request asks for the
     book several times (its costs, the spot market, the rater's estimate), and each read
     loads every version; ``set_price`` forgets the transaction's copy."""
-    if keeps(s):
-        return list(kept(s, "price_versions", lambda s: tuple(_read(s))))
-    memo = s.info.get(_VERSIONS)
-    if memo is not None and memo[0] is s.get_transaction():
-        return list(memo[1])
+    known = _known(s)
+    if known is not None:
+        return list(known)
     got = _read(s)
     s.info[_VERSIONS] = (s.get_transaction(), got)  # a later transaction of this session reads again
     return list(got)
+
+
+def _known(s: Session) -> Sequence[tuple[int, int, PriceBook]] | None:
+    """Every version, without a read: kept by the process, or read before in this
+    transaction; None when neither."""
+    every = kept_whole(s, "price_versions", lambda s: tuple(_read(s)))
+    if every is not None:
+        return every
+    memo = s.info.get(_VERSIONS)
+    return memo[1] if memo is not None and memo[0] is s.get_transaction() else None
 
 
 def _read(s: Session) -> list[tuple[int, int, PriceBook]]:
@@ -81,8 +90,7 @@ def current_book(s: Session, at_ms: int | None = None) -> tuple[int, PriceBook]:
     alone, not every version: the book grows by one with every price change, and a create
     asks for the book several times (issue 18, session 38)."""
     at = SYSTEM.now_ms() if at_ms is None else at_ms
-    memo = s.info.get(_VERSIONS)
-    books = versions(s) if keeps(s) else memo[1] if memo is not None and memo[0] is s.get_transaction() else None
+    books = _known(s)
     if books is not None:
         live = [(vid, b) for vid, eff, b in books if eff <= at]
         return live[-1] if live else books[0][::2]
@@ -109,9 +117,9 @@ def versions_in_force(s: Session, since_ms: int, at_ms: int) -> list[tuple[int, 
     """(id, effective_ms, book) of the versions some record from ``since_ms`` to ``at_ms``
     may be priced with (``in_force`` of ``versions``), reading only those and the next
     (the version in force at ``at_ms`` is kept for ``current_book``)."""
-    memo = s.info.get(_VERSIONS)
-    if keeps(s) or (memo is not None and memo[0] is s.get_transaction()):
-        return in_force(versions(s), since_ms, at_ms)
+    books = _known(s)
+    if books is not None:
+        return in_force(list(books), since_ms, at_ms)
     kept = s.info.get(_IN_FORCE)
     if kept is not None and kept[0] is s.get_transaction() and kept[1] <= since_ms and at_ms < kept[2]:
         return [(kept[3][0], kept[1], kept[3][1])]  # one version in force throughout

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from suanli.billing.tables import DEFAULT_GRACE_S, DEFAULT_STORAGE_DEBT_MICROS, TermsRow
-from suanli.db.kept import keeps, kept
+from suanli.db.kept import kept_whole
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ def terms_of(s: Session, tenant_ids: Iterable[int]) -> dict[int, Terms]:
     """Each tenant's terms; a tenant without a row is prepaid with the defaults. Every
     tenant's row is kept while the catalog is unchanged (``db.kept``)."""
     ids = set(tenant_ids)
-    if keeps(s):
-        every = kept(s, "terms", lambda s: MappingProxyType(_read(s, None)))
+    every = kept_whole(s, "terms", lambda s: MappingProxyType(_read(s, None)))
+    if every is not None:
         return {t: every.get(t) or Terms(t) for t in ids}
     return {t: Terms(t) for t in ids} | (_read(s, ids) if ids else {})
 

@@ -42,7 +42,7 @@ from suanli.control.lifecycle import record_event
 from suanli.control.metrics import WorkloadUsage
 from suanli.control.notice import clear_notice, notice_of, notify
 from suanli.control.plane import Plane
-from suanli.db.kept import keeps, kept
+from suanli.db.kept import kept_whole
 from suanli.db.models import Allocation, Instance, Tenant
 from suanli.errors import Invalid
 
@@ -109,8 +109,9 @@ def why_active(u: WorkloadUsage, settings: AutostopSettings) -> str:
 def tenant_default(s: Session, tenant_id: int) -> int | None:
     """The tenant's own idle window, if it set one; the tenants that did are kept while
     the catalog is unchanged (``db.kept``)."""
-    if keeps(s):
-        return kept(s, "autostop", _windows).get(tenant_id)
+    windows = kept_whole(s, "autostop", _windows)
+    if windows is not None:
+        return windows.get(tenant_id)
     t = s.get(Tenant, tenant_id)
     return t.autostop_s if t is not None else None
 

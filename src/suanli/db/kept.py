@@ -114,11 +114,14 @@ def kept(s: Session, key: str, load: Callable[[Session], T]) -> T:
     return load(s) if keeper is None else keeper.read(s, key, load)
 
 
-def keeps(s: Session) -> bool:
-    """Whether a catalog read in this transaction is answered from what is kept: a
-    reader that would otherwise read one row of a table may then ask for all of it."""
+def kept_whole(s: Session, key: str, load: Callable[[Session], T]) -> T | None:
+    """``kept``, where this transaction's catalog reads are kept; else None, and nothing
+    read. For a reader that would otherwise read one row of a table: kept, it may ask
+    for all of it."""
     keeper = s.info.get(KEEPER)
-    return keeper is not None and keeper.token(s) is not None
+    if keeper is None or keeper.token(s) is None:
+        return None
+    return keeper.read(s, key, load)
 
 
 def note_writes(s: Session, _context: object) -> None:
