@@ -143,18 +143,18 @@ class PageCache:
         again rather than keep an older page; ``token`` (the tenant's change token, read
         before the stamps) is kept with it."""
         key = _key(who, request)
-        with db.reads() as s:
+        with db.reads() as s:  # ``compute``'s reads too (``Database.reads`` nests)
             stamp = (rows_stamp(s), billing_stamp(s))
-        with self._lock:
-            hit = self._pages.get(key)
-        if hit is not None and hit.stamp == stamp and self._young(hit):
-            if hit.token != token:
-                hit = replace(hit, token=token)
-                self._keep(key, hit)
-            return _response(hit)
-        with self._computing:
-            at = self.clock.now_ms()
-            outs = compute()
+            with self._lock:
+                hit = self._pages.get(key)
+            if hit is not None and hit.stamp == stamp and self._young(hit):
+                if hit.token != token:
+                    hit = replace(hit, token=token)
+                    self._keep(key, hit)
+                return _response(hit)
+            with self._computing:
+                at = self.clock.now_ms()
+                outs = compute()
         body = JSONResponse([o.model_dump(mode="json") for o in outs]).body  # as FastAPI renders a response_model
         life = random.randint(self.min_age_ms, self.max_age_ms)  # noqa: S311 - spreading load, not a secret
         hit = Answer(at, life, stamp, token, bytes(body), {h: response.headers[h] for h in KEPT_HEADERS if h in response.headers})

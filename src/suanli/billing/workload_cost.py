@@ -88,8 +88,8 @@ def costs(
 ) -> dict[int, WorkloadCost]:
     """Cost so far and rate now of workloads ``ids`` of ``kind``, keyed by id; ids that
     do not exist are left out. Reads only, in a read session (``Database.reads``: on
-    SQLite it does not wait for writers); the seed price version it may write on a
-    database no server bootstrapped is written when no other writer holds the lock."""
+    SQLite it does not wait for writers); a database no server bootstrapped is priced
+    with the seed book, unwritten."""
     wanted = sorted(set(ids))
     if not wanted:
         return {}

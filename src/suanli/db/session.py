@@ -7,12 +7,18 @@ and the control loop safe on the embedded database. WAL lets readers proceed
 while the loop writes, but only readers that did not ask for the write lock:
 ``Database.reads`` sessions, for work that only reads (listings, the health
 check), begin with a plain ``BEGIN`` and so never queue behind a writer.
+
+On PostgreSQL a read session runs in autocommit: at READ COMMITTED, PostgreSQL's
+level, each statement sees what was committed before it whether or not a transaction
+wraps it, so the ``BEGIN`` and ``ROLLBACK`` around a listing's reads bought nothing and
+cost two round trips each (issue 18, session 40). A read session cannot flush.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,14 +74,13 @@ class Database:
         #: the catalog's values kept for this process's sessions (``db.kept``; off until ``keep_catalog``)
         self.kept = Kept()
         self.sessions = sessionmaker(self.engine, expire_on_commit=False, info={KEEPER: self.kept})
-        #: sessions for work that only reads: on SQLite they do not take the write lock
-        #: (a plain ``BEGIN``), so a listing never waits for the control loop's writes.
-        #: A write in one may fail with "database is locked": use ``transaction`` to write.
-        self.reads = sessionmaker(
-            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False, info={KEEPER: self.kept}
+        options = {READ_ONLY: True} if self.is_sqlite else {READ_ONLY: True, "isolation_level": "AUTOCOMMIT"}
+        self._reads = sessionmaker(
+            self.engine.execution_options(**options), expire_on_commit=False, info={KEEPER: self.kept, READ_ONLY: True}
         )
-        for factory in (self.sessions, self.reads):
-            event.listen(factory, "after_flush", note_writes)
+        event.listen(self.sessions, "after_flush", note_writes)
+        event.listen(self._reads, "before_flush", _refuse_flush)
+        self._reading = threading.local()
 
     @property
     def is_sqlite(self) -> bool:
@@ -86,6 +91,24 @@ class Database:
         """A session whose work commits on success and rolls back on any error."""
         with self.sessions() as session, session.begin():
             yield session
+
+    @contextmanager
+    def reads(self) -> Iterator[Session]:
+        """A session for work that only reads. On SQLite it does not take the write lock (a
+        plain ``BEGIN``), so a listing never waits for the control loop's writes; on
+        PostgreSQL it runs in autocommit. Nested in another on the same thread, it is that
+        one: a page's parts (its rows, allocations, costs, waiting reasons) read through
+        one connection, one snapshot on SQLite, one look at the catalog's count."""
+        session = getattr(self._reading, "session", None)
+        if session is not None:
+            yield session
+            return
+        with self._reads() as session:
+            self._reading.session = session
+            try:
+                yield session
+            finally:
+                self._reading.session = None
 
     def keep_catalog(self, watch: Watch | None) -> None:
         """Answer catalog reads from what this process read before while the catalog is
@@ -99,6 +122,15 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def read_only(s: Session) -> bool:
+    """Whether ``s`` is a ``Database.reads`` session, which cannot write."""
+    return bool(s.info.get(READ_ONLY))
+
+
+def _refuse_flush(_session: Session, _context: object, _instances: object) -> None:
+    raise RuntimeError("a read session (Database.reads) cannot write: use Database.transaction")
 
 
 def private_sqlite(path: Path) -> None:
