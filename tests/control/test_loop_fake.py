@@ -13,6 +13,7 @@ import atexit
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -204,6 +205,29 @@ def only(r: Rig, *keep: str) -> None:
             nodes.set_state(r.db, ADMIN, n.name, "cordoned")
         elif n.state == "cordoned":
             nodes.set_state(r.db, ADMIN, n.name, "ready")
+
+
+# -- launch ----------------------------------------------------------------------------------
+def test_a_launch_submits_what_its_claim_planned_and_writes_once(rig: Rig) -> None:
+    """The claim's transaction has just read the row and its allocations: the launch is
+    planned there (``launcher.plan``), and the launch's own thread only submits and then
+    records the outcome, one transaction per row (it read them again in one more)."""
+    ids = [rig.submit("H100:1", name=f"w{i}") for i in range(3)]
+    launch_transactions = []
+    event.listen(
+        rig.db.engine,
+        "begin",
+        lambda _c: threading.current_thread().name.startswith("suanli-launch") and launch_transactions.append(1),
+    )
+    rig.tick()
+    assert [rig.job(j).state for j in ids] == ["running"] * 3
+    assert len(launch_transactions) == 3
+    by_key = {spec.key: spec for spec in rig.fake.submitted}
+    for j in ids:
+        spec = by_key[task_key("job", j)]
+        assert spec.env["SUANLI_JOB_ID"] == str(j) and spec.node in ("m1", "m2")
+        assert list(spec.gpu_indices) == rig.allocations_of(j)[0].gpu_indices
+    rig.assert_consistent()
 
 
 # -- reconcile -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Start claimed work on its backends: read (transaction), submit (no
-transaction), record the outcome (transaction).
+"""Start claimed work on its backends: plan (what to submit, read in the transaction
+that claimed the row, or else in one of its own), submit (no transaction), record the
+outcome (transaction).
 
 A row reaches here with allocations and ``launch_owner`` set by the scheduling
 pass. If any node's submit fails, the tasks already started are stopped, the
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select
@@ -157,24 +159,52 @@ def build_specs(
     return specs
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a launch submits: one spec per node, rank 0 first, and each one's backend."""
+
+    specs: list[TaskSpec]
+    backends: list[str]
+    tenant_id: int
+    #: a job's uploaded code, put into its volume before the submit (``_prepare``)
+    code: str | None
+
+
+def plan(session: Session, row: Instance | Job, allocs: list[Allocation], data_dir: Path, keyring: Keyring) -> Plan:
+    """The launch of ``row`` on ``allocs``; the control loop has it made in the
+    transaction that claims the row (``scheduling.claim``), where both were just read."""
+    found = _nodes(session, allocs)
+    specs = build_specs(session, row, allocs, data_dir, keyring, found)
+    by_rank = {a.node_rank: found[0][a.node_id].backend for a in allocs}
+    code = row.spec.get("code") if isinstance(row, Job) else None
+    return Plan(specs, [by_rank[sp.node_rank] for sp in specs], row.tenant_id, code)
+
+
 def launch(
-    db: Database, backends: dict[str, Backend], kind: str, workload_id: int, owner: str, data_dir: Path, keyring: Keyring
+    db: Database,
+    backends: dict[str, Backend],
+    kind: str,
+    workload_id: int,
+    owner: str,
+    data_dir: Path,
+    keyring: Keyring,
+    planned: Plan | None = None,
 ) -> None:
-    with db.transaction() as s:
-        row = workloads.get(s, kind, workload_id)
-        if row is None or row.launch_owner != owner or row.handles is not None:
-            return
-        allocs = active_allocations(s, row)
-        found = _nodes(s, allocs)
-        specs = build_specs(s, row, allocs, data_dir, keyring, found)
-        by_rank = {a.node_rank: found[0][a.node_id].backend for a in allocs}
-        backend_of = [by_rank[sp.node_rank] for sp in specs]
-        tenant_id, code = row.tenant_id, (row.spec.get("code") if isinstance(row, Job) else None)
+    """Submit a claimed row's tasks and record the outcome. ``planned``: its ``plan``,
+    made as it was claimed by this ``owner`` (a claimed row changes no more until its
+    launch ends); else read here."""
+    if planned is None:
+        with db.transaction() as s:
+            row = workloads.get(s, kind, workload_id)
+            if row is None or row.launch_owner != owner or row.handles is not None:
+                return
+            planned = plan(s, row, active_allocations(s, row), data_dir, keyring)
+    specs = planned.specs
     started: list[tuple[Backend, Handle]] = []
     error = None
-    for spec, bname in zip(specs, backend_of):
+    for spec, bname in zip(specs, planned.backends):
         try:
-            _prepare(spec, bname, data_dir, tenant_id, code)
+            _prepare(spec, bname, data_dir, planned.tenant_id, planned.code)
             backend = backends[bname]
             started.append((backend, backend.submit(spec)))
         except Exception as exc:  # any backend failure fails this launch, not the loop

@@ -58,13 +58,17 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import cast
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, ReportsExits
 from suanli.clock import SYSTEM, Clock
 from suanli.control import admission, funds, health, heartbeat, pipelines, reconcile, sizing, verify_jobs, workloads
 from suanli.control.expiry import expire_notices
 from suanli.control.failover import failover
-from suanli.control.launcher import fail_launch, launch, unclaim
+from suanli.control.launcher import Plan, fail_launch, launch, plan, unclaim
 from suanli.control.loop_report import Counters, Publisher
 from suanli.control.migrate import Migrator, withdraw_needless
 from suanli.control.notice import making_room
@@ -75,6 +79,7 @@ from suanli.control.scheduling import PassMemo, PassResult, Waiting, schedule_pa
 from suanli.control.secrets import Keyring
 from suanli.control.waiting import Reason
 from suanli.db.clock import utcnow
+from suanli.db.models import Allocation, Instance, Job
 from suanli.db.session import Database
 from suanli.scheduler import make_policy
 from suanli.scheduler.policies.suanli import LEARNED_MIX_REQUESTS
@@ -283,13 +288,22 @@ class ControlLoop:
         if self.plane.migration.moves:
             self._guarded(self.migrator.migrate, work)  # 7b
         result = schedule_pass(  # 8
-            self.db, self.policy, list(self.backends), self.owner, work, held, memo=self._memo, fallback=self.fallback
+            self.db,
+            self.policy,
+            list(self.backends),
+            self.owner,
+            work,
+            held,
+            memo=self._memo,
+            fallback=self.fallback,
+            prepare=self._plan,
         )
         if reclaiming and result.unplaced:  # notices may be pending: their beneficiaries' reasons say so
             annotated = self._guarded(self._making_room, result.unplaced)
             result.unplaced = annotated if isinstance(annotated, dict) else result.unplaced
         if result.claimed:  # 9
-            launches = [self._launcher.submit(self._launch, *claim) for claim in result.claimed]
+            plans = cast("dict[tuple[str, int], Plan | None]", result.prepared)  # made by ``_plan``
+            launches = [self._launcher.submit(self._launch, *c, plans.get(c)) for c in result.claimed]
             with self._inflight_lock:
                 self._inflight.update(launches)
             for f in launches:
@@ -364,12 +378,22 @@ class ControlLoop:
         self._inventory = shape
         return decided.admitted(work), decided.reasons()
 
-    def _launch(self, kind: str, wid: int) -> None:
+    def _plan(self, s: Session, row: Instance | Job, allocs: list[Allocation]) -> Plan | None:
+        """A launch's ``plan``, in its claim's transaction; None where it cannot be made
+        (the launch makes it again, and fails with the reason)."""
+        try:
+            return plan(s, row, allocs, self.data_dir, self.plane.keyring)
+        except SQLAlchemyError:
+            raise  # the claim's transaction is spoilt: the claim fails as any other would
+        except Exception:  # noqa: BLE001 - e.g. a checkpoint path out of its volume
+            return None
+
+    def _launch(self, kind: str, wid: int, planned: Plan | None = None) -> None:
         if self._halt.is_set():  # shutting down: leave it for the next start
             unclaim(self.db, kind, wid, self.owner)
             return
         try:
-            launch(self.db, self.backends, kind, wid, self.owner, self.data_dir, self.plane.keyring)
+            launch(self.db, self.backends, kind, wid, self.owner, self.data_dir, self.plane.keyring, planned)
         except Exception as exc:
             log.exception("launching %s %s failed", kind, wid)
             fail_launch(self.db, kind, wid, self.owner, f"{type(exc).__name__}: {exc}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -24,6 +25,7 @@ from suanli.control import workloads
 from suanli.control.capacity import Snapshot, snapshot, take
 from suanli.control.lifecycle import record_event
 from suanli.control.waiting import CAPACITY, GANG, PINNED, Reason
+from suanli.db.models import Allocation as AllocationRow
 from suanli.db.models import Instance, Job
 from suanli.db.session import Database
 from suanli.scheduler import Allocation, ClusterState, OverAllocation, PriorityClass, Request, Scheduler, gang
@@ -85,6 +87,12 @@ class PassResult:
     conflicts: int = 0
     policy_errors: int = 0
     unplaced: dict[tuple[str, int], Reason] = field(default_factory=dict)
+    #: what ``prepare`` gave for each claimed row, in its claim's transaction
+    prepared: dict[tuple[str, int], object] = field(default_factory=dict)
+
+
+#: what a launch needs of a row it claimed, read in the claim's transaction (``launcher.plan``)
+Prepare = Callable[[Session, Instance | Job, list[AllocationRow]], object]
 
 
 def to_request(row: Instance | Job) -> Request:
@@ -217,13 +225,17 @@ def _busy_filter(state: ClusterState, req: Request, i: int) -> str:
     return "gpu"
 
 
-def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, owner: str) -> bool:
+def claim(
+    db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, owner: str, prepare: Prepare | None = None
+) -> tuple[bool, object]:
     """Allocate ``allocs`` to the waiting row in one transaction; False if the row
-    was taken or changed meanwhile. Raises IntegrityError on a capacity conflict."""
+    was taken or changed meanwhile. Raises IntegrityError on a capacity conflict. With
+    ``prepare``, also what it gives for the row and its allocations, in that transaction
+    (a launch then need not read them again in one of its own)."""
     with db.transaction() as s:
         row = workloads.claim(s, w.kind, w.id, owner)
         if row is None:
-            return False
+            return False, None
         if isinstance(row, Job):
             row.evicted_for = row.moved_to = None
         rows = take(s, row, allocs, snap)
@@ -231,7 +243,7 @@ def claim(db: Database, w: Waiting, allocs: list[Allocation], snap: Snapshot, ow
             record_event(
                 s, "allocation", a.id, None, "bound", f"{w.kind} {w.id} rank {a.node_rank} on {a.gpu_model} gpus {a.gpu_indices}"
             )
-    return True
+        return True, None if prepare is None else prepare(s, row, rows)
 
 
 def schedule_pass(
@@ -244,6 +256,7 @@ def schedule_pass(
     seed: int = 0,
     memo: PassMemo | None = None,
     fallback: Policy | None = None,
+    prepare: Prepare | None = None,
 ) -> PassResult:
     """Place admitted waiting work (``work``, in ``waiting_work``'s order, with any
     spot-bid narrowing applied) and claim it; ``held`` is what admission held, kept
@@ -291,8 +304,11 @@ def schedule_pass(
             result.unplaced[(w.kind, w.id)] = reason or Reason(CAPACITY, "unschedulable")
             continue
         try:
-            if claim(db, w, allocs, snap, owner):
+            claimed, prepared = claim(db, w, allocs, snap, owner, prepare)
+            if claimed:
                 result.claimed.append((w.kind, w.id))
+                if prepare is not None:
+                    result.prepared[(w.kind, w.id)] = prepared
             else:
                 for a in allocs:
                     snap.state.unbind(a)
