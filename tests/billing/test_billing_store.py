@@ -4,12 +4,12 @@ a balanced ledger, versioned prices, subscriptions, budgets and admission."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from suanli.billing import admission, funds, price_versions, rater, spending, store
 from suanli.billing.money import to_micros
 from suanli.billing.pricebook import default_book
-from suanli.billing.tables import Notice, Usage
+from suanli.billing.tables import Notice, TermsRow, Usage
 from suanli.control.admission import admit, enforce_budgets
 from suanli.db.models import Instance
 from suanli.errors import Conflict, DomainError
@@ -115,8 +115,8 @@ def test_budget_alerts_and_hard_cap_stop(db_url: str) -> None:
 
 
 class _W:
-    def __init__(self, kind: str, id_: int, req: Request, num_nodes: int = 1) -> None:
-        self.kind, self.id, self.request, self.num_nodes = kind, id_, req, num_nodes
+    def __init__(self, kind: str, id_: int, req: Request, num_nodes: int = 1, row: Instance | None = None) -> None:
+        self.kind, self.id, self.request, self.num_nodes, self.row = kind, id_, req, num_nodes, row
 
 
 def test_admission_holds_and_rejects_with_reasons(db_url: str) -> None:
@@ -371,3 +371,41 @@ def test_the_book_in_force_is_read_alone_and_as_every_version_says(db_url: str) 
     newer = store.set_price(w.db, "op", "H100", "on_demand", "18", effective_ms=6 * HOUR)
     with w.db.sessions() as s:
         assert price_versions.current_book(s, 7 * HOUR)[0] == newer and price_versions.current_book(s, 5 * HOUR)[0] == full[-1][0]
+
+
+def test_a_queue_of_alike_work_is_judged_from_the_rows_it_carries_and_priced_once(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control loop's queue carries the rows it read; admission reads none of them
+    again, and prices each shape of request once per pass, whatever the queue's length.
+    The answers are those of a row read and priced one at a time: a prepaid tenant whose
+    balance covers the first unit is admitted, one whose balance does not is held."""
+    w = world(db_url, terms="prepaid")
+    poor = add_tenant(w, "poor")
+    with w.db.transaction() as s:
+        s.get(Instance, w.instance_id).state = "stopped"
+        s.query(TermsRow).filter(TermsRow.tenant_id == poor).update({"terms": "prepaid"})
+        rows = [
+            Instance(tenant_id=t, user_id=w.user_id, name=f"q{i}", state="pending", gpu_models=["H100"], gpu_count=1, disk_gib=1)
+            for i in range(20)
+            for t in (w.tenant_id, poor)
+        ]
+        s.add_all(rows)
+    store.topup(w.db, "acme", "1000")
+    req = Request(cpu_milli=1, memory_mib=1, gpu_count=1, gpu_models=frozenset({"H100"}), priority=PriorityClass.ON_DEMAND)
+    priced = []
+    real = funds.per_hour
+    monkeypatch.setattr(funds, "per_hour", lambda *a, **k: priced.append(1) or real(*a, **k))
+    sent = []
+    event.listen(w.db.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    with w.db.transaction() as s:
+        held_rows = {r.id: s.get(Instance, r.id) for r in rows}
+        work = [_W("instance", r.id, req, row=held_rows[r.id]) for r in rows]
+        sent.clear()
+        d = admission.decide(s, work)
+    assert not [q for q in sent if "WHERE instances.id IN" in q]  # no row read again
+    assert len(priced) == 1
+    assert {k for k in d.held} == {("instance", r.id) for r in rows if r.tenant_id == poor}
+    assert all("balance" in why for why in d.held.values())
+    with w.db.transaction() as s:  # the same answers with the rows read here
+        assert admission.decide(s, [_W("instance", r.id, req) for r in rows]).held == d.held

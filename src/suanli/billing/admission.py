@@ -3,7 +3,8 @@ budget and spot bid? Billing decides; the control plane acts (``control.admissio
 holds what is held and fails what is rejected, in its own transaction).
 
 ``decide(session, work)`` reads only, in the caller's session. Each work item has
-``kind``, ``id``, ``request`` (a scheduler Request) and ``num_nodes``. Its answer:
+``kind``, ``id``, ``request`` (a scheduler Request) and ``num_nodes``, and may carry its
+``row`` as read in that session (else it is read). Its answer:
 
 - **held** ``{(kind, id): reason}``: not now (a grant's GPUs in use, a hard cap
   reached, a prepaid balance that does not cover the first billing unit, a bid below
@@ -28,6 +29,7 @@ from functools import partial
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from suanli.billing import funds, quotas, spending, spot
 from suanli.billing.price_versions import current_book
@@ -99,12 +101,23 @@ def _grant_usage(s: Session, grants: list[quotas.Grant], at_ms: int) -> tuple[di
 
 
 def _rows(s: Session, work: Sequence) -> dict[Key, Instance | Job]:
-    """The rows of ``work`` in one query per kind (a ``get`` each cost a query per
-    waiting row on every tick: a queue of 1,000 took a third of a second)."""
+    """The rows of ``work``: an item's own ``row`` where it carries one read in this
+    session (the control loop's queue), the others in one query per kind (a ``get``
+    each cost a query per waiting row on every tick: a queue of 1,000 took a third of a
+    second). A row read again in its session is not refreshed by the read, so this is
+    what the query would give."""
     out: dict[Key, Instance | Job] = {}
     for kind in ("instance", "job"):
         model: type[Instance] | type[Job] = Instance if kind == "instance" else Job
-        ids = [w.id for w in work if w.kind == kind]
+        ids = []
+        for w in work:
+            if w.kind != kind:
+                continue
+            row = getattr(w, "row", None)
+            if isinstance(row, model) and s.identity_map.get(identity_key(model, w.id)) is row:
+                out[(kind, w.id)] = row
+            else:
+                ids.append(w.id)
         for i in range(0, len(ids), 500):  # bounded IN lists
             found: list[Instance | Job] = list(s.scalars(select(model).where(model.id.in_(ids[i : i + 500]))))
             out.update(((kind, row.id), row) for row in found)
@@ -136,6 +149,7 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
     terms = terms_of(s, tenants)
     left: funds.Figures | None = None  # every prepaid tenant's, read once per pass
     currency = current_book(s, at)[1].currency
+    per_hour: dict[tuple, int] = {}  # by what ``funds.per_hour`` prices: a queue holds many alike
     for w in work:
         key = (w.kind, w.id)
         tid = owners.get(key)
@@ -169,7 +183,10 @@ def decide(s: Session, work: Sequence, at_ms: int | None = None) -> Decision:
             if left is None:  # every prepaid tenant's at once, when the first is needed
                 left = funds.Figures(s, [t for t in tenants if terms[t].terms != "postpaid"], at)
             mk = mk or spot.market(s, at)
-            cost = funds.per_hour(s, req, w.num_nodes, disks[key], bids.get(key), mk)
+            shape = (req.gpu_models, req.gpu_count, req.gpu_milli, req.priority, w.num_nodes, disks[key], bids.get(key))
+            if shape not in per_hour:
+                per_hour[shape] = funds.per_hour(s, req, w.num_nodes, disks[key], bids.get(key), mk)
+            cost = per_hour[shape]
             why = left.judge(tid, partial(funds.refusal, terms[tid], per_hour=cost, currency=currency))
             if why is not None:
                 out.held[key] = f"billing: {why}"

@@ -46,6 +46,8 @@ class Waiting:
     evicted_for: str | None = None
     #: (node, GPU index) a migration's plan put this share on (``Job.moved_to``)
     moved_to: tuple[str, int] | None = None
+    #: the row as ``waiting_work`` read it: admission reads it there, not again
+    row: Instance | Job | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -122,6 +124,7 @@ def waiting_work(session: Session) -> list[Waiting]:
             r.created_at,
             r.evicted_for if isinstance(r, Job) else None,
             (r.moved_to[0], int(r.moved_to[1])) if isinstance(r, Job) and r.moved_to else None,
+            r,
         )
         for kind, r in workloads.waiting(session)
     ]
