@@ -29,7 +29,6 @@ from functools import partial
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.util import identity_key
 
 from suanli.billing import funds, quotas, spending, spot
 from suanli.billing.price_versions import current_book
@@ -114,7 +113,7 @@ def _rows(s: Session, work: Sequence) -> dict[Key, Instance | Job]:
             if w.kind != kind:
                 continue
             row = getattr(w, "row", None)
-            if isinstance(row, model) and s.identity_map.get(identity_key(model, w.id)) is row:
+            if isinstance(row, model) and row in s:
                 out[(kind, w.id)] = row
             else:
                 ids.append(w.id)
