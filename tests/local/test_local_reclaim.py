@@ -14,6 +14,7 @@ import pytest
 
 from suanli.backends.base import BackendError, Handle
 from suanli.control import nodes
+from suanli.db.models import Job
 from suanli.inventory import Inventory, NodeDecl
 from tests.event_helpers import events_text
 from tests.platform_helpers import ADMIN, Platform, make_platform
@@ -190,6 +191,9 @@ def test_a_spot_job_killed_by_the_notice_itself_is_requeued_not_failed(platform:
     p.only_nodes({"local1"})
     spot = p.submit(name="naive", resources={"accelerators": "H100:4", "priority": "spot"}, run="sleep 300")
     p.until(lambda: p.state(spot, "running"), 20, "spot running")
+    # The notice must find the workload's own process: one sent while the task's shells still
+    # start is theirs (they trap it), and the workload, started after it, runs to the deadline.
+    p.until(lambda: group_runs(p.job(spot), "sleep"), 20, "the spot job's sleep started")
     urgent = p.submit(name="urgent", resources={"accelerators": "H100:4"}, run="sleep 0.5")
     p.until(lambda: p.state(urgent, "succeeded"), 40, "on-demand job done")
     p.until(lambda: p.state(spot, "running"), 30, "spot running again")
@@ -197,6 +201,20 @@ def test_a_spot_job_killed_by_the_notice_itself_is_requeued_not_failed(platform:
     states = p.until(lambda: (s := [e.to_state for e in p.events("job", spot)])[5:] and s, 10, "the resume recorded")
     assert states[:6] == ["queued", "running", "noticed", "requeued", "queued", "running"], events_text(p.events("job", spot))
     assert "starts over" in [e.message for e in p.events("job", spot)][4], events_text(p.events("job", spot))
+
+
+def group_runs(job: Job, program: str) -> bool:
+    """Whether a process named ``program`` runs in the process group of the job's (first) task."""
+    pgid = (job.handles or [{}])[0].get("data", {}).get("pgid")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+            name, pgrp = fields[0].split("(", 1)[1], int(fields[1].split()[2])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if pgrp == pgid and name == program:
+            return True
+    return False
 
 
 def test_an_on_demand_gang_gets_spot_work_reclaimed_on_as_many_nodes_as_it_needs(platform: Platform) -> None:
