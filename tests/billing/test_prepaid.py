@@ -18,8 +18,8 @@ from tests.event_helpers import events_text
 # Counts steps; a USR1 (the notice) writes a checkpoint, written aside and renamed.
 JOB = (
     'ckpt="$SUANLI_CHECKPOINT_DIR/step"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
-    'echo "start from=$step resume=${SUANLI_RESUME_FROM:-none}" >> "$SUANLI_CHECKPOINT_DIR/log"; '
     'trap \'echo "$step" > "$ckpt.new"; mv "$ckpt.new" "$ckpt"\' USR1; trap \'exit 0\' TERM; '
+    'echo "start from=$step resume=${SUANLI_RESUME_FROM:-none}" >> "$SUANLI_CHECKPOINT_DIR/log"; '
     "while true; do step=$((step + 1)); sleep 0.1; done"
 )
 

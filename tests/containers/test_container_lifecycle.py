@@ -118,9 +118,10 @@ def test_spot_notice_reaches_the_workload_inside_its_container(images: list[str]
     srv = make_server(tmp_path / "d", inventory=inv, notice_s=2.0)
     try:
         workload = (
-            'ckpt="$SUANLI_CHECKPOINT_DIR/step"; step=$(cat "$ckpt" 2>/dev/null || echo 0); echo "start from=$step"; '
+            'ckpt="$SUANLI_CHECKPOINT_DIR/step"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
             'trap \'echo "$step" > "$ckpt"; echo "usr1 deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE) at=$(date +%s)"\' USR1; '
             "trap 'echo \"term at=$(date +%s)\"; exit 0' TERM; "
+            'echo "start from=$step"; '
             "while true; do step=$((step + 1)); sleep 0.1; done"
         )
         spot = srv.post(

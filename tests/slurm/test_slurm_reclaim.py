@@ -35,11 +35,12 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-cluster"
 # Checkpoints its step counter on the notice (USR1), exits on TERM, resumes from the file.
 # Its periodic (PERIODIC=1) checkpoint is written aside and renamed: a kill mid-write must leave the last
 # whole one, not an empty file (read back as "start from=" with no step: seen under load).
+# The traps are set before the start line: a test that waits for the line may send the notice at once.
 CHECKPOINTING = (
     'ckpt="$SUANLI_CHECKPOINT_DIR/step"; log="$SUANLI_CHECKPOINT_DIR/log"; step=$(cat "$ckpt" 2>/dev/null || echo 0); '
-    'echo "start from=$step resume=${SUANLI_RESUME_FROM:-none} node=$SLURMD_NODENAME at=$(date +%s.%N) cvd=$CUDA_VISIBLE_DEVICES" >> "$log"; '
     'trap \'echo "$step" > "$ckpt"; echo "USR1 checkpoint=$step deadline=$(cat $SUANLI_PREEMPT_DEADLINE_FILE) at=$(date +%s.%N)" >> "$log"\' USR1; '
     'trap \'echo "TERM at=$(date +%s.%N)" >> "$log"; exit 0\' TERM; '
+    'echo "start from=$step resume=${SUANLI_RESUME_FROM:-none} node=$SLURMD_NODENAME at=$(date +%s.%N) cvd=$CUDA_VISIBLE_DEVICES" >> "$log"; '
     'while true; do step=$((step + 1)); [ $((step % 3)) = 0 ] && [ -n "${PERIODIC:-}" ] && echo "$step" > "$ckpt.new" && mv "$ckpt.new" "$ckpt"; sleep 0.1; done'
 )
 
