@@ -66,7 +66,10 @@ def test_idle_stopped_within_window_busy_and_ssh_held_never(asrv: Server, keypai
     host_port = asrv.ctx.backends["local"].list_running()  # the published port on loopback (the proxy's upstream)
     (handle,) = [h for h in host_port if h.key == f"instance-{served['id']}"]
     upstream = wait_until(lambda: _connect(int(handle.data["ports"]["8000"])), 20)
-    code, out = run(asrv, busy, "sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &", token=alice)
+    # Busy about a tenth to a fifth of a core, far above the threshold: a spinner held a
+    # whole core for the test's half-minute in a suite that is CPU-bound (issue 11).
+    spin = "while :; do i=0; while [ $i -lt 10000 ]; do i=$((i + 1)); done; sleep 0.1; done"
+    code, out = run(asrv, busy, f"sh -c '{spin}' </dev/null >/dev/null 2>&1 &", token=alice)
     assert code == 0, out
     assert ssh_ready(held, key).returncode == 0
     session = subprocess.Popen(
