@@ -312,14 +312,17 @@ def _subnets(net: dict) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
 
 def detect(preferred: str | None = None) -> Engine | None:
     """The engine of this host: Podman first (daemonless), else a Docker Engine that answers.
-    ``preferred``: ``podman`` or ``docker`` only."""
+    ``preferred``: ``podman`` or ``docker`` only. It answers if it can list containers (its
+    store, or Docker's daemon, is there): ``ps``, not ``info``, which for Podman asks the
+    package manager for its parts' versions, a quarter of a CPU-second in every process of
+    a server and every test server (issue 11), where ``ps`` takes a fiftieth."""
     for binary in [preferred] if preferred else ["podman", "docker"]:
         if not shutil.which(binary):
             continue
         facts = EngineFacts(binary) if binary == "podman" else EngineFacts(binary, oci_runtime=None)
         engine = Engine(facts)
         try:
-            if engine.cli("info", "--format", "json", timeout_s=30, check=False).returncode == 0:
+            if engine.cli("ps", "--all", "--quiet", "--filter", "label=suanli.detect", timeout_s=30, check=False).returncode == 0:
                 return engine
         except BackendError:
             continue
