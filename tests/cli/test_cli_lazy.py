@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from typer.core import TyperCommand
@@ -124,6 +125,29 @@ def test_commands_that_talk_to_the_server_import_no_heavy_library(server: LiveSe
     assert "httpx" in added["gpus"] and "suanli.cli.gpus" in added["gpus"]  # it did run, and talked HTTP
     offenders = {cmd: heavy(mods) for cmd, mods in added.items() if heavy(mods)}
     assert not offenders, f"heavy imports of commands that only talk to the server: {offenders}"
+
+
+#: what ``launch`` may load of HEAVY: it reads a YAML task file and checks it with the
+#: model the server checks it with (``control.task``), whose rules are on text alone
+LAUNCH_NEEDS = ("yaml", "suanli.control", "suanli.billing.money")
+CHECKS = ["suanli.control.pipeline_plan", "suanli.control.secret_names", "suanli.control.task", "suanli.control.volume_paths"]
+
+
+def test_launch_checks_its_task_file_without_loading_the_database_layer(server: LiveServer, tmp_path: Path) -> None:
+    task = tmp_path / "task.yaml"
+    task.write_text("name: lazy\nrun: echo hi\n")
+    code = (
+        "import sys\nfrom suanli.cli import app\n"
+        f"try:\n    app(['launch', {str(task)!r}, '--secret', 'TOKEN=x', '--json'])\n"
+        "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+        "print('@@' + ' '.join(m for m, v in sys.modules.items() if v is not None))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.cli_env())
+    assert done.returncode == 0 and '"state": "queued"' in done.stdout, done.stdout + done.stderr[-3000:]
+    mods = sorted(done.stdout.rsplit("@@", 1)[1].split())
+    loaded = heavy(mods)
+    assert not [m for m in loaded if not m.startswith(LAUNCH_NEEDS) and m != "suanli.billing"], loaded
+    assert [m for m in loaded if m.startswith("suanli.control.")] == CHECKS, loaded  # no more of the control plane
 
 
 def test_the_heavy_check_catches_a_heavy_import() -> None:

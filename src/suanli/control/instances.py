@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
 from suanli.billing.money import to_micros
-from suanli.control import funds, images, workload_secrets
+from suanli.control import funds, images, secret_names, workload_secrets
 from suanli.control.auth import Principal
 from suanli.control.autostop import AutostopSettings, tenant_default
 from suanli.control.launcher import remove_disk
@@ -82,7 +82,7 @@ def create(
     bad = [p for p in req.ports if not 1 <= p <= 65535]
     if bad or len(set(req.ports)) != len(req.ports):
         raise Invalid(f"ports: each a TCP port 1..65535, once ({', '.join(map(str, req.ports))})")
-    workload_secrets.check_names(list(req.secrets))
+    secret_names.check_names(list(req.secrets))
     if req.secrets and keyring is None:
         raise Invalid("secrets: this server holds no keyring to seal them with")
     sealed = workload_secrets.seal(keyring, who.tenant_id, req.secrets) if keyring and req.secrets else {}

@@ -45,8 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, fi
 
 from suanli.billing.money import MoneyError, parse_max_price
 from suanli.bounds import DB_INT_MAX, MAX_GPUS, Cpus, MemoryGib, Text
+from suanli.control.secret_names import check_names
 from suanli.control.volume_paths import volume_path
-from suanli.control.workload_secrets import check_names
 from suanli.errors import Invalid
 
 #: MODEL[:COUNT]; a model may have inner spaces, so the catalog's own names ("A100 80GB

@@ -1,5 +1,6 @@
-"""A workload's secrets (task ``secrets:``, ``--secret K=V``): checked, sealed into the
-row's ``secrets`` column, masked in every listing, unsealed only into its environment.
+"""A workload's secrets (task ``secrets:``, ``--secret K=V``): sealed into the row's
+``secrets`` column, masked in every listing, unsealed only into its environment (their
+names are checked by ``control.secret_names``).
 
 Each value is sealed (``control.secrets``) with associated data naming its tenant and its
 name, so a ciphertext moved into another tenant's row, or renamed, does not open. Values
@@ -8,7 +9,6 @@ never reach a log, an event or an error message: errors here name the secret, no
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from sqlalchemy import select
@@ -20,25 +20,7 @@ from suanli.errors import Invalid
 
 #: What listings show in place of a value.
 MASK = "******"
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: The platform's own variables (``SUANLI_*``) are set by the launcher; a secret may not shadow them.
-RESERVED_PREFIX = "SUANLI_"
-MAX_SECRETS = 64
 MAX_VALUE_BYTES = 64 << 10
-
-
-def check_names(names: list[str], envs: Mapping[str, object] = {}, field: str = "secrets") -> None:
-    """Refuse (``Invalid``, naming only the names) a bad or reserved name, or one also in ``envs``."""
-    for name in names:
-        if not ENV_NAME.match(name):
-            raise Invalid(f"{field}: {name!r} is not a valid environment variable name")
-        if name.upper().startswith(RESERVED_PREFIX):
-            raise Invalid(f"{field}: {name!r}: names starting with {RESERVED_PREFIX} are the platform's")
-    both = sorted(set(names) & set(envs))
-    if both:
-        raise Invalid(f"{field}: {', '.join(both)} also in envs; a variable is either a secret or not")
-    if len(names) > MAX_SECRETS:
-        raise Invalid(f"{field}: at most {MAX_SECRETS} secrets")
 
 
 def aad(tenant_id: int, name: str) -> str:
