@@ -314,8 +314,8 @@ def detect(preferred: str | None = None) -> Engine | None:
     """The engine of this host: Podman first (daemonless), else a Docker Engine that answers.
     ``preferred``: ``podman`` or ``docker`` only. It answers if it can list containers (its
     store, or Docker's daemon, is there): ``ps``, not ``info``, which for Podman asks the
-    package manager for its parts' versions, a quarter of a CPU-second in every process of
-    a server and every test server (issue 11), where ``ps`` takes a fiftieth."""
+    package manager for its parts' versions: a quarter of a CPU-second, where ``ps`` takes a
+    sixth of that, in every process of a server and every test server (issue 11)."""
     for binary in [preferred] if preferred else ["podman", "docker"]:
         if not shutil.which(binary):
             continue
