@@ -4,7 +4,7 @@ the rate each plan, the disk and a subscription give."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from suanli.billing import price_versions, rater, store, workload_cost
 from suanli.billing.money import div_half_up
@@ -41,7 +41,11 @@ def test_cost_so_far_is_rated_plus_accruing_and_adds_up_to_the_bill(db_url: str)
     rater.run(w.db, cutoff_ms=HOUR + 1)  # rates period 0 of the instance (GPUs and disk) only
     at = HOUR + 1_800_000
 
+    sent: list[str] = []
+    event.listen(w.db.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
     [inst] = workload_cost.costs(w.db, "instance", [w.instance_id], at_ms=at).values()
+    # what is rated and which records are posted: one read of the records (a listing's page makes it)
+    assert sum("billing_usage" in q for q in sent) == 1, sent
     [done] = workload_cost.costs(w.db, "job", [job], at_ms=at).values()
     assert inst.rated == _usage_sum(w, "instance", w.instance_id) > 0, inst
     gpu_hour0 = (600 * 2000 * h + 300_000) // 600_000

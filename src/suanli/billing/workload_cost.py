@@ -41,8 +41,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import bindparam, cast, func, null, or_, select, union_all
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.expression import BindParameter, CompoundSelect
 
 from suanli.billing import metering, rater
 from suanli.billing.money import div_half_up
@@ -167,6 +168,42 @@ def _billing_stamp(s: Session) -> tuple:
     )
 
 
+def _usage_statement() -> CompoundSelect:
+    """What ``_costs`` reads of the posted records, in one statement, built once. Before
+    ``since`` (settled: no run writes there any more) each workload's sum, in rows whose
+    ``kind`` is NULL; from ``since`` on, every record of the tenants, which tells both what
+    is rated and which keys are posted, so a run committing meanwhile is counted once: in
+    rated or in accruing."""
+    tenants: BindParameter[list[int]] = bindparam("tenants", expanding=True)
+    since = bindparam("since", type_=Usage.period_ms.type)
+    settled = (
+        select(
+            cast(null(), Usage.kind.type),
+            cast(null(), Usage.source_id.type),
+            cast(null(), Usage.period_ms.type),
+            Usage.workload_kind,
+            Usage.workload_id,
+            func.sum(Usage.amount),
+        )
+        .where(
+            Usage.tenant_id.in_(tenants),  # the (tenant_id, period_ms) index
+            Usage.period_ms >= bindparam("first", type_=Usage.period_ms.type),
+            Usage.period_ms < since,
+            Usage.workload_kind == bindparam("kind", type_=Usage.workload_kind.type),
+            Usage.workload_id.in_(bindparam("wids", expanding=True)),
+            Usage.kind != "transfer",
+        )
+        .group_by(Usage.workload_kind, Usage.workload_id)
+    )
+    recent = select(Usage.kind, Usage.source_id, Usage.period_ms, Usage.workload_kind, Usage.workload_id, Usage.amount).where(
+        Usage.tenant_id.in_(tenants), Usage.period_ms >= since
+    )
+    return union_all(settled, recent)
+
+
+_USAGE = _usage_statement()
+
+
 def _costs(s: Session, kind: Kind, rows: list[Any], at: int, period_ms: int) -> dict[int, WorkloadCost]:
     """``rows``: each workload's id, tenant_id and created_at, and an instance's disk_gib,
     state and updated_at (``_rows``, or the ORM rows a listing read)."""
@@ -181,27 +218,12 @@ def _costs(s: Session, kind: Kind, rows: list[Any], at: int, period_ms: int) -> 
     since = rater.unrated_since(s, at, period_ms)  # as rater.accruing: what a run may still post
     wids = list(tenant_of)
     rated: dict[int, int] = dict.fromkeys(tenant_of, 0)
-    for wid, amount in s.execute(  # before ``since``: settled, no run writes there any more
-        select(Usage.workload_id, func.sum(Usage.amount))
-        .where(
-            Usage.tenant_id.in_(tenants),  # the (tenant_id, period_ms) index
-            Usage.period_ms >= first,
-            Usage.period_ms < since,
-            Usage.workload_kind == kind,
-            Usage.workload_id.in_(wids),
-            Usage.kind != "transfer",
-        )
-        .group_by(Usage.workload_id)
-    ):
-        rated[int(wid)] += int(amount or 0)
-    # from ``since`` on, one statement gives both what is rated and which keys are posted, so
-    # a run committing meanwhile is counted once: in rated or in accruing
     posted: set[tuple[str, int, int]] = set()
-    for k, src, p, wk, wid, amount in s.execute(
-        select(Usage.kind, Usage.source_id, Usage.period_ms, Usage.workload_kind, Usage.workload_id, Usage.amount).where(
-            Usage.tenant_id.in_(tenants), Usage.period_ms >= since
-        )
-    ):
+    args = {"tenants": tenants, "wids": wids, "kind": kind, "first": first, "since": since}
+    for k, src, p, wk, wid, amount in s.execute(_USAGE, args):
+        if k is None:  # a workload's records before ``since``, summed
+            rated[int(wid)] += int(amount or 0)
+            continue
         posted.add((k, int(src), int(p)))
         if k != "transfer" and wk == kind and int(wid) in rated:
             rated[int(wid)] += int(amount)
