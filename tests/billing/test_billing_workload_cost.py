@@ -164,8 +164,12 @@ def test_a_pages_own_rows_rate_as_its_whole_tenant_does_unless_they_held_spot_or
     assert inst.accruing + sum(c.accruing for c in costs.values()) == rater.accruing(w.db, w.tenant_id, at)
     with w.db.sessions() as s:  # a listing passes the rows it read (ORM rows), not their ids: the same figures
         listed_jobs, listed_instance = [s.get(Job, job), s.get(Job, other)], [s.get(Instance, w.instance_id)]
-    assert workload_cost.costs_of_rows(w.db, "job", listed_jobs, at_ms=at) == costs
-    assert workload_cost.costs_of_rows(w.db, "instance", listed_instance, at_ms=at) == {w.instance_id: inst}
+    of_jobs = workload_cost.figures_of_rows(w.db, "job", listed_jobs, at_ms=at)
+    of_instance = workload_cost.figures_of_rows(w.db, "instance", listed_instance, at_ms=at)
+    assert of_jobs.costs == costs and of_instance.costs == {w.instance_id: inst}
+    # and, from the same read, what each holds now: the running job's 3 GPUs and the instance's 2, not what ended
+    assert {i: [len(a.gpu_indices) for a in held] for i, held in of_jobs.held.items()} == {other: [3]}
+    assert {i: [len(a.gpu_indices) for a in held] for i, held in of_instance.held.items()} == {w.instance_id: [2]}
 
     allocate(w, 3 * HOUR, None, priority="spot")  # spot: priced at the tenant's share of the model
     assert _own(w, "instance", [w.instance_id], at + HOUR) is None

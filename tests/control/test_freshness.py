@@ -71,7 +71,7 @@ def test_every_table_a_page_stamp_reads_has_the_triggers(db_url: str) -> None:
     who = Principal(user_id=1, tenant_id=1, name="ops", role="admin")
     stamped = {
         t.name
-        for stmt in (instances._listed(instances._STAMPED, who, True, None), jobs._listed(jobs._STAMPED, who, None, None))
+        for stmt in (instances._listed(who, True, None), jobs._listed(who, None, None))
         for t in find_tables(stmt, include_joins=True)
     } | {"billing_price_versions", "billing_subscriptions"}  # workload_cost.billing_stamp
     db = Database(db_url)

@@ -87,14 +87,17 @@ def test_a_page_asked_again_unchanged_is_the_same_answer_from_its_stamps(server:
     assert without_costs(get(server, "/v1/instances", limit=2).content) == without_costs(first.content)
 
 
-def test_a_page_reads_images_and_waiting_reasons_only_for_rows_that_show_them(server: Server, statements: list[str]) -> None:
+def test_a_page_reads_waiting_reasons_with_its_rows_and_images_only_for_rows_that_show_them(
+    server: Server, statements: list[str]
+) -> None:
     """The images' contents (does it have sshd?) matter only to an instance running in a
-    container with port 22 published, and waiting reasons only to a pending one."""
+    container with port 22 published; the rows' waiting reasons come with the rows, in the
+    statement that stamps the page (``control.listing``), never in one of their own."""
     waiting, ssh = create(server), create(server)
     statements.clear()
     page = get(server, "/v1/instances", limit=10).json()
     sent = " ".join(queries(statements))
-    assert "FROM waiting_reasons" in sent and "FROM images" not in sent, statements
+    assert "JOIN waiting_reasons" in sent and "FROM waiting_reasons" not in sent and "FROM images" not in sent, statements
     assert [r["waiting"]["code"] for r in page] == ["scheduling", "scheduling"], page
     with server.ctx.db.transaction() as s:  # both running: one as a host process, one in a container with sshd
         s.execute(
@@ -282,3 +285,50 @@ def test_a_create_answers_what_a_read_right_after_shows_and_reads_only_the_price
     assert made["waiting"]["code"] == "scheduling" and made["allocations"] == []
     job = server.post("/v1/jobs", {"run": "true", "resources": {"cpus": 1}}, expect=201, token=token).json()
     assert job == get(server, f"/v1/jobs/{job['id']}", token).json() and job["cost"]["so_far"] == 0, job
+
+
+def test_a_page_computed_from_its_stamp_shows_its_rows_as_a_query_loads_them(server: Server) -> None:
+    """A changed page is computed from the rows its stamp read (``control.listing``):
+    objects built from plain values, JSON decoded, equal in every column to what the ORM
+    loads, for instances and jobs; and their waiting reasons as the loop wrote them."""
+    from suanli.control import instances, jobs
+    from suanli.control.auth import Principal
+    from suanli.db.models import Job
+
+    first, second = create(server), create(server)
+    with server.ctx.db.transaction() as s:  # JSON of each shape, NULL and not, a bid, a wait of the loop's
+        s.execute(
+            update(Instance)
+            .where(Instance.id == second)
+            .values(
+                state="running",
+                handles=[{"backend": "local", "data": {"runtime": "container", "ports": {"22": 2222}}}],
+                ports=[8888, 6006],
+                secrets={"TOKEN": {"sealed": "x"}},
+                max_price_micros=1_250_000,
+                autostop_s=600,
+                active_at=1234.5,
+            )
+        )
+        s.add(WaitingReason(kind="instance", workload_id=first, code="capacity", detail="gpu"))
+        tenant = s.scalar(select(Instance.tenant_id).where(Instance.id == first))
+        user = s.scalar(select(Instance.user_id).where(Instance.id == first))
+        s.add(Job(tenant_id=tenant, user_id=user, spec={"command": "echo 你好", "env": {"A": "1"}}, gpu_models=["H100"]))
+    who = Principal(user_id=0, tenant_id=None, name="ops", role="admin")
+    columns = [c.key for c in Instance.__mapper__.column_attrs]
+    job_columns = [c.key for c in Job.__mapper__.column_attrs]
+    with server.ctx.db.reads() as s:
+        listed = instances.listing(s, who)
+        listed_jobs = jobs.listing(s, who)
+    with server.ctx.db.sessions() as s:
+        loaded = list(s.scalars(select(Instance).order_by(Instance.id)))
+        loaded_jobs = list(s.scalars(select(Job).order_by(Job.id)))
+        assert [[getattr(r, c) for c in columns] for r in listed.rows] == [[getattr(r, c) for c in columns] for r in loaded]
+        assert [[getattr(r, c) for c in job_columns] for r in listed_jobs.rows] == [
+            [getattr(r, c) for c in job_columns] for r in loaded_jobs
+        ]
+    assert [r.id for r in listed.rows] == [first, second] and listed.rows[1].ports == [8888, 6006]
+    assert listed_jobs.rows[0].spec == {"command": "echo 你好", "env": {"A": "1"}}
+    reason, since = listed.waits[first]
+    assert (reason.code, reason.detail) == ("capacity", "gpu") and since is not None
+    assert second not in listed.waits and listed_jobs.waits == {}

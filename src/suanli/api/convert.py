@@ -18,36 +18,8 @@ from suanli.control import metrics as usage_metrics
 from suanli.control import workload_secrets
 from suanli.control.nodes import GpuModelSummary
 from suanli.control.waiting import SCHEDULING, Reason
-from suanli.db.models import Allocation, Event, Gpu, Image, Instance, Job, Node, WorkloadMetric
+from suanli.db.models import Event, Gpu, Image, Instance, Job, Node, WorkloadMetric
 from suanli.db.session import Database
-
-
-def allocations_for(db: Database, rows: list[Instance] | list[Job]) -> dict[int, list[schemas.AllocationOut]]:
-    """Active allocations of many rows and their nodes' names in one query, keyed by row id."""
-    if not rows:
-        return {}
-    is_job = isinstance(rows[0], Job)
-    col = Allocation.job_id if is_job else Allocation.instance_id
-    out: dict[int, list[schemas.AllocationOut]] = {}
-    with db.reads() as s:
-        q = (
-            select(Allocation, Node.name)
-            .outerjoin(Node, Node.id == Allocation.node_id)
-            .where(Allocation.ended_at.is_(None), col.in_([r.id for r in rows]))
-            .order_by(Allocation.node_rank)
-        )
-        for a, node in s.execute(q):
-            owner = a.job_id if is_job else a.instance_id
-            out.setdefault(owner, []).append(  # type: ignore[arg-type]
-                schemas.AllocationOut(
-                    node=node or "?",
-                    node_rank=a.node_rank,
-                    gpu_model=a.gpu_model,
-                    gpu_indices=[int(i) for i in a.gpu_indices],
-                    milli_per_gpu=a.milli_per_gpu,
-                )
-            )
-    return out
 
 
 def _bid(micros: int | None) -> str | None:
@@ -75,13 +47,39 @@ def cost_out(c: WorkloadCost | None) -> schemas.CostOut | None:
     )
 
 
-def costs_for(db: Database, rows: list[Instance] | list[Job], created: bool = False) -> dict[int, schemas.CostOut | None]:
-    """Cost so far and rate now of many rows (one kind) in a few queries, keyed by row id;
-    ``created``: as at their creation, from the price book alone (``workload_cost.at_creation``)."""
+def holdings_and_costs(
+    db: Database, rows: list[Instance] | list[Job]
+) -> tuple[dict[int, list[schemas.AllocationOut]], dict[int, schemas.CostOut | None]]:
+    """What many rows (one kind) hold now and their cost so far and rate now, keyed by
+    row id, in a few queries (``workload_cost.figures_of_rows``: one read of their
+    allocations serves both)."""
+    if not rows:
+        return {}, {}
+    kind: workload_cost.Kind = "job" if isinstance(rows[0], Job) else "instance"
+    found = workload_cost.figures_of_rows(db, kind, rows)
+    held = {
+        wid: [
+            schemas.AllocationOut(
+                node=a.node_name or "?",
+                node_rank=a.node_rank,
+                gpu_model=a.gpu_model,
+                gpu_indices=[int(i) for i in a.gpu_indices],
+                milli_per_gpu=a.milli_per_gpu,
+            )
+            for a in allocs
+        ]
+        for wid, allocs in found.held.items()
+    }
+    return held, {r.id: cost_out(found.costs.get(r.id)) for r in rows}
+
+
+def creation_costs(db: Database, rows: list[Instance] | list[Job]) -> dict[int, schemas.CostOut | None]:
+    """What new rows (one kind) cost as at their creation, from the price book alone
+    (``workload_cost.at_creation``), keyed by row id."""
     if not rows:
         return {}
     kind: workload_cost.Kind = "job" if isinstance(rows[0], Job) else "instance"
-    found = workload_cost.at_creation(db, kind, rows) if created else workload_cost.costs_of_rows(db, kind, rows)
+    found = workload_cost.at_creation(db, kind, rows)
     return {r.id: cost_out(found.get(r.id)) for r in rows}
 
 

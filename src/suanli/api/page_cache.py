@@ -1,12 +1,13 @@
 """Whole answers of list pages (a renter's instances or jobs), kept for a few seconds.
 
 Why: the console and ``watch``-style scripts ask for the same page every few seconds,
-and computing one is a dozen statements (allocations, access, waiting reasons, usage
-samples and, most of all, the cost figures: rated sums, posted records, the page's
-allocations rated) and 10-25 ms of CPU. A page asked again is answered from memory, after its
-stamps are read, when nothing it shows was seen to change: the page's rows, every
-column, and their waiting reasons (``list_stamp``: a transition, a stop asked, a reclaim
-notice, a new or deleted row, the scheduler's reason for a wait; one statement), and the
+and computing one takes several statements (the page's allocations, usage samples and,
+most of all, the cost figures: rated sums, posted records, the allocations rated) and
+10-25 ms of CPU. A page asked again is answered from memory, after its stamps are read,
+when nothing it shows was seen to change: the page's rows, every column, and their
+waiting reasons (``control.listing``: a transition, a stop asked, a reclaim notice, a new
+or deleted row, the scheduler's reason for a wait; one statement, from which a changed
+page is then computed), and the
 billing stamp (a price version, a subscription bought or cancelled;
 ``workload_cost.billing_stamp``: kept with the catalog, else a statement).
 So a renter sees their own change on the next request. What may be older than the
@@ -41,6 +42,7 @@ import random
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
@@ -52,6 +54,7 @@ from suanli.api.freshness import Freshness
 from suanli.billing.workload_cost import billing_stamp
 from suanli.clock import SYSTEM, Clock
 from suanli.control.auth import Principal
+from suanli.control.listing import Listing
 from suanli.db.session import Database
 
 #: what a cached answer repeats of the computed one besides its body
@@ -104,8 +107,8 @@ class PageCache:
         request: Request,
         response: Response,
         who: Principal,
-        rows_stamp: Callable[[Session], tuple],
-        compute: Callable[[], Sequence[BaseModel]],
+        read_page: Callable[[Session], Listing[Any]],
+        compute: Callable[[Listing[Any]], Sequence[BaseModel]],
     ) -> Response:
         """``respond``, but a kept page whose tenant's change token is what a look begun
         after this request arrived saw is answered here, on the event loop: young, or up
@@ -117,7 +120,7 @@ class PageCache:
             hit = self._pages.get(key)
 
         def again() -> Response:
-            return self.respond(db, request, response, who, rows_stamp, compute, token)
+            return self.respond(db, request, response, who, read_page, compute, token)
 
         if token is not None and hit is not None and hit.token == token:
             if self._young(hit):
@@ -133,18 +136,20 @@ class PageCache:
         request: Request,
         response: Response,
         who: Principal,
-        rows_stamp: Callable[[Session], tuple],
-        compute: Callable[[], Sequence[BaseModel]],
+        read_page: Callable[[Session], Listing[Any]],
+        compute: Callable[[Listing[Any]], Sequence[BaseModel]],
         token: Hashable | None = None,
     ) -> Response:
-        """The page at ``request``'s URL as ``who`` sees it: kept, or ``compute``\\ d (which
-        may set the paging headers on ``response``) and kept. The stamps are read before
-        the page is computed, so a change racing with it makes the next request compute
-        again rather than keep an older page; ``token`` (the tenant's change token, read
-        before the stamps) is kept with it."""
+        """The page at ``request``'s URL as ``who`` sees it: kept, or ``compute``\\ d from
+        the rows ``read_page`` read (``compute`` may set the paging headers on
+        ``response``) and kept. The stamps are read before the page's other figures, so
+        a change racing with them makes the next request compute again rather than keep
+        an older page; ``token`` (the tenant's change token, read before the stamps) is
+        kept with it."""
         key = _key(who, request)
         with db.reads() as s:  # ``compute``'s reads too (``Database.reads`` nests)
-            stamp = (rows_stamp(s), billing_stamp(s))
+            page = read_page(s)
+            stamp = (page.stamp, billing_stamp(s))
             with self._lock:
                 hit = self._pages.get(key)
             if hit is not None and hit.stamp == stamp and self._young(hit):
@@ -154,7 +159,7 @@ class PageCache:
                 return _response(hit)
             with self._computing:
                 at = self.clock.now_ms()
-                outs = compute()
+                outs = compute(page)
         body = JSONResponse([o.model_dump(mode="json") for o in outs]).body  # as FastAPI renders a response_model
         life = random.randint(self.min_age_ms, self.max_age_ms)  # noqa: S311 - spreading load, not a secret
         hit = Answer(at, life, stamp, token, bytes(body), {h: response.headers[h] for h in KEPT_HEADERS if h in response.headers})

@@ -41,7 +41,7 @@ from suanli.billing.store import dt_to_ms, ms_to_dt, now_ms
 from suanli.billing.tables import RatingState, Subscription, Transfer, Usage
 from suanli.billing.utilisation import capacity_milli, per_period
 from suanli.db.kept import kept
-from suanli.db.models import Allocation, Instance
+from suanli.db.models import Allocation, Instance, Node
 from suanli.db.session import Database
 
 PLAN_NAMES = list(PLANS) + ["covered"]
@@ -199,9 +199,13 @@ def _subscriptions(s: Session, allocs: list) -> list:
 
 def workload_allocations(s: Session, kind: str, ids: list[int], since_ms: int) -> list:
     """The allocations of workloads ``ids`` of ``kind`` that ``collect`` would read from
-    ``since_ms`` on (``ALLOCATION_COLUMNS``): what ``rate_workloads`` rates."""
+    ``since_ms`` on (``ALLOCATION_COLUMNS``): what ``rate_workloads`` rates; with each
+    one's ``node_rank`` and ``node_name``, so that a listing shows what its workloads hold
+    from this read rather than another."""
     owner = Allocation.instance_id if kind == "instance" else Allocation.job_id
-    return _allocations(s, ms_to_dt(since_ms), owner.in_(ids))
+    q = select(*ALLOCATION_COLUMNS, Allocation.node_rank, Node.name.label("node_name"))
+    q = q.outerjoin(Node, Node.id == Allocation.node_id)
+    return list(s.execute(q.where(or_(Allocation.ended_at.is_(None), Allocation.ended_at >= ms_to_dt(since_ms)), owner.in_(ids))))
 
 
 def rate_workloads(books: list, allocs: list, insts: list, since_ms: int, at_ms: int, period_ms: int) -> Records | None:

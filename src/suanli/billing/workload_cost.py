@@ -84,6 +84,17 @@ class WorkloadCost:
         return self.gpu_per_hour + self.storage_per_hour
 
 
+@dataclass(frozen=True)
+class Figures:
+    """What a page shows of its workloads' money and holdings, from one set of reads."""
+
+    costs: dict[int, WorkloadCost]
+    #: by workload id, the allocations each holds now, in node rank order: rows with the
+    #: columns ``rater.workload_allocations`` reads (``node_name``, ``node_rank``,
+    #: ``gpu_model``, ``gpu_indices``, ``milli_per_gpu``...)
+    held: dict[int, list[Any]]
+
+
 def costs(
     db: Database, kind: Kind, ids: Iterable[int], at_ms: int | None = None, period_ms: int = metering.DEFAULT_PERIOD_MS
 ) -> dict[int, WorkloadCost]:
@@ -94,20 +105,21 @@ def costs(
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    return _reading(db, at_ms, lambda s, at: _costs(s, kind, _rows(s, kind, wanted), at, period_ms))
+    return _reading(db, at_ms, lambda s, at: _figures(s, kind, _rows(s, kind, wanted), at, period_ms)).costs
 
 
-def costs_of_rows(
+def figures_of_rows(
     db: Database, kind: Kind, rows: list[Any], at_ms: int | None = None, period_ms: int = metering.DEFAULT_PERIOD_MS
-) -> dict[int, WorkloadCost]:
-    """``costs`` of workloads the caller has just read (a listing's rows): the same
-    figures for those rows' values, one statement fewer than reading them again."""
+) -> Figures:
+    """``costs`` of workloads the caller has just read (a listing's rows), one statement
+    fewer than reading them again, and the allocations they hold now, from the read the
+    costs make of them."""
     if not rows:
-        return {}
-    return _reading(db, at_ms, lambda s, at: _costs(s, kind, rows, at, period_ms))
+        return Figures({}, {})
+    return _reading(db, at_ms, lambda s, at: _figures(s, kind, rows, at, period_ms))
 
 
-def _reading(db: Database, at_ms: int | None, read: Callable[[Session, int], dict[int, WorkloadCost]]) -> dict[int, WorkloadCost]:
+def _reading(db: Database, at_ms: int | None, read: Callable[[Session, int], Figures]) -> Figures:
     for attempt in range(3):
         at = now_ms() if at_ms is None else at_ms
         try:
@@ -122,7 +134,7 @@ def _reading(db: Database, at_ms: int | None, read: Callable[[Session, int], dic
 
 
 def _rows(s: Session, kind: Kind, ids: list[int]) -> list[Any]:
-    """What ``_costs`` reads of each workload (and ``rater.rate_workloads`` of an instance)."""
+    """What ``_figures`` reads of each workload (and ``rater.rate_workloads`` of an instance)."""
     if kind == "instance":
         q = select(Instance.id, Instance.tenant_id, Instance.created_at, Instance.disk_gib, Instance.state, Instance.updated_at)
         return list(s.execute(q.where(Instance.id.in_(ids))))
@@ -169,7 +181,7 @@ def _billing_stamp(s: Session) -> tuple:
 
 
 def _usage_statement() -> CompoundSelect:
-    """What ``_costs`` reads of the posted records, in one statement, built once. Before
+    """What ``_figures`` reads of the posted records, in one statement, built once. Before
     ``since`` (settled: no run writes there any more) each workload's sum, in rows whose
     ``kind`` is NULL; from ``since`` on, every record of the tenants, which tells both what
     is rated and which keys are posted, so a run committing meanwhile is counted once: in
@@ -204,11 +216,11 @@ def _usage_statement() -> CompoundSelect:
 _USAGE = _usage_statement()
 
 
-def _costs(s: Session, kind: Kind, rows: list[Any], at: int, period_ms: int) -> dict[int, WorkloadCost]:
+def _figures(s: Session, kind: Kind, rows: list[Any], at: int, period_ms: int) -> Figures:
     """``rows``: each workload's id, tenant_id and created_at, and an instance's disk_gib,
     state and updated_at (``_rows``, or the ORM rows a listing read)."""
     if not rows:
-        return {}
+        return Figures({}, {})
     tenant_of = {int(r.id): int(r.tenant_id) for r in rows}
     # the disks that bill now: an instance's until it is deleted
     disks = {int(r.id): int(r.disk_gib) for r in rows if kind == "instance" and r.state != "deleted" and r.disk_gib}
@@ -233,7 +245,13 @@ def _costs(s: Session, kind: Kind, rows: list[Any], at: int, period_ms: int) -> 
     own = rater.rate_workloads(versions_in_force(s, since, at), allocs, rows if kind == "instance" else [], since, at, period_ms)
     accruing = _accruing(s, kind, tenant_of, tenants, since, posted, at, period_ms, own)
     gpu, storage, currency = _rates(s, kind, allocs, tenants, disks, at)
-    return {i: WorkloadCost(kind, i, currency, rated[i], accruing.get(i, 0), gpu.get(i, 0), storage.get(i, 0)) for i in tenant_of}
+    held: dict[int, list[Any]] = {}
+    for a in sorted((a for a in allocs if a.ended_at is None), key=lambda a: a.node_rank):
+        held.setdefault(int(a.instance_id if kind == "instance" else a.job_id), []).append(a)
+    return Figures(
+        {i: WorkloadCost(kind, i, currency, rated[i], accruing.get(i, 0), gpu.get(i, 0), storage.get(i, 0)) for i in tenant_of},
+        held,
+    )
 
 
 def _accruing(
@@ -354,4 +372,4 @@ def _covered(s: Session, tenants: list[int], at: int) -> set[int]:
     return out
 
 
-__all__ = ["WorkloadCost", "billing_stamp", "costs", "costs_of_rows"]
+__all__ = ["Figures", "WorkloadCost", "billing_stamp", "costs", "figures_of_rows"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, ExecResult, Handle, SupportsExec
@@ -21,6 +21,7 @@ from suanli.control.auth import Principal
 from suanli.control.autostop import AutostopSettings, tenant_default
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
+from suanli.control.listing import Listing, read_listing
 from suanli.control.secrets import Keyring
 from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import check_max_price
@@ -118,30 +119,24 @@ def create(
         return row
 
 
-#: what ``list_stamp`` reads (``db.stamps``)
+#: what ``listing`` reads (``db.stamps``)
 _STAMPED = stamps.every_column(Instance, "instance")
 
 
-def _listed(q: Select[Any], who: Principal, include_deleted: bool, page: keyset.Page | None) -> Select[Any]:
+def listing(s: Session, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> Listing[Instance]:
+    """``who``'s instances (an operator's: everyone's) by id, with their waiting reasons,
+    in one statement; ``page``: one page of them (``db.keyset``: one row more than asked
+    when more follow)."""
+    return read_listing(s, Instance, _listed(who, include_deleted, page))
+
+
+def _listed(who: Principal, include_deleted: bool, page: keyset.Page | None) -> Select[Any]:
+    q = _STAMPED
     if not who.sees_all:
         q = q.where(Instance.tenant_id == who.tenant_id)
     if not include_deleted:
         q = q.where(Instance.state != "deleted")
     return keyset.select_page(q, [Instance.id], page)
-
-
-def list_(db: Database, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> list[Instance]:
-    """``who``'s instances (an operator's: everyone's) by id; ``page``: one page of them
-    (``db.keyset``: one row more than asked when more follow)."""
-    with db.reads() as s:
-        return list(s.scalars(_listed(select(Instance), who, include_deleted, page)))
-
-
-def list_stamp(s: Session, who: Principal, include_deleted: bool = False, page: keyset.Page | None = None) -> tuple:
-    """Every column of the rows ``list_`` gives and their waiting reasons, as plain
-    tuples (one statement, no objects built): equal stamps, the same rows with the same
-    values (``api.page_cache``)."""
-    return tuple(map(tuple, s.execute(_listed(_STAMPED, who, include_deleted, page))))
 
 
 def get(db: Database, who: Principal, instance_id: int) -> Instance:

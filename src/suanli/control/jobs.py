@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
 from suanli.backends.base import Backend, Handle
@@ -13,6 +13,7 @@ from suanli.billing.money import to_micros
 from suanli.control import funds, uploads, workload_secrets, workloads
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import JOB_FINAL, record_event
+from suanli.control.listing import Listing, read_listing
 from suanli.control.secrets import Keyring
 from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import Task
@@ -99,29 +100,24 @@ def submit(db: Database, who: Principal, task: Task, data_dir: Path | None = Non
         return row
 
 
-#: what ``list_stamp`` reads (``db.stamps``)
+#: what ``listing`` reads (``db.stamps``)
 _STAMPED = stamps.every_column(Job, "job")
 
 
-def _listed(q: Select[Any], who: Principal, state: str | None, page: keyset.Page | None) -> Select[Any]:
+def listing(s: Session, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> Listing[Job]:
+    """``who``'s jobs (an operator's: everyone's) by id, with their waiting reasons, in
+    one statement; ``page``: one page of them (``db.keyset``: one row more than asked
+    when more follow)."""
+    return read_listing(s, Job, _listed(who, state, page))
+
+
+def _listed(who: Principal, state: str | None, page: keyset.Page | None) -> Select[Any]:
+    q = _STAMPED
     if not who.sees_all:
         q = q.where(Job.tenant_id == who.tenant_id)
     if state:
         q = q.where(Job.state == state)
     return keyset.select_page(q, [Job.id], page)
-
-
-def list_(db: Database, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> list[Job]:
-    """``who``'s jobs (an operator's: everyone's) by id; ``page``: one page of them
-    (``db.keyset``: one row more than asked when more follow)."""
-    with db.reads() as s:
-        return list(s.scalars(_listed(select(Job), who, state, page)))
-
-
-def list_stamp(s: Session, who: Principal, state: str | None = None, page: keyset.Page | None = None) -> tuple:
-    """Every column of the rows ``list_`` gives and their waiting reasons, as plain
-    tuples (``api.page_cache``)."""
-    return tuple(map(tuple, s.execute(_listed(_STAMPED, who, state, page))))
 
 
 def get(db: Database, who: Principal, job_id: int) -> Job:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import access_for, allocations_for, costs_for, history_out, instance_out, metrics_for
+from suanli.api.convert import access_for, creation_costs, history_out, holdings_and_costs, instance_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
 from suanli.api.paging import PAGED, Paging, paging, respond
@@ -16,6 +18,8 @@ from suanli.api.threads import backend_call
 from suanli.control import instances
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
+from suanli.control.listing import Listing
+from suanli.control.waiting import Reason
 from suanli.db.models import Instance
 
 router = APIRouter(prefix="/v1/instances", tags=["instances"])
@@ -23,12 +27,16 @@ router = APIRouter(prefix="/v1/instances", tags=["instances"])
 PAYS = documented(402)
 
 
-def _outs(ctx: ServerContext, request: Request, rows: list[Instance]) -> list[InstanceOut]:
-    allocs = allocations_for(ctx.db, rows)
+def _outs(
+    ctx: ServerContext, request: Request, rows: list[Instance], waits: dict[int, tuple[Reason, datetime | None]] | None = None
+) -> list[InstanceOut]:
+    """``waits``: the rows' waiting reasons where the caller read them with the rows
+    (``control.listing``); else they are read here."""
+    allocs, costs = holdings_and_costs(ctx.db, rows)
     access = access_for(ctx, rows, str(request.base_url))
-    costs = costs_for(ctx.db, rows)
     samples = metrics_for(ctx.db, rows)
-    waits = ctx.waiting("instance", [r.id for r in rows if r.state == "pending"])  # shown only then (instance_out)
+    if waits is None:
+        waits = ctx.waiting("instance", [r.id for r in rows if r.state == "pending"])  # shown only then (instance_out)
     return [
         instance_out(r, allocs.get(r.id, []), waits.get(r.id), access[r.id], costs.get(r.id), samples.get(r.id)) for r in rows
     ]
@@ -44,7 +52,7 @@ def _created(ctx: ServerContext, request: Request, row: Instance) -> InstanceOut
     would read for it cannot be anything else yet, unless the loop got to it first, and
     the next read shows that."""
     [access] = access_for(ctx, [row], str(request.base_url)).values()
-    return instance_out(row, [], None, access, costs_for(ctx.db, [row], created=True)[row.id])
+    return instance_out(row, [], None, access, creation_costs(ctx.db, [row])[row.id])
 
 
 def to_request(body: InstanceCreate) -> instances.InstanceRequest:
@@ -88,14 +96,14 @@ async def list_(
     again within seconds, unchanged: ``api.page_cache``)."""
     page = paged.page("instances", (int,))
 
-    def compute() -> list[InstanceOut]:
-        rows = instances.list_(ctx.db, who, include_deleted=include_deleted, page=page)
-        return _outs(ctx, request, respond(request, response, "instances", rows, page, lambda r: (r.id,)))
+    def compute(listed: Listing[Instance]) -> list[InstanceOut]:
+        rows = respond(request, response, "instances", listed.rows, page, lambda r: (r.id,))
+        return _outs(ctx, request, rows, listed.waits)
 
-    def stamp(s: Session) -> tuple:
-        return instances.list_stamp(s, who, include_deleted=include_deleted, page=page)
+    def read(s: Session) -> Listing[Instance]:
+        return instances.listing(s, who, include_deleted=include_deleted, page=page)
 
-    return await ctx.pages.answer(ctx.db, ctx.fresh, request, response, who, stamp, compute)
+    return await ctx.pages.answer(ctx.db, ctx.fresh, request, response, who, read, compute)
 
 
 @router.get("/{instance_id}", response_model=InstanceOut)

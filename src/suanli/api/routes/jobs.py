@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from suanli.api.context import ServerContext
-from suanli.api.convert import allocations_for, costs_for, event_out, history_out, job_out, metrics_for
+from suanli.api.convert import creation_costs, event_out, history_out, holdings_and_costs, job_out, metrics_for
 from suanli.api.deps import context, principal
 from suanli.api.errors import documented
 from suanli.api.paging import PAGED, Paging, paging, respond
 from suanli.api.params import IdPath, IdQuery, LogTail, MetricsSince, TextQuery
-from suanli.api.schemas import EventOut, JobOut, LogsOut, MetricsOut
+from suanli.api.schemas import AllocationOut, EventOut, JobOut, LogsOut, MetricsOut
 from suanli.api.threads import backend_call
 from suanli.control import images, jobs, pipelines
 from suanli.control.auth import Principal
 from suanli.control.isolation import require_isolation
+from suanli.control.listing import Listing
 from suanli.control.task import Pipeline, Task
 from suanli.control.waiting import DEPENDENCY, Reason
 from suanli.db import keyset
@@ -26,19 +29,27 @@ from suanli.errors import Invalid
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
-def _out(ctx: ServerContext, rows: list[Job], created: bool = False) -> list[JobOut]:
+def _out(
+    ctx: ServerContext,
+    rows: list[Job],
+    created: bool = False,
+    waits: dict[int, tuple[Reason, datetime | None]] | None = None,
+) -> list[JobOut]:
     """Jobs as the API shows them: allocations, costs, dependencies and, for a queued
     job, why it waits (a dependency first, then the last scheduling pass's reason).
     ``created``: as at their creation, holding nothing, not yet seen by a scheduling pass,
-    their cost then (``workload_cost.at_creation``), as an instance's create answers."""
+    their cost then (``workload_cost.at_creation``), as an instance's create answers.
+    ``waits``: the scheduling pass's reasons where the caller read them with the rows
+    (``control.listing``); else they are read here."""
+    allocs: dict[int, list[AllocationOut]]
     if created:
         allocs, samples, waits = {}, {}, {}
-        costs = costs_for(ctx.db, rows, created=True)
+        costs = creation_costs(ctx.db, rows)
     else:
-        allocs = allocations_for(ctx.db, rows)
-        costs = costs_for(ctx.db, rows)
+        allocs, costs = holdings_and_costs(ctx.db, rows)
         samples = metrics_for(ctx.db, rows)
-        waits = ctx.waiting("job", [r.id for r in rows if r.state == "queued"])  # shown only then (job_out)
+        if waits is None:
+            waits = ctx.waiting("job", [r.id for r in rows if r.state == "queued"])  # shown only then (job_out)
     with ctx.db.sessions() as s:
         deps = pipelines.depends_on(s, [r.id for r in rows])
         held = pipelines.waiting_reasons(s, [r.id for r in rows if r.state == "queued" and r.id in deps])
@@ -94,13 +105,13 @@ async def list_(
     within seconds, unchanged: ``api.page_cache``)."""
     page = paged.page("jobs", (int,))
 
-    def compute() -> list[JobOut]:
-        return _out(ctx, respond(request, response, "jobs", jobs.list_(ctx.db, who, state, page), page, lambda r: (r.id,)))
+    def compute(listed: Listing[Job]) -> list[JobOut]:
+        return _out(ctx, respond(request, response, "jobs", listed.rows, page, lambda r: (r.id,)), waits=listed.waits)
 
-    def stamp(s: Session) -> tuple:
-        return jobs.list_stamp(s, who, state, page)
+    def read(s: Session) -> Listing[Job]:
+        return jobs.listing(s, who, state, page)
 
-    return await ctx.pages.answer(ctx.db, ctx.fresh, request, response, who, stamp, compute)
+    return await ctx.pages.answer(ctx.db, ctx.fresh, request, response, who, read, compute)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
