@@ -140,7 +140,7 @@ def sums(s: Session, tenant_ids: Iterable[int], since_ms: int, at_ms: int) -> di
     ids = sorted(set(tenant_ids))
     found: dict[int, dict[str, Held]] = {t: {} for t in ids}
     args = {"ids": ids, "since": ms_to_dt(since_ms), "since_ms": since_ms, "at_ms": at_ms}
-    for what, tenant, total, count, first in s.execute(_SUMS, args):
+    for what, tenant, total, count, first in s.connection().execute(_SUMS, args):  # plain rows: no ORM handling
         found[tenant][what] = Held(int(total or 0), int(count), dt_to_ms(first) if first is not None else 0)
     return {
         t: Sums(f.get("gpu", Held()), f.get("disk", Held()), *astuple(f.get("transfer", Held()))[:2]) for t, f in found.items()

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -141,14 +141,20 @@ def balance(s: Session, tenant_id: int) -> int:
     return balances(s, [tenant_id])[tenant_id]
 
 
+#: built once (a create's funds check and every admission pass read balances)
+_BALANCES = (
+    select(Posting.account, func.sum(Posting.amount))
+    .where(Posting.account.in_(bindparam("accounts", expanding=True)))
+    .group_by(Posting.account)
+)
+
+
 def balances(s: Session, tenant_ids: Iterable[int]) -> dict[int, int]:
     """Prepaid balances of many tenants in one statement (the control loop asks for every
     tenant with waiting or running work)."""
     accounts = {ledger.prepaid(t): t for t in set(tenant_ids)}
     out = dict.fromkeys(accounts.values(), 0)
-    for account, total in s.execute(
-        select(Posting.account, func.sum(Posting.amount)).where(Posting.account.in_(list(accounts))).group_by(Posting.account)
-    ):
+    for account, total in s.connection().execute(_BALANCES, {"accounts": list(accounts)}):  # plain rows: no ORM handling
         out[accounts[account]] = -int(total or 0)
     return out
 

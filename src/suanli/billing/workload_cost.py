@@ -232,7 +232,7 @@ def _figures(s: Session, kind: Kind, rows: list[Any], at: int, period_ms: int) -
     rated: dict[int, int] = dict.fromkeys(tenant_of, 0)
     posted: set[tuple[str, int, int]] = set()
     args = {"tenants": tenants, "wids": wids, "kind": kind, "first": first, "since": since}
-    for k, src, p, wk, wid, amount in s.execute(_USAGE, args):
+    for k, src, p, wk, wid, amount in s.connection().execute(_USAGE, args):  # plain rows: no ORM handling
         if k is None:  # a workload's records before ``since``, summed
             rated[int(wid)] += int(amount or 0)
             continue

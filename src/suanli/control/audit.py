@@ -90,8 +90,9 @@ def append_all(session: Session, entries: list[Entry], at: datetime | None = Non
     """Add ``entries`` at the chain's tip in their order, in ``session``'s transaction:
     one statement takes the lock and reads the tip, one inserts, one moves the tip."""
     s = session
+    head = s.connection()  # the tip's row is never loaded as an object: no ORM handling of its updates
     moved = update(AuditHead).where(AuditHead.id == 1).values(last_id=AuditHead.last_id + len(entries))
-    last_id, prev_hash = s.execute(moved.returning(AuditHead.last_id, AuditHead.last_hash)).one()  # the lock
+    last_id, prev_hash = head.execute(moved.returning(AuditHead.last_id, AuditHead.last_hash)).one()  # the lock
     when = at or utcnow()
     records = []
     for n, entry in enumerate(entries, start=last_id - len(entries) + 1):
@@ -112,7 +113,7 @@ def append_all(session: Session, entries: list[Entry], at: datetime | None = Non
         r.hash = prev_hash = record_hash(prev_hash, r)
         records.append(r)
     s.add_all(records)
-    s.execute(update(AuditHead).where(AuditHead.id == 1).values(last_hash=prev_hash))
+    head.execute(update(AuditHead).where(AuditHead.id == 1).values(last_hash=prev_hash))
     return records
 
 
