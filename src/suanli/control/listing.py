@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Select
+from sqlalchemy import Row, Select
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from suanli.control.waiting import Reason
@@ -20,19 +21,29 @@ W = TypeVar("W", bound=DeclarativeBase)
 
 @dataclass(frozen=True)
 class Listing(Generic[W]):
-    #: every value read, as plain tuples: equal stamps, the same rows with the same values
-    stamp: tuple
-    #: the rows as objects of no session (``stamps.objects``), one more than the page's
-    #: size when more follow (``db.keyset``)
-    rows: list[W]
-    #: why the rows the loop left waiting wait, and since when, by row id
-    waits: dict[int, tuple[Reason, datetime | None]]
+    model: type[W]
+    read: list[Row[Any]]
+
+    @cached_property
+    def stamp(self) -> tuple:
+        """Every value read, as plain tuples: equal stamps, the same rows with the same values."""
+        return tuple(map(tuple, self.read))
+
+    @cached_property
+    def rows(self) -> list[W]:
+        """The rows as objects of no session (``stamps.objects``), one more than the
+        page's size when more follow (``db.keyset``); built only for a page computed,
+        not for one whose stamp says it is kept."""
+        return stamps.objects(self.model, self.read)
+
+    @cached_property
+    def waits(self) -> dict[int, tuple[Reason, datetime | None]]:
+        """Why the rows the loop left waiting wait, and since when, by row id."""
+        return {i: (Reason(code, detail), since) for i, (code, detail, since) in stamps.waits(self.read).items()}
 
 
 def read_listing(s: Session, model: type[W], q: Select[Any]) -> Listing[W]:
     """``q``: ``stamps.every_column(model, ...)`` with the page's ``WHERE``, order and
     limit; read on the session's connection, as plain rows (``Session.execute`` adds the
     ORM's handling, a third of the read's cost)."""
-    rows = list(s.connection().execute(q))
-    waits = {i: (Reason(code, detail), since) for i, (code, detail, since) in stamps.waits(rows).items()}
-    return Listing(tuple(map(tuple, rows)), stamps.objects(model, rows), waits)
+    return Listing(model, list(s.connection().execute(q)))

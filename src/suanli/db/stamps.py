@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any, TypeVar
 from typing import cast as cast_to
 
@@ -47,14 +48,20 @@ def objects(model: type[M], rows: Sequence[Row[Any]]) -> list[M]:
     rows reads them once. They are built as the ORM's loading builds objects, a new
     instance whose attributes are filled in place (a twentieth of the constructor's
     cost), and belong to no session: read them, never change them."""
-    mapper = inspect(model)
-    fields = [(i, mapper.get_property_by_column(c).key, isinstance(c.type, JSON)) for i, c in enumerate(model.__table__.columns)]
+    manager, fields = inspect(model).class_manager, _fields(model)
     out: list[M] = []
     for row in rows:
-        obj = cast_to(M, mapper.class_manager.new_instance())
+        obj = cast_to(M, manager.new_instance())
         obj.__dict__.update({key: (_decoded(row[i]) if is_json else row[i]) for i, key, is_json in fields})
         out.append(obj)
     return out
+
+
+@cache
+def _fields(model: type[DeclarativeBase]) -> list[tuple[int, str, bool]]:
+    """Each column's position in ``every_column``'s rows, attribute name and whether it is JSON."""
+    mapper = inspect(model)
+    return [(i, mapper.get_property_by_column(c).key, isinstance(c.type, JSON)) for i, c in enumerate(model.__table__.columns)]
 
 
 def waits(rows: Sequence[Row[Any]]) -> dict[int, tuple[str, str, datetime | None]]:
