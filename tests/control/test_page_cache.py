@@ -263,6 +263,42 @@ def test_a_jobs_page_is_kept_and_a_cancel_shows_at_once(server: Server, statemen
     assert [r["state"] for r in get(server, "/v1/jobs").json()] == ["cancelled"]
 
 
+def test_one_instance_or_job_is_read_with_its_waiting_reason_and_never_kept(server: Server, statements: list[str]) -> None:
+    """A detail (``GET /v1/instances/{id}``, ``/v1/jobs/{id}``) reads its row and waiting
+    reason as a page does, in one statement, then only the cost figures' (and a job's
+    dependencies'); it is computed at every request, so every change shows at once."""
+    lab, rival = member(server, "lab"), member(server, "rival")
+    iid = create(server, lab)
+    with server.ctx.db.transaction() as s:
+        s.add(WaitingReason(kind="instance", workload_id=iid, code="capacity", detail="gpu"))
+    statements.clear()
+    first = get(server, f"/v1/instances/{iid}", lab).json()
+    assert first["id"] == iid and first["state"] == "pending" and first["waiting"]["code"] == "capacity"
+    # the row with its reason, the posted records, the allocations (the billing stamp is kept)
+    assert len(queries(statements)) == 3 and sum("waiting_reasons" in q for q in queries(statements)) == 1, statements
+    statements.clear()
+    get(server, f"/v1/instances/{iid}", lab)
+    assert len(queries(statements)) == 3, statements  # computed again: nothing kept
+    assert get(server, f"/v1/instances/{iid}", rival).status_code == 404
+    with server.ctx.db.transaction() as s:  # a change behind the API
+        s.execute(update(Instance).where(Instance.id == iid).values(desired="stopped"))
+    assert get(server, f"/v1/instances/{iid}", lab).json()["desired"] == "stopped"
+    assert server.http.delete(f"/v1/instances/{iid}", headers={"Authorization": f"Bearer {lab}"}).status_code == 200
+    gone = get(server, f"/v1/instances/{iid}", lab)
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"
+
+    job = server.post("/v1/jobs", {"name": "j", "run": "true"}, expect=201, token=lab).json()["id"]
+    statements.clear()
+    assert get(server, f"/v1/jobs/{job}", lab).json()["state"] == "queued"
+    # the row with its reason, the posted records, the allocations, its dependencies
+    assert len(queries(statements)) == 4 and sum("waiting_reasons" in q for q in queries(statements)) == 1, statements
+    assert get(server, f"/v1/jobs/{job}", rival).status_code == 404
+    assert get(server, f"/v1/jobs/{job}").json()["id"] == job  # the operator sees every tenant's
+    server.post(f"/v1/jobs/{job}/cancel", expect=200, token=lab)
+    assert get(server, f"/v1/jobs/{job}", lab).json()["state"] == "cancelled"
+    assert get(server, f"/v1/jobs/{job + 1}", lab).status_code == 404
+
+
 def test_a_create_answers_what_a_read_right_after_shows_and_reads_only_the_price_book_for_it(
     server: Server, statements: list[str]
 ) -> None:

@@ -214,12 +214,13 @@ def low_balance_alerts(s: Session, at_ms: int | None = None) -> list[str]:
     return actions
 
 
-def terms_doc(s: Session, tenant_id: int, at_ms: int | None = None) -> dict:
-    """A tenant's terms and what it has left, as the API shows them."""
+def terms_doc(s: Session, tenant_id: int, at_ms: int | None = None, read: tuple[int, int] | None = None) -> dict:
+    """A tenant's terms and what it has left, as the API shows them; ``read``: its
+    ``figures`` at ``at_ms`` where the caller read them already (the bill)."""
     at = now_ms() if at_ms is None else at_ms
     t = terms_of(s, [tenant_id])[tenant_id]
     currency = current_book(s, at)[1].currency
-    bal, acc = figures(s, tenant_id, at)
+    bal, acc = read if read is not None else figures(s, tenant_id, at)
     left = t.left(bal, acc)
     money = lambda m: None if m is None else float(as_text(m))  # noqa: E731
     return {

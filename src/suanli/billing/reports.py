@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 
-from suanli.billing import invoice, ledger, rater
+from suanli.billing import funds, invoice, ledger, rater
 from suanli.billing.budgets import month_start_ms, period_of
 from suanli.billing.money import as_text, fmt, fmt_exact
 from suanli.billing.price_versions import current_book, versions
@@ -77,6 +77,9 @@ def bill(db: Database, tenant_id: int, at_ms: int | None = None) -> dict:
         ).scalar()
         bal = balance(s, tenant_id)
         spent = spent_this_month(s, tenant_id, at)
+        acc = rater.accruing_parts(None, tenant_id, at, session=s)
+        # what it has left, from the same figures at the same instant as the bill shows them
+        terms = funds.terms_doc(s, tenant_id, at, (bal, acc.total))
         b = s.get(BudgetRow, tenant_id)
         notices = [
             {"kind": n.kind, "message": n.message, "at": n.created_at.isoformat()}
@@ -106,7 +109,7 @@ def bill(db: Database, tenant_id: int, at_ms: int | None = None) -> dict:
         "subscriptions_micros": int(subs or 0),
         # running work as if it stopped now; ended work whose record is not posted yet
         # (a run posts it moments after the end) is shown apart, never as accruing
-        "accruing_micros": (acc := rater.accruing_parts(db, tenant_id, at)).running,
+        "accruing_micros": acc.running,
         "accruing": float(as_text(acc.running)),
         "accruing_text": fmt(acc.running, c),
         "ended_unrated_micros": acc.ended,
@@ -124,6 +127,7 @@ def bill(db: Database, tenant_id: int, at_ms: int | None = None) -> dict:
             "alerted": b.alerted if b.period == period_of(at) else [],
         },
         "notices": notices,
+        "terms": terms,
     }
 
 

@@ -111,6 +111,18 @@ def listing(s: Session, who: Principal, state: str | None = None, page: keyset.P
     return read_listing(s, Job, _listed(who, state, page))
 
 
+def detail(s: Session, who: Principal, job_id: int) -> Listing[Job]:
+    """One of ``who``'s jobs as ``listing`` reads a page of them, in one statement, with
+    its waiting reason; ``NotFound`` as ``get``."""
+    q = _STAMPED.where(Job.id == job_id)
+    if not who.sees_all:
+        q = q.where(Job.tenant_id == who.tenant_id)
+    listed = read_listing(s, Job, q)
+    if not listed.read:
+        raise NotFound(f"no job {job_id}")
+    return listed
+
+
 def _listed(who: Principal, state: str | None, page: keyset.Page | None) -> Select[Any]:
     q = _STAMPED
     if not who.sees_all:

@@ -206,17 +206,22 @@ def list_nodes(db: Database, page: keyset.Page | None = None) -> list[tuple[Node
 
 def gpu_summary(db: Database) -> list[GpuModelSummary]:
     """Catalog x free capacity: per GPU model (and virtual or not), whole GPUs in
-    total and free on ready nodes, plus free milli for fractional requests."""
+    total and free on ready nodes, plus free milli for fractional requests; one
+    statement (the GPUs with their nodes, in ``list_nodes``' order)."""
+    q = (
+        select(Node.id, Node.gpu_model, Node.state, Node.gpu_memory_mib, Gpu.virtual, Gpu.used_milli)
+        .join(Gpu, Gpu.node_id == Node.id)
+        .order_by(Node.name, Node.id, Gpu.index)
+    )
     acc: dict[tuple[str, bool], dict] = {}
-    for node, gpus in list_nodes(db):
-        for g in gpus:
-            key = (node.gpu_model, g.virtual)
-            e = acc.setdefault(key, {"total": 0, "free": 0, "free_milli": 0, "mem": node.gpu_memory_mib, "nodes": set()})
+    with db.sessions() as s:
+        for node_id, model, state, memory_mib, virtual, used_milli in s.execute(q):
+            e = acc.setdefault((model, virtual), {"total": 0, "free": 0, "free_milli": 0, "mem": memory_mib, "nodes": set()})
             e["total"] += 1
-            e["nodes"].add(node.id)
-            if node.state == "ready":
-                e["free"] += g.used_milli == 0
-                e["free_milli"] += 1000 - g.used_milli
+            e["nodes"].add(node_id)
+            if state == "ready":
+                e["free"] += used_milli == 0
+                e["free_milli"] += 1000 - used_milli
     return [
         GpuModelSummary(
             m, v, e["total"], e["free"], e["free_milli"], round(e["mem"] / 1024, 1), len(e["nodes"]), catalog_facts(m)

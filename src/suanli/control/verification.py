@@ -186,10 +186,13 @@ def by_id(db: Database, verification_id: int) -> tuple[NodeVerification, str]:
         return row, node.state if node is not None else ""
 
 
+#: each node's newest result's id
+_NEWEST = select(func.max(NodeVerification.id)).group_by(NodeVerification.node_id)
+
+
 def latest(s: Session) -> dict[int, NodeVerification]:
     """Each node's newest result, by node id (nodes never verified are absent)."""
-    newest = select(func.max(NodeVerification.id)).group_by(NodeVerification.node_id)
-    return {v.node_id: v for v in s.scalars(select(NodeVerification).where(NodeVerification.id.in_(newest)))}
+    return {v.node_id: v for v in s.scalars(select(NodeVerification).where(NodeVerification.id.in_(_NEWEST)))}
 
 
 def mark(v: NodeVerification | None) -> dict | None:
@@ -215,12 +218,12 @@ def marks(db: Database) -> dict[int, dict]:
 def marks_by_model(db: Database) -> dict[str, dict]:
     """Per registered GPU model: how many of its nodes passed / failed their latest check,
     the lowest ratios among those that passed, and the newest check's date."""
+    newest = select(Node.gpu_model, NodeVerification).join(Node, Node.id == NodeVerification.node_id)
     with db.sessions() as s:
-        models = {node_id: model for node_id, model in s.execute(select(Node.id, Node.gpu_model))}
         out: dict[str, dict] = {}
-        for node_id, v in latest(s).items():
+        for model, v in s.execute(newest.where(NodeVerification.id.in_(_NEWEST))):
             e = out.setdefault(
-                models[node_id],
+                model,
                 {"passed": 0, "failed": 0, "unmeasured": 0, "tflops_ratio": None, "memory_ratio": None, "at": None},
             )
             e[v.status] += 1

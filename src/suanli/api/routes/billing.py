@@ -143,11 +143,7 @@ def usage(
 
 @router.get("/bill")
 def bill(tenant: TenantQuery = None, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> dict:
-    tid = _tenant(ctx, who, tenant)
-    out = reports.bill(ctx.db, tid)
-    with ctx.db.sessions() as s:
-        out["terms"] = funds.terms_doc(s, tid)
-    return out
+    return reports.bill(ctx.db, _tenant(ctx, who, tenant))
 
 
 @router.get("/terms")

@@ -110,7 +110,13 @@ async def list_(
 def get(
     instance_id: IdPath, request: Request, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)
 ) -> InstanceOut:
-    return _out(ctx, request, instances.get(ctx.db, who, instance_id))
+    """One of your instances (an operator's: anyone's), read as a list page's rows are,
+    with its waiting reason. Computed at each request, not kept as a page is: a renter
+    asking for one instance (``suanli instances show``) sees its latest usage sample and
+    costs as of now."""
+    with ctx.db.reads() as s:  # the figures' reads too (``Database.reads`` nests)
+        listed = instances.detail(s, who, instance_id)
+        return _outs(ctx, request, listed.rows, listed.waits)[0]
 
 
 @router.get("/{instance_id}/metrics", response_model=list[MetricsOut])

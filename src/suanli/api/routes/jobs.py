@@ -116,7 +116,11 @@ async def list_(
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
 def get(job_id: IdPath, ctx: ServerContext = Depends(context), who: Principal = Depends(principal)) -> JobOut:
-    return _out(ctx, [jobs.get(ctx.db, who, job_id)])[0]
+    """One of your jobs (an operator's: anyone's), read as a list page's rows are, with its
+    waiting reason; computed at each request (see ``instances.get``)."""
+    with ctx.db.reads() as s:  # the figures' reads too (``Database.reads`` nests)
+        listed = jobs.detail(s, who, job_id)
+        return _out(ctx, listed.rows, waits=listed.waits)[0]
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=list[MetricsOut])
