@@ -10,6 +10,12 @@ not depend on the load, CPU time less than wall time).
     .venv/bin/python bench/api_request_cost.py                 # SQLite
     .venv/bin/python bench/api_request_cost.py --db postgresql # a fresh database on the local server
     .venv/bin/python bench/api_request_cost.py --price-versions 300  # after 300 price changes, a day apart
+    .venv/bin/python bench/api_request_cost.py --db postgresql --reads  # and every read endpoint's statements
+
+``--reads`` also counts the statements of each ``GET`` a renter and an operator make
+(issue 18: "handlers that only read do one or two indexed queries"), with the renter's 40
+instances and a job: the first request and the same request again (a list page is kept,
+``api.page_cache``; the others are computed each time).
 
 ``--price-versions N`` first changes a price N times, a day apart in the past (as an
 operator changing prices daily for N days would have), and rates once, so the unrated
@@ -28,6 +34,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, event, text
 
@@ -55,6 +62,37 @@ def measure(call: Callable[[], object], n: int, count: dict) -> dict:
     }
 
 
+#: what a renter reads (``{i}``: one of its instances, ``{j}``: its job), then an operator
+RENTER_READS = [
+    "/v1/instances", "/v1/instances/{i}", "/v1/instances/{i}/metrics", "/v1/jobs", "/v1/jobs/{j}",
+    "/v1/jobs/{j}/metrics", "/v1/gpus", "/v1/images", "/v1/keys", "/v1/me", "/v1/tokens", "/v1/alerts",
+    "/v1/dashboard", "/v1/billing/usage", "/v1/billing/bill", "/v1/billing/terms", "/v1/billing/prices",
+    "/v1/billing/grants", "/v1/billing/subscriptions", "/v1/billing/budget/changes",
+]  # fmt: skip
+OPERATOR_READS = [
+    "/v1/instances", "/v1/jobs", "/v1/nodes", "/v1/events", "/v1/users", "/v1/tenants", "/v1/audit",
+    "/v1/dashboard", "/v1/billing/bill?tenant=bench", "/v1/billing/terms?tenant=bench",
+]  # fmt: skip
+
+
+def read_statements(http: Any, renter: dict, admin: dict, count: dict) -> list[dict]:
+    """Statements of each read endpoint, asked twice (``--reads``)."""
+    instance = http.get("/v1/instances", headers=renter).json()[0]["id"]
+    r = http.post("/v1/jobs", json={"name": "bench", "run": "true"}, headers=renter)
+    r.raise_for_status()
+    out = []
+    for who, headers, paths in (("renter", renter, RENTER_READS), ("operator", admin, OPERATOR_READS)):
+        for path in paths:
+            url = path.format(i=instance, j=r.json()["id"])
+            n = []
+            for _ in range(2):
+                count["n"] = 0
+                status = http.get(url, headers=headers).status_code
+                n.append(count["n"])
+            out.append({"who": who, "path": path, "status": status, "first": n[0], "again": n[1]})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", default="sqlite", choices=["sqlite", "postgresql"])
@@ -62,6 +100,7 @@ def main() -> None:
         "--where", action="store_true", help="also print which code issued each statement of one computed list and one create"
     )
     ap.add_argument("--price-versions", type=int, default=0, help="price changes made first, a day apart in the past")
+    ap.add_argument("--reads", action="store_true", help="also count the statements of every read endpoint")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -127,6 +166,8 @@ def main() -> None:
                 "list_computed": measure(list_computed, ROWS, count),
                 "healthz": measure(lambda: http.get("/healthz"), 200, count),
             }
+            if args.reads:
+                out["reads"] = read_statements(http, renter, admin_h, count)
             if args.where:
                 count["trace"] = 1
                 for op, call in (("list_computed", list_computed), ("create", create)):
@@ -144,6 +185,10 @@ def main() -> None:
     for op in ("healthz", "list", "list_computed", "create"):
         m = out[op]
         print(f"{op:<14}{m['statements']:>11}{m['cpu_ms']:>9}{m['wall_ms_median']:>13}{m.get('cpu_vs_healthz', 1):>15}")
+    if "reads" in out:
+        print(f"{'who':<9}{'GET':<34}{'status':>7}{'first':>7}{'again':>7}")
+        for r in out["reads"]:
+            print(f"{r['who']:<9}{r['path']:<34}{r['status']:>7}{r['first']:>7}{r['again']:>7}")
     for op in ("list_computed", "create"):
         if f"{op}_statements_by_caller" in out:
             print(f"{op}, statements by caller:")

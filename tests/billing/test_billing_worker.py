@@ -69,6 +69,10 @@ def test_reads_never_rate(server: Server) -> None:
     assert server.get("/v1/billing/usage") == []
     bill = server.get("/v1/billing/bill")
     assert bill["charges"] == [] and bill["ended_unrated_micros"] > 0  # not posted, but shown (the GPU part, ended)
+    # what the tenant has left is told from the bill's own figures, at the bill's instant
+    terms = bill["terms"]
+    assert terms["balance"] == bill["balance"]
+    assert round(terms["accruing"] * 1_000_000) == bill["accruing_micros"] + bill["ended_unrated_micros"]
     assert server.get("/v1/billing/usage") == []
     r = server.post("/v1/billing/rate", {"cutoff_ms": int(time.time() * 1000)}, expect=200).json()
     assert r["inserted"] >= 1 and r["budget_actions"] == []
