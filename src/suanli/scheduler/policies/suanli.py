@@ -1,14 +1,15 @@
-"""Suanli's default policy: FGD, with ties broken by scarce GPU models and stranded capacity.
+"""Suanli's default policy: FGD, with ties broken by scarce GPU models and stranded
+capacity, and shares packed by the patterns of the mix's best packing.
 
 The primary key is FGD's (``fgd.py``): the integer ``floor(100 * sigmoid(dF / 1000))``
 score of the target workload's expected fragmentation. Because that score is
 quantised, many nodes tie, and FGD leaves the tie to the seeded node order. Ties are
 the rule, not the exception: a CPU-only pod changes no node's fragmentation until the
 cluster is nearly full, so nearly every node scores 50, and a whole-GPU pod ties on
-every node that has a free GPU and enough CPU. This policy keeps FGD's score (it never
-overrides it) and breaks its ties with facts about the future that FGD's per-node,
-count-weighted fragmentation does not see; only what is still tied after them goes to
-the seeded node order, which keeps FGD's packing.
+every node that has a free GPU and enough CPU. Keys 1-4 keep FGD's score and break its
+ties with facts about the future that FGD's per-node, count-weighted fragmentation does
+not see; only what is still tied after them goes to the seeded node order, which keeps
+FGD's packing. Key 5 alone ranks above FGD's score, for shares with a slot.
 
 1. **Scarce GPU models** (GPU requests). Some requests of the mix can run only on a
    small part of the cluster: a model list (``gpu_spec``), or a shape that only some
@@ -72,6 +73,17 @@ the seeded node order, which keeps FGD's packing.
    multigpu20, and on CPU-only pods it changed nothing, so it applies to sharing pods
    only.
 
+5. **Shares packed by the patterns of the mix's best packing** (sharing requests; key
+   "patterns", ``patterns.py``). The linear program of the cutting-stock problem over
+   the mix's share sizes says which sizes fill a GPU together and how many GPUs of each
+   combination the mix needs per share. A GPU a share opens is planned as the combination
+   furthest behind its rate, and a share goes first to a GPU whose plan still misses its
+   size (or one up to ``patterns.TOLERANCE`` larger), above FGD's score: FGD puts a
+   share where the gap left now looks least fragmented, Best Fit's rule, and at the end
+   of a fill leaves GPUs whose gaps no share fills. Where no slot waits, FGD and keys
+   1-4 decide as before. Chosen on the 20 shipped traces (issue 16, session 43:
+   +0.06 to +0.18 points on each, seeds 42-51; BENCHMARKS.md).
+
 **Packing while the cluster is nearly empty, for mixes with restricted requests**
 (FGD's ``pack_below`` and ``pack_if``; ``packs_while_nearly_empty``). With under
 ``PACK_BELOW`` of the cluster's GPU milli allocated, a mix with at least
@@ -111,14 +123,17 @@ tried and rejected: +0.16 points on g-multigpu10, but -0.34 against FGD on gpusp
 (+0.17 with the key, seeds 42-43; issue 16, BENCHMARKS.md).
 
 Key 1 applies otherwise (it does nothing without restricted requests); key 4 applies
-whenever the mix holds a node-sized request (it does nothing otherwise). The thresholds
+whenever the mix holds a node-sized request (it does nothing otherwise); key 5 applies
+to every mix (it does nothing without shares). The thresholds
 were chosen on the tune side of ``bench/gen_traces.py``'s split (issue 16,
 BENCHMARKS.md says which traces were looked at).
 
 A CPU-surplus key (key 2) for sharing pods lost allocation in the experiments (it
 pulls them off the packed nodes); key 3 only separates placements that leave the node
-unusable. Every key depends only on the node's own state and the target, so the
-per-shape score cache applies, and the policy is deterministic for a seed.
+unusable. Keys 1-4 depend only on the node's own state and the target, so the
+per-shape score cache applies to them; key 5 depends on what the policy placed before
+(its pattern book) and is added over the cached scores, for the few nodes with a slot.
+The policy is deterministic for a seed.
 
 Measured against FGD on every paper trace in BENCHMARKS.md ("Scheduler: fill quality").
 """
@@ -130,7 +145,7 @@ from collections.abc import Callable
 import numpy as np
 
 from suanli.scheduler.model import Request
-from suanli.scheduler.policies import rehearsal
+from suanli.scheduler.policies import patterns, rehearsal
 from suanli.scheduler.policies.fgd import FGD, sigmoid_score
 from suanli.scheduler.policies.fragmentation import TargetArrays
 from suanli.scheduler.policies.target import TargetWorkload
@@ -150,7 +165,7 @@ CPU_BOUND = 1.1
 NODE_SIZED_FGD = 1 / 3
 #: The tie-break keys, by the number the module docstring gives them.
 #: Key 2 is two keys here: "cpu" for CPU-only pods, "cpu_gpu" for whole-GPU pods.
-KEYS = frozenset({"pressure", "cpu", "cpu_gpu", "usable", "whole"})
+KEYS = frozenset({"pressure", "cpu", "cpu_gpu", "usable", "whole", "patterns"})
 #: Key 1 counts a request as restricted when the GPUs it can use are under this share
 #: of the cluster's: T4-only (14 % of the Alibaba cluster's GPUs) and G3-sized (5 %)
 #: requests count; a G2-only one (71 %) or a whole-GPU pod that any node with 8 GPUs
@@ -179,6 +194,12 @@ PACK_MULTI = 0.15
 #: learned from this many requests: a mix of a few hundred requests holds a dozen
 #: multi-GPU ones and swings across ``PACK_MULTI`` (module docstring).
 PACK_LATCH = 128
+#: Key 5: above its score, a share takes a GPU that its pattern left a slot of its size
+#: on (``patterns.py``). ``suanli_online`` solves the patterns of its learned mix again
+#: when the mix moved and at least this many shares were placed since the last solve.
+PATTERNS_RESOLVE_SHARES = 256
+#: how far above every other key a slot ranks
+_SLOT = 1 << 48
 
 
 def packs_while_nearly_empty(mix: TargetWorkload) -> bool:
@@ -268,12 +289,59 @@ class SuanliPolicy(FGD):
         self._pressure_level = np.zeros(0, np.int64)
         self._active = keys
         self._sized = np.zeros(0, np.int64)
+        self._book: patterns.PatternBook | None = None
+        self._book_of: TargetWorkload | None = None
+        self._book_solved_at = 0
+        #: the request ``scores`` found slots for, and the slot's GPU per node
+        self._slots: tuple[Request, dict[int, int]] | None = None
 
     def observe(self, req: Request) -> None:
         super().observe(req)
         if self.rehearse and self.online is not None and self.online.seen == LEARNED_MIX_REQUESTS:
             self._model_keys_of = None  # the mix is learned: decide key 1 by a rehearsal now
             self.cache.clear()
+
+    def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
+        """Key 5 (module docstring) over the cached per-node scores: a node with a slot of
+        the share's size ranks above every other, and its slot is the GPU taken."""
+        base = super().scores(state, req, feasible)
+        self._slots = None
+        if not req.is_sharing or "patterns" not in self.active_keys(state):
+            return base
+        nodes, gpus, held = self.pattern_book().slots(state, req.milli_per_gpu)
+        if nodes.size == 0:
+            return base
+        # per node, the slot held for the nearest size, then on the fullest GPU
+        order = np.lexsort((state.gpu_free[nodes, gpus], held))
+        best: dict[int, int] = {}
+        for i in order:
+            best.setdefault(int(nodes[i]), int(gpus[i]))
+        self._slots = (req, best)
+        return np.where(np.isin(feasible, nodes), base + _SLOT, base)
+
+    def pick_gpus(self, state: ClusterState, req: Request, node: int) -> tuple[int, ...]:
+        """A share's GPU: its slot on ``node`` (key 5), else FGD's pick; the choice goes in
+        the pattern book (a placement then not made leaves a plan it drops later)."""
+        if not req.is_sharing or "patterns" not in self.active_keys(state):
+            return super().pick_gpus(state, req, node)
+        if self._slots is not None and self._slots[0] is req and node in self._slots[1]:
+            gpu = self._slots[1][node]
+        else:
+            (gpu,) = super().pick_gpus(state, req, node)
+        self.pattern_book().placed(state, node, gpu, req.milli_per_gpu)
+        return (gpu,)
+
+    def pattern_book(self) -> patterns.PatternBook:
+        """Key 5's book, planned on the mix the policy has now (``suanli_online``: solved
+        again once ``PATTERNS_RESOLVE_SHARES`` shares after its mix moved)."""
+        book = self._book
+        if book is None:
+            book = self._book = patterns.PatternBook(patterns.solve(patterns.share_sizes(self.target)))
+            self._book_of = self.target
+        elif self._book_of is not self.target and book.shares - self._book_solved_at >= PATTERNS_RESOLVE_SHARES:
+            book.follow(patterns.solve(patterns.share_sizes(self.target)))
+            self._book_of, self._book_solved_at = self.target, book.shares
+        return book
 
     def cpu_demand_ratio(self, state: ClusterState) -> float:
         """CPU the mix asks for when the cluster's GPUs are fully allocated, over the
