@@ -112,6 +112,8 @@ class PatternBook:
         self.plans: dict[tuple[str, int], Counter[int]] = {}
         #: size -> the GPUs missing it (insertion-ordered, so choices are deterministic)
         self._waiting: dict[int, dict[tuple[str, int], None]] = {}
+        #: ``planned``'s arrays, and the node index they were built with (None: plans moved)
+        self._planned: tuple[dict[str, int], np.ndarray, np.ndarray] | None = None
 
     def follow(self, patterns: list[Pattern]) -> None:
         """Plan with another mix's patterns from now on (a learned mix moved): the GPUs
@@ -141,6 +143,15 @@ class PatternBook:
                     held.append(size)
         return np.array(nodes, np.int64), np.array(gpus, np.int64), np.array(held, np.int64)
 
+    def planned(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
+        """Node and GPU indices of every GPU that waits for shares (-1: a node not in
+        ``state``), built again only after the plans moved."""
+        if self._planned is None or self._planned[0] is not state.index:
+            keys = list(self.plans)
+            nodes = np.fromiter((state.index.get(name, -1) for name, _ in keys), np.int64, len(keys))
+            self._planned = (state.index, nodes, np.fromiter((gpu for _, gpu in keys), np.int64, len(keys)))
+        return self._planned[1], self._planned[2]
+
     def placed(self, state: ClusterState, node: int, gpu: int, milli: int) -> None:
         """A share of ``milli`` goes to ``gpu`` of ``node`` (called before it is bound):
         it fills a slot there, or opens the GPU with the pattern furthest behind its rate."""
@@ -166,6 +177,7 @@ class PatternBook:
         missing = Counter(dict(self.patterns[best].sizes))
         missing[milli] -= 1
         if +missing:
+            self._planned = None
             self.plans[key] = +missing
             for size in +missing:
                 self._waiting.setdefault(size, {})[key] = None
@@ -182,7 +194,10 @@ class PatternBook:
             self._waiting[size].pop(key, None)
         if not plan:
             del self.plans[key]
+            self._planned = None
 
     def _drop(self, key: tuple[str, int]) -> None:
+        if key in self.plans:
+            self._planned = None
         for size in self.plans.pop(key, Counter()):
             self._waiting[size].pop(key, None)

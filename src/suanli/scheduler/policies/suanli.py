@@ -9,7 +9,7 @@ cluster is nearly full, so nearly every node scores 50, and a whole-GPU pod ties
 every node that has a free GPU and enough CPU. Keys 1-4 keep FGD's score and break its
 ties with facts about the future that FGD's per-node, count-weighted fragmentation does
 not see; only what is still tied after them goes to the seeded node order, which keeps
-FGD's packing. Key 5 alone ranks above FGD's score, for shares with a slot.
+FGD's packing. Key 5 alone ranks above and below FGD's score, for shares.
 
 1. **Scarce GPU models** (GPU requests). Some requests of the mix can run only on a
    small part of the cluster: a model list (``gpu_spec``), or a shape that only some
@@ -78,11 +78,12 @@ FGD's packing. Key 5 alone ranks above FGD's score, for shares with a slot.
    the mix's share sizes says which sizes fill a GPU together and how many GPUs of each
    combination the mix needs per share. A GPU a share opens is planned as the combination
    furthest behind its rate, and a share goes first to a GPU whose plan still misses its
-   size (or one up to ``patterns.TOLERANCE`` larger), above FGD's score: FGD puts a
-   share where the gap left now looks least fragmented, Best Fit's rule, and at the end
-   of a fill leaves GPUs whose gaps no share fills. Where no slot waits, FGD and keys
-   1-4 decide as before. Chosen on the 20 shipped traces (issue 16, session 43:
-   +0.06 to +0.18 points on each, seeds 42-51; BENCHMARKS.md).
+   size (or one up to ``patterns.TOLERANCE`` larger), above FGD's score; a share
+   without a slot goes where FGD and keys 1-4 say, but not to a GPU another plan waits
+   on while any other node can take it (below FGD's score). FGD puts a share where the
+   gap left now looks least fragmented, Best Fit's rule, and at the end of a fill leaves
+   GPUs whose gaps no share fills. Chosen on the 20 shipped traces (issue 16, session
+   43, BENCHMARKS.md).
 
 **Packing while the cluster is nearly empty, for mixes with restricted requests**
 (FGD's ``pack_below`` and ``pack_if``; ``packs_while_nearly_empty``). With under
@@ -149,6 +150,7 @@ from suanli.scheduler.policies import patterns, rehearsal
 from suanli.scheduler.policies.fgd import FGD, sigmoid_score
 from suanli.scheduler.policies.fragmentation import TargetArrays
 from suanli.scheduler.policies.target import TargetWorkload
+from suanli.scheduler.policy import request_shape
 from suanli.scheduler.state import ClusterState
 
 #: Room under FGD's integer score (0..100) for the tie-break keys.
@@ -303,21 +305,27 @@ class SuanliPolicy(FGD):
 
     def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
         """Key 5 (module docstring) over the cached per-node scores: a node with a slot of
-        the share's size ranks above every other, and its slot is the GPU taken."""
+        the share's size ranks above every other, and its slot is the GPU taken; a node
+        whose pick (FGD's GPU) is another plan's GPU ranks below every other."""
         base = super().scores(state, req, feasible)
         self._slots = None
         if not req.is_sharing or "patterns" not in self.active_keys(state):
             return base
-        nodes, gpus, held = self.pattern_book().slots(state, req.milli_per_gpu)
-        if nodes.size == 0:
-            return base
-        # per node, the slot held for the nearest size, then on the fullest GPU
-        order = np.lexsort((state.gpu_free[nodes, gpus], held))
-        best: dict[int, int] = {}
-        for i in order:
-            best.setdefault(int(nodes[i]), int(gpus[i]))
-        self._slots = (req, best)
-        return np.where(np.isin(feasible, nodes), base + _SLOT, base)
+        book = self.pattern_book()
+        nodes, gpus, held = book.slots(state, req.milli_per_gpu)
+        if nodes.size:
+            # per node, the slot held for the nearest size, then on the fullest GPU
+            order = np.lexsort((state.gpu_free[nodes, gpus], held))
+            best: dict[int, int] = {}
+            for i in order:
+                best.setdefault(int(nodes[i]), int(gpus[i]))
+            self._slots = (req, best)
+        planned_nodes, planned_gpus = book.planned(state)
+        known = planned_nodes >= 0
+        picks = self.cache.entries[request_shape(req)].extra  # fresh for the feasible nodes
+        taken = planned_nodes[known][picks[planned_nodes[known]] == planned_gpus[known]]
+        slot = np.isin(feasible, nodes)
+        return base + _SLOT * slot - _SLOT * (np.isin(feasible, taken) & ~slot)
 
     def pick_gpus(self, state: ClusterState, req: Request, node: int) -> tuple[int, ...]:
         """A share's GPU: its slot on ``node`` (key 5), else FGD's pick; the choice goes in
