@@ -49,6 +49,18 @@ def test_a_slot_whose_room_other_work_took_is_forgotten():
     assert book.slots(state, 400)[0].size == 0 and not book.plans
 
 
+def test_a_plan_whose_gpu_was_freed_is_forgotten():
+    # the replay and the live loop free GPUs: a 600's GPU that waited for a 400 holds
+    # nothing once the 600 ends, and is no slot (nor kept from other shares) any more
+    state = cluster(node("a", gpus=1))
+    book = PatternBook(solve({600: 0.5, 400: 0.5}))
+    book.placed(state, 0, 0, 600)
+    state.bind(_alloc("a", 0, 600))
+    assert book.slots(state, 400)[0].tolist() == [0]
+    state.unbind(_alloc("a", 0, 600))
+    assert book.slots(state, 400)[0].size == 0 and not book.plans
+
+
 def test_new_gpus_take_the_pattern_furthest_behind_its_rate():
     # 600s pair with 400s and with 300s, a quarter of the shares each: GPUs opened by
     # 600s alternate between waiting for a 400 and waiting for a 300.

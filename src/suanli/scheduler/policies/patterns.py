@@ -19,7 +19,7 @@ patterns and 3.84 / 3.81 at the program's optimum (issue 16, session 43, BENCHMA
 
 The book only remembers what the policy chose: a plan whose GPU has less room than the
 plan still misses (someone else took it, or the placement was not made) is dropped, and
-a GPU freed again starts afresh. It is a preference among feasible placements, never a
+so is one whose GPU was freed (its shares ended): it starts afresh. It is a preference among feasible placements, never a
 constraint, so a stale plan costs packing, not correctness.
 """
 
@@ -145,7 +145,8 @@ class PatternBook:
 
     def planned(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """Node and GPU indices of every GPU that waits for shares (-1: a node not in
-        ``state``), built again only after the plans moved."""
+        ``state``; a plan gone stale is in until ``slots`` or ``placed`` meet it), built
+        again only after the plans moved."""
         if self._planned is None or self._planned[0] is not state.index:
             keys = list(self.plans)
             nodes = np.fromiter((state.index.get(name, -1) for name, _ in keys), np.int64, len(keys))
@@ -183,8 +184,11 @@ class PatternBook:
                 self._waiting.setdefault(size, {})[key] = None
 
     def _valid(self, state: ClusterState, node: int, key: tuple[str, int]) -> bool:
+        """The GPU still holds some of its pattern (freed, it holds none: the shares
+        ended) and has the room for what the plan misses."""
         plan = self.plans.get(key)
-        return plan is not None and state.gpu_free[node, key[1]] >= sum(s * n for s, n in plan.items())
+        free = state.gpu_free[node, key[1]]
+        return plan is not None and MILLI_PER_GPU > free >= sum(s * n for s, n in plan.items())
 
     def _take(self, key: tuple[str, int], size: int) -> None:
         plan = self.plans[key]

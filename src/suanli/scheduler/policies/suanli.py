@@ -145,7 +145,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from suanli.scheduler.model import Request
+from suanli.scheduler.model import MILLI_PER_GPU, Request
 from suanli.scheduler.policies import patterns, rehearsal
 from suanli.scheduler.policies.fgd import FGD, sigmoid_score
 from suanli.scheduler.policies.fragmentation import TargetArrays
@@ -322,8 +322,10 @@ class SuanliPolicy(FGD):
             self._slots = (req, best)
         planned_nodes, planned_gpus = book.planned(state)
         known = planned_nodes >= 0
+        planned_nodes, planned_gpus = planned_nodes[known], planned_gpus[known]
         picks = self.cache.entries[request_shape(req)].extra  # fresh for the feasible nodes
-        taken = planned_nodes[known][picks[planned_nodes[known]] == planned_gpus[known]]
+        held = state.gpu_free[planned_nodes, planned_gpus] < MILLI_PER_GPU  # a freed GPU's plan is stale
+        taken = planned_nodes[held & (picks[planned_nodes] == planned_gpus)]
         slot = np.isin(feasible, nodes)
         return base + _SLOT * slot - _SLOT * (np.isin(feasible, taken) & ~slot)
 
