@@ -97,21 +97,24 @@ def test_a_share_takes_its_slot_where_fgd_would_fill_a_tighter_gap():
 
 
 def test_a_share_without_a_slot_leaves_a_gpu_that_waits_for_another_size():
-    # Mix: 600s and 400s. A 600 opens a GPU that waits for a 400. A 300 arrives (no slot
-    # of its size): FGD puts it in that GPU's 400 (dF = +100: 52; a fresh GPU: 50),
-    # leaving 100 that nothing uses; key 5 sends it elsewhere and keeps the 400 for a 400.
-    mix = TargetWorkload.from_requests([share(600), share(400)], coverage=1.0)
-    together = {}
-    for keys in (KEYS, KEYS - {"patterns"}):
-        s = Scheduler(SuanliPolicy(mix, keys, rehearse=False), cluster(node("a", gpus=2), node("b", gpus=2)), seed=0)
+    # Mix: 600s, 400s and twice as many whole GPUs. A 600 opens a GPU that waits for a
+    # 400. A 300 arrives (no slot of its size): FGD puts it in that GPU's 400 (a fresh
+    # GPU would lose the whole-GPU requests a GPU), leaving 100 that nothing uses; key 5
+    # sends it elsewhere and keeps the 400 for a 400.
+    def together(mix: list, keys: frozenset[str], nodes: int = 2) -> bool:
+        target = TargetWorkload.from_requests(mix, coverage=1.0)
+        state = cluster(*(node(f"n{i}", gpus=2) for i in range(nodes)))
+        s = Scheduler(SuanliPolicy(target, keys, rehearse=False), state, seed=0)
         first = s.schedule(share(600), key=1).allocation
         second = s.schedule(share(300), key=2).allocation
-        together[keys] = (second.node, second.gpu_indices) == (first.node, first.gpu_indices)
-    assert together == {KEYS: False, KEYS - {"patterns"}: True}
+        return (second.node, second.gpu_indices) == (first.node, first.gpu_indices)
+
+    mix = [share(600), share(400), whole(1), whole(1)]
+    assert not together(mix, KEYS) and together(mix, KEYS - {"patterns"})
     # where no other node can take it, it still goes there (a preference, not a rule)
-    s = Scheduler(SuanliPolicy(mix, rehearse=False), cluster(node("a", gpus=1)), seed=0)
-    s.schedule(share(600), key=1)
-    assert s.schedule(share(300), key=2).allocation is not None
+    assert together(mix, KEYS, nodes=1)
+    # shares asking for most of the mix's GPU milli (KEEP_PLANNED_SHARES): not kept
+    assert together([share(600), share(400)], KEYS)
 
 
 def _alloc(name: str, gpu: int, milli: int):  # noqa: ANN202

@@ -80,7 +80,8 @@ FGD's packing. Key 5 alone ranks above and below FGD's score, for shares.
    furthest behind its rate, and a share goes first to a GPU whose plan still misses its
    size (or one up to ``patterns.TOLERANCE`` larger), above FGD's score; a share
    without a slot goes where FGD and keys 1-4 say, but not to a GPU another plan waits
-   on while any other node can take it (below FGD's score). FGD puts a share where the
+   on while any other node can take it (below FGD's score), unless shares ask for over
+   ``KEEP_PLANNED_SHARES`` of the mix's GPU milli. FGD puts a share where the
    gap left now looks least fragmented, Best Fit's rule, and at the end of a fill leaves
    GPUs whose gaps no share fills. Chosen on the 20 shipped traces (issue 16, session
    43, BENCHMARKS.md).
@@ -200,6 +201,12 @@ PACK_LATCH = 128
 #: on (``patterns.py``). ``suanli_online`` solves the patterns of its learned mix again
 #: when the mix moved and at least this many shares were placed since the last solve.
 PATTERNS_RESOLVE_SHARES = 256
+#: Key 5 keeps a planned GPU from shares of other sizes only while shares ask for at most
+#: this share of the mix's GPU milli (``share_milli_share``). Chosen on the shipped
+#: gpushare family (issue 16, session 43): keeping gained 0.31 points over not keeping on
+#: gpushare60 (0.6 of the milli in shares) and lost 0.07 on gpushare80 (0.8), where
+#: nearly every GPU ends up holding shares and the kept ones wait while the rest fill.
+KEEP_PLANNED_SHARES = 0.7
 #: how far above every other key a slot ranks
 _SLOT = 1 << 48
 
@@ -294,6 +301,7 @@ class SuanliPolicy(FGD):
         self._book: patterns.PatternBook | None = None
         self._book_of: TargetWorkload | None = None
         self._book_solved_at = 0
+        self._keeps_planned = True  #: key 5 keeps planned GPUs for their sizes (``KEEP_PLANNED_SHARES``)
         #: the request ``scores`` found slots for, and the slot's GPU per node
         self._slots: tuple[Request, dict[int, int]] | None = None
 
@@ -320,13 +328,15 @@ class SuanliPolicy(FGD):
             for i in order:
                 best.setdefault(int(nodes[i]), int(gpus[i]))
             self._slots = (req, best)
+        slot = np.isin(feasible, nodes)
+        if not self._keeps_planned:
+            return base + _SLOT * slot
         planned_nodes, planned_gpus = book.planned(state)
         known = planned_nodes >= 0
         planned_nodes, planned_gpus = planned_nodes[known], planned_gpus[known]
         picks = self.cache.entries[request_shape(req)].extra  # fresh for the feasible nodes
         held = state.gpu_free[planned_nodes, planned_gpus] < MILLI_PER_GPU  # a freed GPU's plan is stale
         taken = planned_nodes[held & (picks[planned_nodes] == planned_gpus)]
-        slot = np.isin(feasible, nodes)
         return base + _SLOT * slot - _SLOT * (np.isin(feasible, taken) & ~slot)
 
     def pick_gpus(self, state: ClusterState, req: Request, node: int) -> tuple[int, ...]:
@@ -363,6 +373,14 @@ class SuanliPolicy(FGD):
         if gpu <= 0 or cpu_total <= 0:
             return 0.0
         return float((t.weights * t.cpu).sum()) / gpu * state.total_gpu_milli / cpu_total
+
+    def share_milli_share(self, state: ClusterState) -> float:
+        """The share of the mix's GPU milli asked for by shares (one GPU, under a whole one)."""
+        t = self.arrays(state)
+        demand = t.weights * t.milli * t.gpus
+        total = float(demand.sum())
+        shares = (t.gpus == 1) & (t.milli > 0) & (t.milli < MILLI_PER_GPU)
+        return float(demand[shares].sum()) / total if total > 0 else 0.0
 
     def node_sized_share(self, state: ClusterState) -> float:
         """The share of the mix's GPU milli asked for by multi-GPU requests that need
@@ -403,6 +421,7 @@ class SuanliPolicy(FGD):
                 active.discard("pressure")
             level = steps.max() - steps if "pressure" in active else np.zeros_like(steps)
             self._model_keys_of, self._ratio, self._pressure_level = t, ratio, level
+            self._keeps_planned = self.share_milli_share(state) <= KEEP_PLANNED_SHARES
             self._sized = np.flatnonzero((t.gpus >= max(2, state.gpu_total.shape[1])) & (t.milli > 0))
             if self._sized.size == 0:
                 active.discard("whole")
