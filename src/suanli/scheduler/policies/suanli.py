@@ -134,7 +134,7 @@ A CPU-surplus key (key 2) for sharing pods lost allocation in the experiments (i
 pulls them off the packed nodes); key 3 only separates placements that leave the node
 unusable. Keys 1-4 depend only on the node's own state and the target, so the
 per-shape score cache applies to them; key 5 depends on what the policy placed before
-(its pattern book) and is added over the cached scores, for the few nodes with a slot.
+(its pattern book) and is added over the cached scores.
 The policy is deterministic for a seed.
 
 Measured against FGD on every paper trace in BENCHMARKS.md ("Scheduler: fill quality").
@@ -197,8 +197,7 @@ PACK_MULTI = 0.15
 #: learned from this many requests: a mix of a few hundred requests holds a dozen
 #: multi-GPU ones and swings across ``PACK_MULTI`` (module docstring).
 PACK_LATCH = 128
-#: Key 5: above its score, a share takes a GPU that its pattern left a slot of its size
-#: on (``patterns.py``). ``suanli_online`` solves the patterns of its learned mix again
+#: ``suanli_online`` solves key 5's patterns (``patterns.py``) again for its learned mix
 #: when the mix moved and at least this many shares were placed since the last solve.
 PATTERNS_RESOLVE_SHARES = 256
 #: Key 5 keeps a planned GPU from shares of other sizes only while shares ask for at most
@@ -207,7 +206,7 @@ PATTERNS_RESOLVE_SHARES = 256
 #: gpushare60 (0.6 of the milli in shares) and lost 0.07 on gpushare80 (0.8), where
 #: nearly every GPU ends up holding shares and the kept ones wait while the rest fill.
 KEEP_PLANNED_SHARES = 0.7
-#: how far above every other key a slot ranks
+#: how far above (a slot) or below (another plan's GPU) every other key key 5 ranks a node
 _SLOT = 1 << 48
 
 
