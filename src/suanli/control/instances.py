@@ -21,7 +21,7 @@ from suanli.control.auth import Principal
 from suanli.control.autostop import AutostopSettings, tenant_default
 from suanli.control.launcher import remove_disk
 from suanli.control.lifecycle import record_event, transition
-from suanli.control.listing import Listing, read_listing
+from suanli.control.listing import Listing, read_listing, read_one
 from suanli.control.secrets import Keyring
 from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import check_max_price
@@ -134,12 +134,8 @@ def detail(s: Session, who: Principal, instance_id: int) -> Listing[Instance]:
     """One of ``who``'s instances as ``listing`` reads a page of them, in one statement,
     with its waiting reason; ``NotFound`` as ``get``."""
     q = _STAMPED.where(Instance.id == instance_id, Instance.state != "deleted")
-    if not who.sees_all:
-        q = q.where(Instance.tenant_id == who.tenant_id)
-    listed = read_listing(s, Instance, q)
-    if not listed.read:
-        raise NotFound(f"no instance {instance_id}")
-    return listed
+    q = q if who.sees_all else q.where(Instance.tenant_id == who.tenant_id)
+    return read_one(s, Instance, q, f"no instance {instance_id}")
 
 
 def _listed(who: Principal, include_deleted: bool, page: keyset.Page | None) -> Select[Any]:

@@ -13,7 +13,7 @@ from suanli.billing.money import to_micros
 from suanli.control import funds, uploads, workload_secrets, workloads
 from suanli.control.auth import Principal
 from suanli.control.lifecycle import JOB_FINAL, record_event
-from suanli.control.listing import Listing, read_listing
+from suanli.control.listing import Listing, read_listing, read_one
 from suanli.control.secrets import Keyring
 from suanli.control.sizing import check_bid_floor, check_fits, size
 from suanli.control.task import Task
@@ -115,12 +115,8 @@ def detail(s: Session, who: Principal, job_id: int) -> Listing[Job]:
     """One of ``who``'s jobs as ``listing`` reads a page of them, in one statement, with
     its waiting reason; ``NotFound`` as ``get``."""
     q = _STAMPED.where(Job.id == job_id)
-    if not who.sees_all:
-        q = q.where(Job.tenant_id == who.tenant_id)
-    listed = read_listing(s, Job, q)
-    if not listed.read:
-        raise NotFound(f"no job {job_id}")
-    return listed
+    q = q if who.sees_all else q.where(Job.tenant_id == who.tenant_id)
+    return read_one(s, Job, q, f"no job {job_id}")
 
 
 def _listed(who: Principal, state: str | None, page: keyset.Page | None) -> Select[Any]:

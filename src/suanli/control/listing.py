@@ -15,6 +15,7 @@ from sqlalchemy.orm import DeclarativeBase, Session
 
 from suanli.control.waiting import Reason
 from suanli.db import stamps
+from suanli.errors import NotFound
 
 W = TypeVar("W", bound=DeclarativeBase)
 
@@ -47,3 +48,12 @@ def read_listing(s: Session, model: type[W], q: Select[Any]) -> Listing[W]:
     limit; read on the session's connection, as plain rows (``Session.execute`` adds the
     ORM's handling, a third of the read's cost)."""
     return Listing(model, list(s.connection().execute(q)))
+
+
+def read_one(s: Session, model: type[W], q: Select[Any], missing: str) -> Listing[W]:
+    """``read_listing`` of one row (``q`` selects it by id and owner); ``NotFound`` with
+    the message ``missing`` when there is none to show."""
+    listed = read_listing(s, model, q)
+    if not listed.read:
+        raise NotFound(missing)
+    return listed
