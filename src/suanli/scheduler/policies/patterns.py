@@ -16,7 +16,7 @@ never comes is a gap.
 Packing the default trace's shares alone (``bench/share_packing.py``: nodes and CPU
 ignored, seeds 42-43), the waste was 4.27 / 4.26 points of the cluster with Best Fit,
 3.94 / 3.92 following the patterns and 3.84 / 3.81 at the program's optimum; in the fill
-experiment the key, with keys 1-4, took `suanli` from a 5.06 % to a 9.26 % cut of FGD's
+experiment the key, with keys 1-4, took ``suanli`` from a 5.06 % to a 9.26 % cut of FGD's
 unallocated share over 61 traces (issue 16, session 43, BENCHMARKS.md).
 
 The book only remembers what the policy chose: a plan whose GPU has less room than the
