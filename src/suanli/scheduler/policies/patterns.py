@@ -114,8 +114,14 @@ class PatternBook:
         self.plans: dict[tuple[str, int], Counter[int]] = {}
         #: size -> the GPUs missing it (insertion-ordered, so choices are deterministic)
         self._waiting: dict[int, dict[tuple[str, int], None]] = {}
-        #: ``planned``'s arrays, and the node index they were built with (None: plans moved)
-        self._planned: tuple[dict[str, int], np.ndarray, np.ndarray] | None = None
+        #: every plan as a row of ``planned``'s arrays (rows of dropped plans are dead until
+        #: the arrays are compacted), and the node index the node column was built with
+        self._rows: dict[tuple[str, int], int] = {}
+        self._names: list[str] = []
+        self._node = np.zeros(0, np.int64)
+        self._gpu = np.zeros(0, np.int64)
+        self._live = np.zeros(0, bool)
+        self._index: dict[str, int] | None = None
 
     def follow(self, patterns: list[Pattern]) -> None:
         """Plan with another mix's patterns from now on (a learned mix moved): the GPUs
@@ -147,13 +153,37 @@ class PatternBook:
 
     def planned(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """Node and GPU indices of every GPU that waits for shares (-1: a node not in
-        ``state``; a plan gone stale is in until ``slots`` or ``placed`` meet it), built
-        again only after the plans moved."""
-        if self._planned is None or self._planned[0] is not state.index:
-            keys = list(self.plans)
-            nodes = np.fromiter((state.index.get(name, -1) for name, _ in keys), np.int64, len(keys))
-            self._planned = (state.index, nodes, np.fromiter((gpu for _, gpu in keys), np.int64, len(keys)))
-        return self._planned[1], self._planned[2]
+        ``state``; a plan gone stale is in until ``slots`` or ``placed`` meet it). Kept as
+        arrays that plans are added to and dropped from: every share asks."""
+        if self._index is not state.index:  # another snapshot (the live loop's next pass)
+            self._node = np.full(self._live.size, -1, np.int64)
+            self._node[: len(self._names)] = [state.index.get(n, -1) for n in self._names]
+            self._index = state.index
+        return self._node[self._live], self._gpu[self._live]
+
+    def _add_row(self, state: ClusterState, key: tuple[str, int]) -> None:
+        n = len(self._names)
+        if n == self._live.size:  # full: compact the live rows, and make room
+            keys = list(self._rows)
+            size = max(64, 2 * len(keys))
+            self._names = [name for name, _ in keys]
+            self._node = np.resize(np.fromiter((state.index.get(k, -1) for k in self._names), np.int64, len(keys)), size)
+            self._gpu = np.resize(np.fromiter((gpu for _, gpu in keys), np.int64, len(keys)), size)
+            self._live = np.zeros(size, bool)
+            self._live[: len(keys)] = True
+            self._rows = {k: i for i, k in enumerate(keys)}
+            self._index = state.index
+            n = len(keys)
+        if self._index is not state.index:
+            self.planned(state)
+        self._rows[key] = n
+        self._names.append(key[0])
+        self._node[n], self._gpu[n], self._live[n] = state.index[key[0]], key[1], True
+
+    def _remove_row(self, key: tuple[str, int]) -> None:
+        row = self._rows.pop(key, None)
+        if row is not None:
+            self._live[row] = False
 
     def placed(self, state: ClusterState, node: int, gpu: int, milli: int) -> None:
         """A share of ``milli`` goes to ``gpu`` of ``node`` (called before it is bound):
@@ -180,8 +210,8 @@ class PatternBook:
         missing = Counter(dict(self.patterns[best].sizes))
         missing[milli] -= 1
         if +missing:
-            self._planned = None
             self.plans[key] = +missing
+            self._add_row(state, key)
             for size in +missing:
                 self._waiting.setdefault(size, {})[key] = None
 
@@ -200,10 +230,9 @@ class PatternBook:
             self._waiting[size].pop(key, None)
         if not plan:
             del self.plans[key]
-            self._planned = None
+            self._remove_row(key)
 
     def _drop(self, key: tuple[str, int]) -> None:
-        if key in self.plans:
-            self._planned = None
+        self._remove_row(key)
         for size in self.plans.pop(key, Counter()):
             self._waiting[size].pop(key, None)

@@ -327,7 +327,9 @@ class SuanliPolicy(FGD):
             for i in order:
                 best.setdefault(int(nodes[i]), int(gpus[i]))
             self._slots = (req, best)
-        slot = np.isin(feasible, nodes)
+        marked = np.zeros(state.num_nodes, bool)
+        marked[nodes] = True
+        slot = marked[feasible]
         if not self._keeps_planned:
             return base + _SLOT * slot
         planned_nodes, planned_gpus = book.planned(state)
@@ -335,8 +337,9 @@ class SuanliPolicy(FGD):
         planned_nodes, planned_gpus = planned_nodes[known], planned_gpus[known]
         picks = self.cache.entries[request_shape(req)].extra  # fresh for the feasible nodes
         held = state.gpu_free[planned_nodes, planned_gpus] < MILLI_PER_GPU  # a freed GPU's plan is stale
-        taken = planned_nodes[held & (picks[planned_nodes] == planned_gpus)]
-        return base + _SLOT * slot - _SLOT * (np.isin(feasible, taken) & ~slot)
+        marked[:] = False
+        marked[planned_nodes[held & (picks[planned_nodes] == planned_gpus)]] = True
+        return base + _SLOT * slot - _SLOT * (marked[feasible] & ~slot)
 
     def pick_gpus(self, state: ClusterState, req: Request, node: int) -> tuple[int, ...]:
         """A share's GPU: its slot on ``node`` (key 5), else FGD's pick; the choice goes in
