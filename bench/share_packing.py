@@ -57,9 +57,9 @@ def by_patterns(shares: list[int], mix: TargetWorkload) -> int:
     book = PatternBook(solve(share_sizes(mix)))
     opened = 0
     for s in shares:
-        nodes, _, held = book.slots(state, s)
-        if nodes.size:
-            node = int(nodes[np.lexsort((state.gpu_free[nodes, 0], held))[0]])
+        slots = book.best_slots(state, s)
+        if slots:
+            node = next(iter(slots))
         else:
             planned = set(book.planned(state)[0].tolist())
             free = state.gpu_free[:opened, 0]

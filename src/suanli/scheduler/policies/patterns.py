@@ -151,6 +151,15 @@ class PatternBook:
                     held.append(size)
         return np.array(nodes, np.int64), np.array(gpus, np.int64), np.array(held, np.int64)
 
+    def best_slots(self, state: ClusterState, milli: int) -> dict[int, int]:
+        """Per node with a slot for a share of ``milli``: the GPU it takes there (the slot
+        held for the nearest size, then the fullest GPU), best node first."""
+        nodes, gpus, held = self.slots(state, milli)
+        best: dict[int, int] = {}
+        for i in np.lexsort((state.gpu_free[nodes, gpus], held)):
+            best.setdefault(int(nodes[i]), int(gpus[i]))
+        return best
+
     def planned(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
         """Node and GPU indices of every GPU that waits for shares (-1: a node not in
         ``state``; a plan gone stale is in until ``slots`` or ``placed`` meet it). Kept as

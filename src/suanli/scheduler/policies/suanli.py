@@ -319,16 +319,11 @@ class SuanliPolicy(FGD):
         if not req.is_sharing or "patterns" not in self.active_keys(state):
             return base
         book = self.pattern_book()
-        nodes, gpus, held = book.slots(state, req.milli_per_gpu)
-        if nodes.size:
-            # per node, the slot held for the nearest size, then on the fullest GPU
-            order = np.lexsort((state.gpu_free[nodes, gpus], held))
-            best: dict[int, int] = {}
-            for i in order:
-                best.setdefault(int(nodes[i]), int(gpus[i]))
+        best = book.best_slots(state, req.milli_per_gpu)
+        if best:
             self._slots = (req, best)
         marked = np.zeros(state.num_nodes, bool)
-        marked[nodes] = True
+        marked[list(best)] = True
         slot = marked[feasible]
         if not self._keeps_planned:
             return base + _SLOT * slot
