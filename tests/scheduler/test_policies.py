@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suanli.scheduler import Allocation, Request
+from suanli.scheduler import Allocation, Request, TargetWorkload
+from suanli.scheduler.policies.fgd import FGD
+from suanli.scheduler.policies.fragmentation import TargetArrays, fragmentation_after, per_task_fragmentation
 from tests.scheduler.factories import cluster, node, scheduler, share, whole
 
 
@@ -216,6 +218,44 @@ def test_suanli_scores_are_the_same_with_and_without_the_cache():
     for k, req in enumerate(reqs):
         a, b = cached.schedule(req, key=k), fresh.schedule(req, key=k)
         assert a.allocation == b.allocation and a.score == b.score
+
+
+def test_a_placement_that_changes_no_task_scores_exactly_fgds_50():
+    # FGD keeps f(n, m) per node version and scores the change per task: a node's rows
+    # are the same whichever nodes they were computed with, so a pod that changes no
+    # task's f scores a change of exactly 0, FGD's 50. (Taking F0 and F1 as weighted
+    # sums of batches of different shapes, a BLAS product rounded an unchanged node's
+    # change to -2e-12 and its score to 49.)
+    rng = np.random.default_rng(3)
+    reqs = [share(int(m), cpu=int(c)) for m, c in zip(rng.integers(50, 1000, 60), rng.integers(500, 12_000, 60))]
+    reqs += [whole(int(k), cpu=int(c)) for k, c in zip(rng.choice([1, 2, 4, 8], 30), rng.integers(500, 24_000, 30))]
+    target = TargetWorkload.from_requests(reqs, coverage=1.0)
+    t = TargetArrays.build(target, ["G2"])
+    free = rng.integers(0, 1001, (30, 8))
+    cpu, model = rng.integers(0, 96_000, 30), np.zeros(30, np.int64)
+    rows = per_task_fragmentation(free, cpu, model, t)
+    for k in range(30):  # FGD's definition (fragmentation.py), one node and task at a time
+        for m, shape in enumerate(target.shapes):
+            fits = [g for g in free[k] if g >= shape.milli_per_gpu]
+            hosts = shape.milli_per_gpu > 0 and len(fits) >= shape.gpus and cpu[k] >= shape.cpu_milli
+            assert rows[k, m] == (free[k].sum() - sum(fits) if hosts else free[k].sum())
+    # A share tried on every GPU at once: per GPU, the rows of that node charged alone.
+    state = cluster(*[node(f"n{i}") for i in range(40)], used={f"n{i}": list(rng.integers(0, 1001, 8)) for i in range(40)})
+    f1, fit = fragmentation_after(state, np.arange(3), 250, 1, 2000, True, t)
+    for k, g in zip(*np.nonzero(fit), strict=True):
+        after = state.gpu_free[k : k + 1].copy()
+        after[0, g] -= 250
+        assert (
+            f1[k, g] == per_task_fragmentation(after, state.cpu_free[k : k + 1] - 2000, state.model_id[k : k + 1], t)[0]
+        ).all()
+    # Rows kept from one batch, the change scored in others: exactly 0 for a pod that
+    # takes no GPU and too little CPU to change what any node can host.
+    fgd = FGD(target)
+    fgd.per_task_now(state, np.arange(40))
+    tiny = Request(cpu_milli=1, memory_mib=0)
+    for idx in (np.arange(40), np.arange(0, 40, 3), np.array([7])):
+        delta, _ = fgd.fragmentation_change(state, tiny, idx)
+        assert (delta == 0).all()
 
 
 def test_policies_without_a_target_place_before_learning_anything():

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from suanli.scheduler.model import Request
-from suanli.scheduler.policies.fragmentation import TargetArrays, fragmentation_after, node_fragmentation
+from suanli.scheduler.policies.fragmentation import TargetArrays, fragmentation_after, per_task_fragmentation
 from suanli.scheduler.policies.target import OnlineTarget, TargetWorkload
 from suanli.scheduler.policy import NodeLocalPolicy, pick_lowest_free
 from suanli.scheduler.state import ClusterState
@@ -57,6 +57,8 @@ class FGD(NodeLocalPolicy):
         self.pack_latch = pack_latch
         self._pack_latched = False
         self._packing = False
+        #: f(n, m) per node as of its version, for the mix and cluster it was computed for
+        self._per_task: tuple[TargetArrays, dict[str, int], np.ndarray, np.ndarray] | None = None
         self._no_mix: TargetArrays | None = None
 
     def observe(self, req: Request) -> None:
@@ -95,12 +97,28 @@ class FGD(NodeLocalPolicy):
         return self._no_mix if self._packing and self._no_mix is not None else self._arrays
 
     def fragmentation_change(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """F0 - F1 per hypothetical placement: (K, G) for a shared request (-inf where
-        the GPU does not fit), (K, 1) otherwise."""
+        """F0 - F1 per hypothetical placement: (K, G) for a shared request, with the
+        mask of the GPUs it fits, (K, 1) otherwise. Taken per task, then weighted: a
+        placement that changes no task's f scores exactly 0 (FGD's 50), never a
+        rounding error's 49."""
         t = self.arrays(state)
-        f0 = node_fragmentation(state.gpu_free[idx], state.cpu_free[idx], state.model_id[idx], t)
         f1, fit = fragmentation_after(state, idx, req.milli_per_gpu, req.gpus_used, req.cpu_milli, req.is_sharing, t)
-        return f0[:, None] - f1, fit
+        return (self.per_task_now(state, idx)[:, None, :] - f1) @ t.weights, fit
+
+    def per_task_now(self, state: ClusterState, idx: np.ndarray) -> np.ndarray:
+        """f(n, m) of nodes ``idx`` as they are now, (K, M), kept per node version:
+        every request shape scored on a node asks for the same rows."""
+        t = self.arrays(state)
+        kept = self._per_task
+        if kept is None or kept[0] is not t or kept[1] is not state.index:
+            rows = np.zeros((state.num_nodes, t.milli.size), np.int64)
+            kept = self._per_task = (t, state.index, rows, np.full(state.num_nodes, -1, np.int64))
+        _, _, rows, versions = kept
+        stale = idx[versions[idx] != state.version[idx]]
+        if stale.size:
+            rows[stale] = per_task_fragmentation(state.gpu_free[stale], state.cpu_free[stale], state.model_id[stale], t)
+            versions[stale] = state.version[stale]
+        return rows[idx]
 
     def node_scores(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if idx.size > 64:

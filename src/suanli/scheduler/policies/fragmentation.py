@@ -32,6 +32,10 @@ class TargetArrays:
     cpu: np.ndarray  # (M,)
     model_ok: np.ndarray  # (M, num_models) bool
     weights: np.ndarray  # (M,)
+    #: the distinct GPU shares among ``milli`` (U of them, U << M: many shapes share a size),
+    #: and each shape's index into them; GPU fit is computed per size and spread to shapes
+    sizes: np.ndarray  # (U,)
+    size_of: np.ndarray  # (M,)
 
     @classmethod
     def build(cls, target: TargetWorkload, models: list[str]) -> TargetArrays:
@@ -41,12 +45,16 @@ class TargetArrays:
             if shape.gpu_models:
                 allowed = {m.lower() for m in shape.gpu_models}
                 ok[k] = [m in allowed for m in lower]
+        milli = np.array([s.milli_per_gpu for s in target.shapes], dtype=np.int64)
+        sizes, size_of = np.unique(milli, return_inverse=True)
         return cls(
-            milli=np.array([s.milli_per_gpu for s in target.shapes], dtype=np.int64),
+            milli=milli,
             gpus=np.array([s.gpus for s in target.shapes], dtype=np.int64),
             cpu=np.array([s.cpu_milli for s in target.shapes], dtype=np.int64),
             model_ok=ok,
             weights=np.asarray(target.weights, dtype=np.float64),
+            sizes=sizes,
+            size_of=size_of.ravel(),
         )
 
 
@@ -54,10 +62,10 @@ def per_task_fragmentation(gpu_free: np.ndarray, cpu_free: np.ndarray, model_id:
     """f(n, m) for K node states: (K, G), (K,), (K,) -> (K, M) in milli."""
     free = gpu_free.astype(np.int64)
     idle = free.sum(axis=1)
-    fits = free[:, None, :] >= t.milli[None, :, None]  # (K, M, G)
-    small = np.where(fits, 0, free[:, None, :]).sum(axis=2)  # idle on GPUs too small for m
+    fits = free[:, :, None] >= t.sizes  # (K, G, U)
+    small = np.where(fits, 0, free[:, :, None]).sum(axis=1)[:, t.size_of]  # (K, M): idle on GPUs too small for m
     can_host = (
-        (fits.sum(axis=2) >= t.gpus[None, :])
+        (fits.sum(axis=1)[:, t.size_of] >= t.gpus[None, :])
         & (cpu_free[:, None] >= t.cpu[None, :])
         & t.model_ok[:, model_id].T
         & (t.milli[None, :] > 0)
@@ -75,13 +83,15 @@ def node_fragmentation(gpu_free: np.ndarray, cpu_free: np.ndarray, model_id: np.
 def fragmentation_after(
     state: ClusterState, idx: np.ndarray, milli: int, gpus: int, cpu: int, sharing: bool, t: TargetArrays
 ) -> tuple[np.ndarray, np.ndarray]:
-    """F(n) after placing a request on each node of ``idx``, and a mask of legal choices.
+    """f(n, m) after placing a request on each node of ``idx``, and a mask of legal choices.
 
-    A shared request is tried on every GPU: (K, G) results, -1 in the mask where the
-    GPU does not fit. Charging GPU i only changes that GPU's terms, so the per-task
-    counts are updated from the node's current ones instead of recomputed: O(K*G*M)
-    rather than O(K*G*M*G). Other requests take ``gpus`` GPUs in ascending idle order
-    among those that fit (the lowest indices first for whole GPUs): (K, 1) results.
+    A shared request is tried on every GPU: (K, G, M) results, False in the (K, G) mask
+    where the GPU does not fit. Charging GPU i only changes that GPU's terms, so the
+    per-size counts are updated from the node's current ones instead of recomputed:
+    O(K*G*M) rather than O(K*G*M*G). Other requests take ``gpus`` GPUs in ascending idle
+    order among those that fit (the lowest indices first for whole GPUs): (K, 1, M).
+    Per task, not weighted: a caller takes the change per task first, so a task whose
+    f is unchanged adds exactly 0, however the weighted sums would round.
     """
     free = state.gpu_free[idx].astype(np.int64)
     cpu_after = state.cpu_free[idx] - cpu
@@ -92,18 +102,17 @@ def fragmentation_after(
             key = np.where(free >= milli, free, np.iinfo(np.int64).max)
             order = np.argsort(key, axis=1, kind="stable")[:, :gpus]
             np.put_along_axis(hyp, order, np.take_along_axis(hyp, order, axis=1) - milli, axis=1)
-        f1 = node_fragmentation(hyp, cpu_after, model, t)
-        return f1[:, None], np.ones((len(idx), 1), dtype=bool)
-    if t.weights.size == 0:
-        return np.zeros(free.shape), free >= milli
-    need = t.milli[None, None, :]  # (1, 1, M)
-    fits_now = (free[:, :, None] >= need).sum(axis=1)  # (K, M)
-    small_now = np.where(free[:, :, None] >= need, 0, free[:, :, None]).sum(axis=1)
+        f1 = per_task_fragmentation(hyp, cpu_after, model, t)
+        return f1[:, None, :], np.ones((len(idx), 1), dtype=bool)
+    # Per distinct size (U), then spread to the shapes (M).
+    need = t.sizes[None, None, :]  # (1, 1, U)
     x = free[:, :, None]  # (K, G, 1): GPU i before
     y = x - milli  # after
-    fits = fits_now[:, None, :] - (x >= need) + (y >= need)  # (K, G, M)
-    small = small_now[:, None, :] - np.where(x < need, x, 0) + np.where(y < need, y, 0)
+    fits_now = (x >= need).sum(axis=1)  # (K, U)
+    small_now = np.where(x >= need, 0, x).sum(axis=1)
+    fits = (fits_now[:, None, :] - (x >= need) + (y >= need))[:, :, t.size_of]  # (K, G, M)
+    small = (small_now[:, None, :] - np.where(x < need, x, 0) + np.where(y < need, y, 0))[:, :, t.size_of]
     idle = free.sum(axis=1)[:, None, None] - milli
-    can_host = (fits >= t.gpus) & (cpu_after[:, None, None] >= t.cpu) & t.model_ok[:, model].T[:, None, :] & (need > 0)
-    f1 = np.where(can_host, small, idle) @ t.weights
-    return f1, free >= milli
+    ok = t.model_ok[:, model].T[:, None, :] & (t.milli > 0)
+    can_host = (fits >= t.gpus) & (cpu_after[:, None, None] >= t.cpu) & ok
+    return np.where(can_host, small, idle), free >= milli

@@ -250,9 +250,9 @@ def usable_after_share(state: ClusterState, req: Request, idx: np.ndarray, t: Ta
     if t.weights.size == 0:
         return np.ones(free.shape, dtype=bool)
     drained = (free.sum(axis=1) == milli)[:, None]  # no idle milli left (wherever g fits)
-    need = t.milli[None, None, :]  # (1, 1, M)
+    need = t.sizes[None, None, :]  # (1, 1, U): per distinct size, then spread to the shapes
     x = free[:, :, None]  # GPU g before, (K, G, 1)
-    fits = (x >= need).sum(axis=1)[:, None, :] - (x >= need) + (x - milli >= need)  # (K, G, M)
+    fits = ((x >= need).sum(axis=1)[:, None, :] - (x >= need) + (x - milli >= need))[:, :, t.size_of]  # (K, G, M)
     cpu_ok = (state.cpu_free[idx] - req.cpu_milli)[:, None] >= t.cpu[None, :]  # (K, M)
     task_ok = cpu_ok & t.model_ok[:, state.model_id[idx]].T & (t.milli > 0)[None, :]
     return drained | ((fits >= t.gpus) & task_ok[:, None, :]).any(axis=2)
