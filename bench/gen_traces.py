@@ -116,6 +116,16 @@ TUNE_5: dict[str, dict[str, float]] = {
     "t-mix-all": {"cpu": 1.5, "gpushare": 40, "multigpu": 20, "gpuspec": 10},
 }
 
+#: Tune traces for the sixth decision (session 44, ``SPLIT_6``): heavy model restriction,
+#: drawn with their own seed; no other decision looked at them.
+TUNE_6_SEED = 13
+TUNE_6: dict[str, dict[str, float]] = {
+    "s-gpuspec30": {"gpuspec": 30},
+    "s-gpuspec35": {"gpuspec": 35},
+    "s-gpuspec45": {"gpuspec": 45},
+    "s-spec30-share50": {"gpuspec": 30, "gpushare": 50},
+}
+
 #: The fourth pass (key 1, ``policies/suanli.py``): tuned on the shipped gpuspec family
 #: and g-multigpu50; reported on the generated traces with restricted requests and on
 #: ``FRESH``. g-mix-all had been looked at before (issue 16, session 18) and its figure
@@ -151,6 +161,17 @@ SPLIT_5 = {
 }
 
 
+#: The sixth decision (session 44: ``policies/suanli.py``'s key 5 off when some GPU model
+#: is oversubscribed by restricted requests, ``OVERSUBSCRIBED``): set on the shipped
+#: gpuspec family and ``TUNE_6``; reported on the generated and fresh traces the gate
+#: closes on (g-gpuspec35, g-gpuspec50, u-gpuspec30, u-gpuspec35, u-gpuspec40; session 43
+#: saw key 5 lose on them, and no threshold was looked for on them).
+SPLIT_6 = {
+    "tune": ("gpuspec05", "gpuspec10", "gpuspec20", "gpuspec25", *TUNE_6),
+    "report": ("g-gpuspec35", "g-gpuspec50", "u-gpuspec30", "u-gpuspec35", "u-gpuspec40"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     from suanli.sim import tracegen
 
@@ -164,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = [(name, families, args.seed) for name, families in VARIANTS.items()]
     variants += [(name, families, FRESH_SEED) for name, families in FRESH.items()]
     variants += [(name, families, TUNE_5_SEED) for name, families in TUNE_5.items()]
+    variants += [(name, families, TUNE_6_SEED) for name, families in TUNE_6.items()]
     for name, families, seed in variants:
         rows = tracegen.variant(default, seed, **families)
         tracegen.write_rows(args.out / f"openb_pod_list_{name}.csv", columns, rows)

@@ -121,3 +121,20 @@ def _alloc(name: str, gpu: int, milli: int):  # noqa: ANN202
     from suanli.scheduler import Allocation
 
     return Allocation(name, (gpu,), milli, 0, 0)
+
+
+def test_key_5_is_off_while_restricted_requests_oversubscribe_a_gpu_model():
+    # 34 GPUs, 2 of them T4. T4-only whole-GPU requests asking for 10 % of the mix's GPU
+    # milli want 3.4 GPUs at full arrival: T4 is oversubscribed (OVERSUBSCRIBED), and the
+    # patterns are off. At 2 % they want 0.7 of T4's 2 GPUs: on.
+    from suanli.scheduler import ClusterState, Request
+
+    state = ClusterState([node(f"g{i}", gpus=8) for i in range(4)] + [node("t", gpus=2, model="T4")])
+    t4_only = Request(cpu_milli=1000, memory_mib=0, gpu_count=1, gpu_models=frozenset({"T4"}))
+
+    def keys(t4_requests: int) -> frozenset[str]:
+        mix = [share(500)] * 20 + [whole(1)] * (90 - t4_requests) + [t4_only] * t4_requests
+        return SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0), rehearse=False).active_keys(state)
+
+    assert "patterns" not in keys(10)
+    assert "patterns" in keys(2)

@@ -84,7 +84,9 @@ FGD's packing. Key 5 alone ranks above and below FGD's score, for shares.
    ``KEEP_PLANNED_SHARES`` of the mix's GPU milli. FGD puts a share where the
    gap left now looks least fragmented, Best Fit's rule, and at the end of a fill leaves
    GPUs whose gaps no share fills. Chosen on the 20 shipped traces (issue 16, session
-   43, BENCHMARKS.md).
+   43, BENCHMARKS.md). The key is off while restricted requests alone want a GPU model
+   whole (key 1's pressure at least ``OVERSUBSCRIBED``): there the scarce model decides
+   what is allocated, and the key lost 0.24-0.31 points on every such mix tried.
 
 **Packing while the cluster is nearly empty, for mixes with restricted requests**
 (FGD's ``pack_below`` and ``pack_if``; ``packs_while_nearly_empty``). With under
@@ -126,7 +128,8 @@ tried and rejected: +0.16 points on g-multigpu10, but -0.34 against FGD on gpusp
 
 Key 1 applies otherwise (it does nothing without restricted requests); key 4 applies
 whenever the mix holds a node-sized request (it does nothing otherwise); key 5 applies
-to every mix (it does nothing without shares). The thresholds
+unless a GPU model is oversubscribed by restricted requests (it does nothing without
+shares). The thresholds
 were chosen on the tune side of ``bench/gen_traces.py``'s split (issue 16,
 BENCHMARKS.md says which traces were looked at).
 
@@ -206,6 +209,12 @@ PATTERNS_RESOLVE_SHARES = 256
 #: gpushare60 (0.6 of the milli in shares) and lost 0.07 on gpushare80 (0.8), where
 #: nearly every GPU ends up holding shares and the kept ones wait while the rest fill.
 KEEP_PLANNED_SHARES = 0.7
+#: Key 5 is off when restricted requests alone want at least this share of some GPU
+#: model's GPUs at full arrival (key 1's pressure). Chosen on the shipped gpuspec family
+#: and four fresh draws (issue 16, session 44, ``bench/gen_traces.py``'s ``TUNE_6``):
+#: against key 5 off (seeds 42-45), it gained 0.17 points on gpuspec20 (T4 at 0.69) and
+#: was level on gpuspec25 (0.91); it lost 0.24-0.31 on every draw with T4 at 1.14-1.75.
+OVERSUBSCRIBED = 1.0
 #: how far above (a slot) or below (another plan's GPU) every other key key 5 ranks a node
 _SLOT = 1 << 48
 
@@ -407,8 +416,11 @@ class SuanliPolicy(FGD):
             cpu = (t.weights * t.cpu) @ allowed
             gpu = demand @ allowed
             ratio = np.where(gpu > 0, cpu / np.where(gpu > 0, gpu, 1.0), 0.0)
-            steps = np.floor(model_pressure(state, t) / PRESSURE_STEP + 1e-9).astype(np.int64)
+            pressure = model_pressure(state, t)
+            steps = np.floor(pressure / PRESSURE_STEP + 1e-9).astype(np.int64)
             active = set(self.keys)
+            if pressure.max(initial=0.0) >= OVERSUBSCRIBED:
+                active.discard("patterns")
             node_sized = self.node_sized_share(state)
             if self.cpu_demand_ratio(state) > CPU_BOUND:
                 active -= {"cpu", "cpu_gpu", "usable"}
