@@ -224,8 +224,8 @@ def test_a_placement_that_changes_no_task_scores_exactly_fgds_50():
     # FGD keeps f(n, m) per node version and scores the change per task: a node's rows
     # are the same whichever nodes they were computed with, so a pod that changes no
     # task's f scores a change of exactly 0, FGD's 50. (Taking F0 and F1 as weighted
-    # sums of batches of different shapes, a BLAS product rounded an unchanged node's
-    # change to -2e-12 and its score to 49.)
+    # sums of batches of different shapes, a BLAS product rounds a row by its place in
+    # the batch, so an unchanged node's change could come out as -2e-12: a score of 49.)
     rng = np.random.default_rng(3)
     reqs = [share(int(m), cpu=int(c)) for m, c in zip(rng.integers(50, 1000, 60), rng.integers(500, 12_000, 60))]
     reqs += [whole(int(k), cpu=int(c)) for k, c in zip(rng.choice([1, 2, 4, 8], 30), rng.integers(500, 24_000, 30))]
