@@ -80,6 +80,15 @@ def node_fragmentation(gpu_free: np.ndarray, cpu_free: np.ndarray, model_id: np.
     return per_task_fragmentation(gpu_free, cpu_free, model_id, t) @ t.weights
 
 
+def fits_after_share(free: np.ndarray, milli: int, t: TargetArrays) -> np.ndarray:
+    """(K, G, M): GPUs of node k with room for task m once a share of ``milli`` takes
+    GPU g. Charging g changes only g's fit, so the node's counts are updated, not
+    recomputed; counted per distinct size (U), then spread to the shapes (M)."""
+    need = t.sizes[None, None, :]  # (1, 1, U)
+    x = free[:, :, None]  # (K, G, 1): GPU g before
+    return ((x >= need).sum(axis=1)[:, None, :] - (x >= need) + (x - milli >= need))[:, :, t.size_of]
+
+
 def fragmentation_after(
     state: ClusterState, idx: np.ndarray, milli: int, gpus: int, cpu: int, sharing: bool, t: TargetArrays
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -104,14 +113,12 @@ def fragmentation_after(
             np.put_along_axis(hyp, order, np.take_along_axis(hyp, order, axis=1) - milli, axis=1)
         f1 = per_task_fragmentation(hyp, cpu_after, model, t)
         return f1[:, None, :], np.ones((len(idx), 1), dtype=bool)
-    # Per distinct size (U), then spread to the shapes (M).
     need = t.sizes[None, None, :]  # (1, 1, U)
     x = free[:, :, None]  # (K, G, 1): GPU i before
     y = x - milli  # after
-    fits_now = (x >= need).sum(axis=1)  # (K, U)
     small_now = np.where(x >= need, 0, x).sum(axis=1)
-    fits = (fits_now[:, None, :] - (x >= need) + (y >= need))[:, :, t.size_of]  # (K, G, M)
     small = (small_now[:, None, :] - np.where(x < need, x, 0) + np.where(y < need, y, 0))[:, :, t.size_of]
+    fits = fits_after_share(free, milli, t)
     idle = free.sum(axis=1)[:, None, None] - milli
     ok = t.model_ok[:, model].T[:, None, :] & (t.milli > 0)
     can_host = (fits >= t.gpus) & (cpu_after[:, None, None] >= t.cpu) & ok

@@ -152,7 +152,7 @@ import numpy as np
 from suanli.scheduler.model import MILLI_PER_GPU, Request
 from suanli.scheduler.policies import patterns, rehearsal
 from suanli.scheduler.policies.fgd import FGD, sigmoid_score
-from suanli.scheduler.policies.fragmentation import TargetArrays
+from suanli.scheduler.policies.fragmentation import TargetArrays, fits_after_share
 from suanli.scheduler.policies.target import TargetWorkload
 from suanli.scheduler.policy import request_shape
 from suanli.scheduler.state import ClusterState
@@ -253,15 +253,13 @@ def usable_after_share(state: ClusterState, req: Request, idx: np.ndarray, t: Ta
     """(K, G) bool: after placing the sharing request ``req`` on GPU g of node idx[k],
     the node has no idle GPU milli left or can host at least one GPU task of ``t``
     (enough GPUs with enough free milli, enough CPU, an allowed model). Charging GPU g
-    only changes that GPU's fit per task, so the counts are updated, not recomputed."""
+    only changes that GPU's fit per task (``fits_after_share``)."""
     free = state.gpu_free[idx].astype(np.int64)
     milli = req.milli_per_gpu
     if t.weights.size == 0:
         return np.ones(free.shape, dtype=bool)
     drained = (free.sum(axis=1) == milli)[:, None]  # no idle milli left (wherever g fits)
-    need = t.sizes[None, None, :]  # (1, 1, U): per distinct size, then spread to the shapes
-    x = free[:, :, None]  # GPU g before, (K, G, 1)
-    fits = ((x >= need).sum(axis=1)[:, None, :] - (x >= need) + (x - milli >= need))[:, :, t.size_of]  # (K, G, M)
+    fits = fits_after_share(free, milli, t)
     cpu_ok = (state.cpu_free[idx] - req.cpu_milli)[:, None] >= t.cpu[None, :]  # (K, M)
     task_ok = cpu_ok & t.model_ok[:, state.model_id[idx]].T & (t.milli > 0)[None, :]
     return drained | ((fits >= t.gpus) & task_ok[:, None, :]).any(axis=2)
