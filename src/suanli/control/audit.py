@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from suanli.db.clock import utcnow
@@ -53,6 +53,9 @@ class Entry:
     tenant_id: int | None = None
     source: str = ""
     detail: dict = field(default_factory=dict)
+
+
+_COLUMNS = [c.key for c in AuditRecord.__table__.columns]
 
 
 def _fields(r: AuditRecord) -> list:
@@ -88,9 +91,10 @@ def append(session: Session, entry: Entry, at: datetime | None = None) -> AuditR
 
 def append_all(session: Session, entries: list[Entry], at: datetime | None = None) -> list[AuditRecord]:
     """Add ``entries`` at the chain's tip in their order, in ``session``'s transaction:
-    one statement takes the lock and reads the tip, one inserts, one moves the tip."""
-    s = session
-    head = s.connection()  # the tip's row is never loaded as an object: no ORM handling of its updates
+    one statement takes the lock and reads the tip, one inserts, one moves the tip. The
+    records are written as plain rows (an append-only table: the session never needs
+    them as its objects), without the ORM's unit of work."""
+    head = session.connection()
     moved = update(AuditHead).where(AuditHead.id == 1).values(last_id=AuditHead.last_id + len(entries))
     last_id, prev_hash = head.execute(moved.returning(AuditHead.last_id, AuditHead.last_hash)).one()  # the lock
     when = at or utcnow()
@@ -112,7 +116,7 @@ def append_all(session: Session, entries: list[Entry], at: datetime | None = Non
         )
         r.hash = prev_hash = record_hash(prev_hash, r)
         records.append(r)
-    s.add_all(records)
+    head.execute(insert(AuditRecord), [{c: getattr(r, c) for c in _COLUMNS} for r in records])
     head.execute(update(AuditHead).where(AuditHead.id == 1).values(last_hash=prev_hash))
     return records
 
