@@ -30,7 +30,15 @@ FGD's packing. Key 5 alone ranks above and below FGD's score, for shares.
    ``suanli_online``, which learns its mix, keeps the key until it has learned from
    ``LEARNED_MIX_REQUESTS`` requests and rehearses then (the live loop shows it that
    many served ones on start). With no restricted request in the mix this key does
-   nothing and nothing is rehearsed.
+   nothing and nothing is rehearsed. For ``suanli_online`` (``whole_nodes_by_pressure``)
+   the key ranks above FGD's score where a whole-GPU request takes every GPU of the
+   node: FGD tells empty nodes of different models apart by how fragmented each is for
+   the mix, and on a learned mix one quantum of its score (88 against 87 on g-mix-all)
+   sent 8-GPU requests to the G3 nodes that its 120-core 8-GPU requests needed. Measured
+   on the 37 traces with pressure, seeds 42-51: +0.042 points on average, 26 better and
+   10 worse (at worst -0.049); on ``suanli`` (seeds 42-45) it was +0.030 with 11 better and
+   10 worse, down to -0.315 (u-gpuspec30), so that policy keeps FGD's score first
+   (issue 16, session 45, BENCHMARKS.md).
 
 2. **CPU for the idle GPUs** (CPU-only and whole-GPU requests). A GPU is only usable
    with CPU next to it. Let r be the mix's CPU per GPU milli (over the GPU requests
@@ -217,6 +225,8 @@ KEEP_PLANNED_SHARES = 0.7
 OVERSUBSCRIBED = 1.0
 #: how far above (a slot) or below (another plan's GPU) every other key key 5 ranks a node
 _SLOT = 1 << 48
+#: how far above FGD's score (under ``_SPAN`` * 100) key 1 ranks a node a request takes whole
+_WHOLE_NODE = 1 << 24
 
 
 def packs_while_nearly_empty(mix: TargetWorkload) -> bool:
@@ -288,6 +298,7 @@ class SuanliPolicy(FGD):
         pack_below: float = PACK_BELOW,
         pack_if: Callable[[TargetWorkload], bool] | None = packs_while_nearly_empty,
         pack_latch: int | None = PACK_LATCH,
+        whole_nodes_by_pressure: bool = False,
     ) -> None:
         super().__init__(target, pack_below, pack_if, pack_latch)
         if not keys <= KEYS:
@@ -298,6 +309,9 @@ class SuanliPolicy(FGD):
         #: (``rehearsal.py``; a learned mix from ``LEARNED_MIX_REQUESTS`` requests on).
         #: The rehearsals' own policies do not rehearse.
         self.rehearse = rehearse
+        #: Key 1 ranks above FGD's score on nodes a request takes whole (module docstring);
+        #: ``suanli_online`` only, where it was measured to help.
+        self.whole_nodes_by_pressure = whole_nodes_by_pressure
         self._key_1_kept: bool | None = None  #: the rehearsal's verdict, once given
         self._model_keys_of: TargetArrays | None = None
         self._ratio = np.zeros(0)
@@ -446,7 +460,14 @@ class SuanliPolicy(FGD):
 
             def make(with_key: bool) -> SuanliPolicy:
                 pressure = keys if with_key else keys - {"pressure"}
-                return SuanliPolicy(self.target, pressure, False, self.pack_below, self.pack_if)
+                return SuanliPolicy(
+                    self.target,
+                    pressure,
+                    False,
+                    self.pack_below,
+                    self.pack_if,
+                    whole_nodes_by_pressure=self.whole_nodes_by_pressure,
+                )
 
             self._key_1_kept = rehearsal.better(state.nodes, self.target, make)
         return self._key_1_kept
@@ -500,4 +521,8 @@ class SuanliPolicy(FGD):
         if not req.is_sharing and "cpu_gpu" in self._active:
             idle_after = idle - req.total_gpu_milli
             secondary = secondary + (cpu_after >= ratio[model] * idle_after).astype(np.int64)
-        return primary * _SPAN + secondary, gpu
+        score = primary * _SPAN + secondary
+        if not req.is_sharing and self.whole_nodes_by_pressure:
+            whole = state.gpu_count[idx] == req.gpu_count  # the request takes every GPU of the node
+            score = score + np.where(whole, pressure_level[model], 0) * _WHOLE_NODE
+        return score, gpu
