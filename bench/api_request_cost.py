@@ -1,7 +1,8 @@
 """What one API request costs the server, without the load: database statements and CPU
 time per request of ``POST /v1/instances``, ``GET /v1/instances`` (a renter's 40: ``list``
 the page asked again, kept a few seconds, ``list_computed`` computed, as the first time
-or after a change; ``api.page_cache``) and ``GET /healthz``, the app in-process
+or after a change; ``api.page_cache``), ``GET /healthz`` and the audit record a create
+leaves (``audit_write``: ``control.audit.write`` alone), the app in-process
 (``api.server.build``, the control loop off), each as a ratio to the health check
 measured in the same run. ``bench/api_load.py`` measures the same requests under load;
 this one says where a change moved them, on a loaded machine too (statement counts do
@@ -41,6 +42,15 @@ from sqlalchemy import create_engine, event, text
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ROWS = 40
 DAY_MS = 86_400_000
+#: an audit record as a renter's create leaves it
+AUDITED = {
+    "actor": "renter",
+    "action": "instances.create",
+    "object": "instance/7",
+    "result": "201",
+    "tenant_id": 1,
+    "detail": {"method": "POST", "path": "/v1/instances", "route": "/v1/instances"},
+}
 
 
 def measure(call: Callable[[], object], n: int, count: dict) -> dict:
@@ -108,6 +118,7 @@ def main() -> None:
 
     from suanli.api.app import create_app
     from suanli.api.server import build
+    from suanli.control import audit
 
     tmp = Path(tempfile.mkdtemp(prefix="suanli-cost-"))
     url, drop = None, None
@@ -165,6 +176,8 @@ def main() -> None:
                 "list": measure(list_, ROWS, count),
                 "list_computed": measure(list_computed, ROWS, count),
                 "healthz": measure(lambda: http.get("/healthz"), 200, count),
+                # the record each create's audit middleware writes, alone (``control.audit.write``)
+                "audit_write": measure(lambda: audit.write(ctx.db, audit.Entry(**AUDITED)), 300, count),
             }
             if args.reads:
                 out["reads"] = read_statements(http, renter, admin_h, count)
@@ -179,10 +192,10 @@ def main() -> None:
         if drop is not None:
             drop()
     base = out["healthz"]
-    for op in ("create", "list", "list_computed"):
+    for op in ("create", "list", "list_computed", "audit_write"):
         out[op]["cpu_vs_healthz"] = round(out[op]["cpu_ms"] / base["cpu_ms"], 1) if base["cpu_ms"] else None
     print(f"{'request':<14}{'statements':>11}{'CPU ms':>9}{'wall ms p50':>13}{'CPU x healthz':>15}")
-    for op in ("healthz", "list", "list_computed", "create"):
+    for op in ("healthz", "list", "list_computed", "create", "audit_write"):
         m = out[op]
         print(f"{op:<14}{m['statements']:>11}{m['cpu_ms']:>9}{m['wall_ms_median']:>13}{m.get('cpu_vs_healthz', 1):>15}")
     if "reads" in out:
