@@ -134,27 +134,26 @@ def test_suanli_leaves_scarce_gpu_models_to_restricted_work():
     assert _choices("fgd", state, whole(1), _V100_MIX) == {"v100", "t4"}
 
 
-def test_suanli_online_ranks_key_1_above_fgd_on_a_node_a_request_takes_whole():
-    # suanli_online only (issue 16, session 45): a request for every GPU of a node goes to
-    # the least pressured model whatever FGD's score, which is quantised and on learned
-    # mixes split empty G2 and G3 nodes by one point (g-mix-all). T4's level is one step
-    # above V100's (the previous test); a 2-GPU pod takes either 2-GPU node whole, a 1-GPU
-    # pod neither.
-    from suanli.scheduler import make_policy
-    from suanli.scheduler.policies.suanli import _SPAN, _WHOLE_NODE, SuanliPolicy
+def test_suanli_ranks_key_1_above_fgd_on_a_node_a_request_takes_whole():
+    # Issue 16, session 45: a request for every GPU of a node goes to the least pressured
+    # model whatever FGD's score, which is quantised and split empty G2 and G3 nodes by one
+    # point on g-mix-all's learned mix. T4's level is one step above V100's (the previous
+    # test). Against key 1 off: a 2-GPU pod takes either 2-GPU node whole and T4 gains the
+    # level above FGD's score; a 1-GPU pod takes neither and gains it among FGD's ties only.
+    from suanli.scheduler.policies.suanli import _CPU_LEVELS, _SPAN, _WHOLE_NODE, KEYS, SuanliPolicy
 
-    assert make_policy("suanli_online").whole_nodes_by_pressure and not make_policy("suanli").whole_nodes_by_pressure
     assert _WHOLE_NODE > 100 * _SPAN  # above every FGD score
     nodes = [node("v100", gpus=2, model="V100"), node("t4", gpus=2, model="T4"), *_FULL]
     state = cluster(*nodes, used=_FULL_USED)
     target = TargetWorkload.from_requests(_V100_MIX, coverage=1.0)
     idx = np.array([0, 1])
     scores = {}
-    for flag in (False, True):
-        policy = SuanliPolicy(target, rehearse=False, whole_nodes_by_pressure=flag)
-        scores[flag] = {g: policy.node_scores(state, whole(g), idx)[0] for g in (1, 2)}
-    assert list(scores[True][2] - scores[False][2]) == [0, _WHOLE_NODE]  # V100 level 0, T4 level 1
-    assert list(scores[True][1] - scores[False][1]) == [0, 0]
+    for keys in (KEYS, KEYS - {"pressure"}):
+        policy = SuanliPolicy(target, keys, rehearse=False)
+        scores[keys] = {g: policy.node_scores(state, whole(g), idx)[0] for g in (1, 2)}
+    on, off = scores[KEYS], scores[KEYS - {"pressure"}]
+    assert list(on[2] - off[2]) == [0, _WHOLE_NODE + _CPU_LEVELS]  # V100 level 0, T4 level 1
+    assert list(on[1] - off[1]) == [0, _CPU_LEVELS]
 
 
 def test_suanli_leaves_models_within_a_step_of_pressure_to_the_node_order():

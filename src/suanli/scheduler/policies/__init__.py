@@ -29,7 +29,7 @@ POLICIES: dict[str, Callable[[TargetWorkload | None, int], Policy]] = {
     "fgd": lambda target, seed: FGD(target),
     "fgd_online": lambda target, seed: FGD(None),
     "suanli": lambda target, seed: SuanliPolicy(target),
-    "suanli_online": lambda target, seed: SuanliPolicy(None, whole_nodes_by_pressure=True),
+    "suanli_online": lambda target, seed: SuanliPolicy(None),
 }
 
 

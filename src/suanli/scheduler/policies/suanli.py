@@ -30,15 +30,15 @@ FGD's packing. Key 5 alone ranks above and below FGD's score, for shares.
    ``suanli_online``, which learns its mix, keeps the key until it has learned from
    ``LEARNED_MIX_REQUESTS`` requests and rehearses then (the live loop shows it that
    many served ones on start). With no restricted request in the mix this key does
-   nothing and nothing is rehearsed. For ``suanli_online`` (``whole_nodes_by_pressure``)
-   the key ranks above FGD's score where a whole-GPU request takes every GPU of the
-   node: FGD tells empty nodes of different models apart by how fragmented each is for
-   the mix, and on a learned mix one quantum of its score (88 against 87 on g-mix-all)
-   sent 8-GPU requests to the G3 nodes that its 120-core 8-GPU requests needed. Measured
-   on the 37 traces with pressure, seeds 42-51: +0.042 points on average, 26 better and
-   10 worse (at worst -0.049); on ``suanli`` (seeds 42-45) it was +0.030 with 11 better and
-   10 worse, down to -0.315 (u-gpuspec30), so that policy keeps FGD's score first
-   (issue 16, session 45, BENCHMARKS.md).
+   nothing and nothing is rehearsed. Where a whole-GPU request takes every GPU of a
+   node, the key ranks above FGD's score: FGD tells empty nodes of different models
+   apart by how fragmented each is for the mix, and one quantum of its score (88
+   against 87 on g-mix-all's learned mix) sent 8-GPU requests to the G3 nodes its
+   120-core 8-GPU requests needed. On the traces with pressure, seeds 42-51:
+   ``suanli`` +0.075 points on average over the 23 whose decisions it changes (13
+   better, 10 worse, at worst -0.224 on u-gpuspec30, still 0.31 above ``fgd``),
+   ``suanli_online`` +0.042 over 37 (26 better, 10 worse, at worst -0.049); no trace
+   fell below ``fgd`` (issue 16, session 45, BENCHMARKS.md).
 
 2. **CPU for the idle GPUs** (CPU-only and whole-GPU requests). A GPU is only usable
    with CPU next to it. Let r be the mix's CPU per GPU milli (over the GPU requests
@@ -298,7 +298,6 @@ class SuanliPolicy(FGD):
         pack_below: float = PACK_BELOW,
         pack_if: Callable[[TargetWorkload], bool] | None = packs_while_nearly_empty,
         pack_latch: int | None = PACK_LATCH,
-        whole_nodes_by_pressure: bool = False,
     ) -> None:
         super().__init__(target, pack_below, pack_if, pack_latch)
         if not keys <= KEYS:
@@ -309,9 +308,6 @@ class SuanliPolicy(FGD):
         #: (``rehearsal.py``; a learned mix from ``LEARNED_MIX_REQUESTS`` requests on).
         #: The rehearsals' own policies do not rehearse.
         self.rehearse = rehearse
-        #: Key 1 ranks above FGD's score on nodes a request takes whole (module docstring);
-        #: ``suanli_online`` only, where it was measured to help.
-        self.whole_nodes_by_pressure = whole_nodes_by_pressure
         self._key_1_kept: bool | None = None  #: the rehearsal's verdict, once given
         self._model_keys_of: TargetArrays | None = None
         self._ratio = np.zeros(0)
@@ -460,14 +456,7 @@ class SuanliPolicy(FGD):
 
             def make(with_key: bool) -> SuanliPolicy:
                 pressure = keys if with_key else keys - {"pressure"}
-                return SuanliPolicy(
-                    self.target,
-                    pressure,
-                    False,
-                    self.pack_below,
-                    self.pack_if,
-                    whole_nodes_by_pressure=self.whole_nodes_by_pressure,
-                )
+                return SuanliPolicy(self.target, pressure, False, self.pack_below, self.pack_if)
 
             self._key_1_kept = rehearsal.better(state.nodes, self.target, make)
         return self._key_1_kept
@@ -522,7 +511,7 @@ class SuanliPolicy(FGD):
             idle_after = idle - req.total_gpu_milli
             secondary = secondary + (cpu_after >= ratio[model] * idle_after).astype(np.int64)
         score = primary * _SPAN + secondary
-        if not req.is_sharing and self.whole_nodes_by_pressure:
-            whole = state.gpu_count[idx] == req.gpu_count  # the request takes every GPU of the node
+        if not req.is_sharing:  # key 1 above FGD's score where the request takes every GPU of the node
+            whole = state.gpu_count[idx] == req.gpu_count
             score = score + np.where(whole, pressure_level[model], 0) * _WHOLE_NODE
         return score, gpu
