@@ -9,7 +9,8 @@ cluster is nearly full, so nearly every node scores 50, and a whole-GPU pod ties
 every node that has a free GPU and enough CPU. Keys 1-4 keep FGD's score and break its
 ties with facts about the future that FGD's per-node, count-weighted fragmentation does
 not see; only what is still tied after them goes to the seeded node order, which keeps
-FGD's packing. Key 5 alone ranks above and below FGD's score, for shares.
+FGD's packing. Two keys also rank outside FGD's score: key 1 above it where a request
+takes every GPU of a node, and key 5 above and below it, for shares.
 
 1. **Scarce GPU models** (GPU requests). Some requests of the mix can run only on a
    small part of the cluster: a model list (``gpu_spec``), or a shape that only some
