@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
-from suanli.scheduler import Allocation, Request, TargetWorkload
+from suanli.scheduler import Allocation, Request, Scheduler, TargetWorkload
 from suanli.scheduler.policies.fgd import FGD
 from suanli.scheduler.policies.fragmentation import TargetArrays, fragmentation_after, per_task_fragmentation
+from suanli.scheduler.policies.suanli import SuanliPolicy
+from suanli.scheduler.policies.target import OnlineTarget, TaskShape
 from tests.scheduler.factories import cluster, node, scheduler, share, whole
 
 
@@ -113,6 +117,29 @@ def test_suanli_keeps_cpu_next_to_idle_gpus():
     target, pod = [whole(1, cpu=8000)], whole(1, cpu=4000)
     assert _choices("suanli", state, pod, target) == {"rich"}
     assert _choices("fgd", state, pod, target) == {"poor", "rich"}
+
+
+def test_suanli_keeps_memory_next_to_idle_gpus_too():
+    # Target: 1 GPU + 8 cores + 64 GiB. Both nodes keep a CPU surplus after a 1-GPU,
+    # 4-core, 16 GiB pod (36 cores >= 8 * 3000 milli), but only "roomy" keeps the
+    # memory for its 3 idle GPUs: 240 GiB >= 3 * 64 against "tight"'s 80 GiB.
+    state = cluster(node("tight", gpus=4, cpu=40_000, mem=96 * 1024), node("roomy", gpus=4, cpu=40_000, mem=256 * 1024))
+    target, pod = [whole(1, cpu=8000, mem=64 * 1024)], whole(1, cpu=4000, mem=16 * 1024)
+    assert _choices("suanli", state, pod, target) == {"roomy"}
+    assert _choices("fgd", state, pod, target) == {"tight", "roomy"}
+    # A mix whose memory is not known (built from shapes alone) leaves memory out of the key.
+    unknown = TargetWorkload.from_counts(Counter([TaskShape.of(target[0])]))
+    policy = SuanliPolicy(unknown, rehearse=False)
+    assert {Scheduler(policy, state.copy(), seed=s).place(pod).allocation.node for s in range(6)} == {"tight", "roomy"}
+
+
+def test_a_learned_mix_learns_the_memory_of_its_shapes():
+    learned = OnlineTarget(check_every=1)
+    learned.observe(whole(1, cpu=8000, mem=10_000))
+    assert learned.current.memory_mib.tolist() == [10_000.0]
+    learned.observe(whole(1, cpu=8000, mem=30_000))  # the same shape: no drift, the mix in use stays
+    assert learned.derive().memory_mib.tolist() == [20_000.0]
+    assert TargetWorkload.from_requests([whole(1, mem=10_000), share(500, mem=4_000)]).memory_mib.tolist() == [10_000.0, 4_000.0]
 
 
 #: Four full 8-GPU T4 nodes: they hold nothing more, and make the two free 2-GPU nodes

@@ -30,6 +30,7 @@ class TargetArrays:
     milli: np.ndarray  # (M,)
     gpus: np.ndarray  # (M,)
     cpu: np.ndarray  # (M,)
+    memory: np.ndarray  # (M,) mean MiB of the shape's requests (0: not known)
     model_ok: np.ndarray  # (M, num_models) bool
     weights: np.ndarray  # (M,)
     #: the distinct GPU shares among ``milli`` (U of them, U << M: many shapes share a size),
@@ -51,6 +52,7 @@ class TargetArrays:
             milli=milli,
             gpus=np.array([s.gpus for s in target.shapes], dtype=np.int64),
             cpu=np.array([s.cpu_milli for s in target.shapes], dtype=np.int64),
+            memory=np.zeros(len(target)) if target.memory_mib is None else target.memory_mib,
             model_ok=ok,
             weights=np.asarray(target.weights, dtype=np.float64),
             sizes=sizes,

@@ -45,7 +45,7 @@ def allocated(nodes: Sequence[Node], mix: TargetWorkload, policy: Policy, seed: 
     experiment's "allocated at 100 % arrived")."""
     state = ClusterState(nodes)
     scheduler = Scheduler(policy, state, seed=seed)
-    requests = [shape.request() for shape in mix.shapes]
+    requests = [shape.request() for shape in mix.shapes]  # without memory, as key 1 was decided on
     asked = np.array([r.total_gpu_milli for r in requests], dtype=np.float64)
     mean = float(mix.weights @ asked)
     if mean <= 0:

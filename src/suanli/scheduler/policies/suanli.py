@@ -41,20 +41,27 @@ takes every GPU of a node, and key 5 above and below it, for shares.
    ``suanli_online`` +0.042 over 37 (26 better, 10 worse, at worst -0.049); no trace
    fell below ``fgd`` (issue 16, session 45, BENCHMARKS.md).
 
-2. **CPU for the idle GPUs** (CPU-only and whole-GPU requests). A GPU is only usable
-   with CPU next to it. Let r be the mix's CPU per GPU milli (over the GPU requests
-   allowed on the node's model). After the placement a node has a CPU surplus if its
-   free CPU is at least r times its idle GPU milli. A CPU-only pod prefers a node with
+2. **CPU and memory for the idle GPUs** (CPU-only and whole-GPU requests). A GPU is
+   only usable with CPU and memory next to it. Let r be the mix's CPU per GPU milli and
+   m its memory per GPU milli (over the GPU requests allowed on the node's model; m is
+   the mean memory of each shape's requests, ``TargetWorkload.memory_mib``). After the
+   placement a node keeps a surplus if its free CPU is at least r times its idle GPU
+   milli and its free memory at least m times. A CPU-only pod prefers a node with
    no idle GPU at all (that CPU can serve nothing else), then a node that keeps a
    surplus, then the rest. A whole-GPU pod prefers a node that keeps a surplus. On the
    Alibaba nodes CPU per GPU ranges from 12 cores (8-GPU G2) to 52 (2-GPU T4), so the
    first-fit order of FGD's tie-break otherwise spends the CPU of CPU-poor nodes and
-   strands their last free GPUs. The part for CPU-only pods is key "cpu", the part
-   for whole-GPU pods key "cpu_gpu" (they gain and lose on different mixes). Both
-   are off when the mix is CPU-bound: when the CPU it asks for at full GPU
-   allocation exceeds ``CPU_BOUND`` (1.1) times the cluster's CPU, the CPU kept next
-   to idle GPUs will be taken by CPU-only work anyway, and the key only moved work
-   off FGD's order (cpu300: -0.68 points against fgd with it, -0.17 without).
+   strands their last free GPUs. Memory is as tight: a G2 node has 12 cores and 48 GiB
+   per GPU, the default trace's GPU requests ask for 11 and 39. Adding memory gained
+   0.017 points on average over the 61 traces whose decisions it changes, seeds 42-51
+   (39 better, 21 worse, at worst -0.048 on t-mix-all; decided on eight shipped
+   traces, +0.018 on the 53 others; issue 16, session 46). The part for CPU-only
+   pods is key "cpu", the part for whole-GPU pods key "cpu_gpu" (they gain and lose
+   on different mixes). Both are off when the mix is CPU-bound: when the CPU it asks
+   for at full GPU allocation exceeds ``CPU_BOUND`` (1.1) times the cluster's CPU,
+   the CPU kept next to idle GPUs will be taken by CPU-only work anyway, and the key
+   only moved work off FGD's order (cpu300: -0.68 points against fgd with it, -0.17
+   without).
 
 3. **Idle GPUs left usable** (sharing requests). A sharing pod may go to any GPU with
    room, and FGD scores every such GPU of a node. Among the GPUs (and nodes) tied on
@@ -311,7 +318,7 @@ class SuanliPolicy(FGD):
         self.rehearse = rehearse
         self._key_1_kept: bool | None = None  #: the rehearsal's verdict, once given
         self._model_keys_of: TargetArrays | None = None
-        self._ratio = np.zeros(0)
+        self._ratio = np.zeros((2, 0))
         self._pressure_level = np.zeros(0, np.int64)
         self._active = keys
         self._sized = np.zeros(0, np.int64)
@@ -415,16 +422,17 @@ class SuanliPolicy(FGD):
         return self._active
 
     def model_keys(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
-        """Per GPU model: CPU milli per GPU milli of the mix's GPU requests allowed on it,
-        and the pressure level (higher = less demanded by restricted requests)."""
+        """Per GPU model: CPU milli and memory MiB per GPU milli of the mix's GPU
+        requests allowed on it (2, models), and the pressure level (higher = less
+        demanded by restricted requests)."""
         t = self.arrays(state)
         if self._model_keys_of is not t:
             gpu_task = t.milli > 0
             allowed = t.model_ok & gpu_task[:, None]  # (M, models)
             demand = t.weights * t.milli * t.gpus
-            cpu = (t.weights * t.cpu) @ allowed
+            asked = np.stack([t.weights * t.cpu, t.weights * t.memory]) @ allowed
             gpu = demand @ allowed
-            ratio = np.where(gpu > 0, cpu / np.where(gpu > 0, gpu, 1.0), 0.0)
+            ratio = np.where(gpu > 0, asked / np.where(gpu > 0, gpu, 1.0), 0.0)
             pressure = model_pressure(state, t)
             steps = np.floor(pressure / PRESSURE_STEP + 1e-9).astype(np.int64)
             active = set(self.keys)
@@ -499,18 +507,21 @@ class SuanliPolicy(FGD):
         model = state.model_id[idx]
         idle = state.gpu_free[idx].sum(axis=1).astype(np.int64)
         cpu_after = state.cpu_free[idx] - req.cpu_milli
+        memory_after = state.mem_free[idx] - req.memory_mib
+
+        def surplus(idle: np.ndarray) -> np.ndarray:  # key 2: CPU and memory for ``idle`` GPU milli
+            return (cpu_after >= ratio[0, model] * idle) & (memory_after >= ratio[1, model] * idle)
+
         if not req.milli_per_gpu:
             if "cpu" not in self._active:
                 # Key 2 off (a CPU-bound or mostly node-sized mix, see active_keys):
                 # FGD's score alone, ties to the node order.
                 return primary * _SPAN, gpu
-            surplus = cpu_after >= ratio[model] * idle
-            cpu_level = np.where(idle == 0, 2, surplus.astype(np.int64))
+            cpu_level = np.where(idle == 0, 2, surplus(idle).astype(np.int64))
             return primary * _SPAN + cpu_level, gpu
         secondary = pressure_level[model] * _CPU_LEVELS
         if not req.is_sharing and "cpu_gpu" in self._active:
-            idle_after = idle - req.total_gpu_milli
-            secondary = secondary + (cpu_after >= ratio[model] * idle_after).astype(np.int64)
+            secondary = secondary + surplus(idle - req.total_gpu_milli).astype(np.int64)
         score = primary * _SPAN + secondary
         if not req.is_sharing:  # key 1 above FGD's score where the request takes every GPU of the node
             whole = state.gpu_count[idx] == req.gpu_count

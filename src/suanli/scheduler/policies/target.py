@@ -9,7 +9,7 @@ far, for a live platform that does not know its future workload.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -30,7 +30,8 @@ class TaskShape:
         return cls(req.cpu_milli, req.milli_per_gpu, req.gpus_used, tuple(sorted(req.gpu_models)))
 
     def request(self) -> Request:
-        """A request of this shape (no memory: the mix does not count it)."""
+        """A request of this shape, asking for no memory (a shape does not hold it;
+        the mix's ``memory_mib`` has each shape's mean)."""
         whole = self.milli_per_gpu >= MILLI_PER_GPU
         return Request(
             cpu_milli=self.cpu_milli,
@@ -49,11 +50,18 @@ class TargetWorkload:
     #: the tail holds rare model lists, and rehearsing without them gave key 1 the
     #: wrong sign on gpuspec25 and g-mix-all (issue 16, BENCHMARKS.md).
     whole: TargetWorkload | None = None
+    #: Mean memory (MiB) of each shape's requests, same order as shapes (None: not known).
+    #: Not part of a shape, so it moves neither FGD's cut of the mix nor its score; the
+    #: policy's key 2 keeps memory next to idle GPUs with it (``policies/suanli.py``).
+    memory_mib: np.ndarray | None = None
 
     @classmethod
-    def from_counts(cls, counts: Counter[TaskShape], coverage: float = 0.95) -> TargetWorkload:
+    def from_counts(
+        cls, counts: Counter[TaskShape], coverage: float = 0.95, memory_mib: Mapping[TaskShape, float] | None = None
+    ) -> TargetWorkload:
         """Keep the most frequent shapes until they cover ``coverage`` of all requests
-        (ties: larger cpu, milli, count, then models first), then renormalise."""
+        (ties: larger cpu, milli, count, then models first), then renormalise.
+        ``memory_mib``: the mean memory of each shape's requests, where known."""
         total = sum(counts.values())
         if total == 0:
             return cls((), np.zeros(0))
@@ -68,16 +76,28 @@ class TargetWorkload:
             covered += count
             if covered >= coverage * total:
                 break
+
+        def memory(shapes: list[TaskShape]) -> np.ndarray | None:
+            return None if memory_mib is None else np.array([memory_mib.get(s, 0.0) for s in shapes], dtype=np.float64)
+
         weights = np.array([c for _, c in kept], dtype=np.float64)
+        shapes = [s for s, _ in kept]
         if len(kept) == len(ordered):
-            return cls(tuple(s for s, _ in kept), weights / weights.sum())
+            return cls(tuple(shapes), weights / weights.sum(), None, memory(shapes))
         every = np.array([c for _, c in ordered], dtype=np.float64)
-        whole = cls(tuple(s for s, _ in ordered), every / every.sum())
-        return cls(tuple(s for s, _ in kept), weights / weights.sum(), whole)
+        all_shapes = [s for s, _ in ordered]
+        whole = cls(tuple(all_shapes), every / every.sum(), None, memory(all_shapes))
+        return cls(tuple(shapes), weights / weights.sum(), whole, memory(shapes))
 
     @classmethod
     def from_requests(cls, requests: Iterable[Request], coverage: float = 0.95) -> TargetWorkload:
-        return cls.from_counts(Counter(TaskShape.of(r) for r in requests), coverage)
+        counts: Counter[TaskShape] = Counter()
+        memory: Counter[TaskShape] = Counter()
+        for r in requests:
+            shape = TaskShape.of(r)
+            counts[shape] += 1
+            memory[shape] += r.memory_mib
+        return cls.from_counts(counts, coverage, {s: memory[s] / n for s, n in counts.items()})
 
     def __len__(self) -> int:
         return len(self.shapes)
@@ -109,6 +129,7 @@ class OnlineTarget:
 
     def __init__(self, check_every: int = 32, drift: float = 0.05, coverage: float = 0.95) -> None:
         self.counts: Counter[TaskShape] = Counter()
+        self.memory: Counter[TaskShape] = Counter()  #: memory MiB asked per shape, summed
         self.check_every = check_every
         self.drift = drift
         self.coverage = coverage
@@ -117,7 +138,9 @@ class OnlineTarget:
 
     def observe(self, req: Request) -> bool:
         """Count ``req``; return True when the target in use changed."""
-        self.counts[TaskShape.of(req)] += 1
+        shape = TaskShape.of(req)
+        self.counts[shape] += 1
+        self.memory[shape] += req.memory_mib
         self.seen += 1
         if self.seen % self.check_every and self.seen > 1:
             return False
@@ -130,7 +153,10 @@ class OnlineTarget:
     def derive(self) -> TargetWorkload:
         """The mix the counts so far say (experiments derive it other ways: issue 16's
         ``bench/fill_quality.py`` mix variants)."""
-        return TargetWorkload.from_counts(self.counts, self.coverage)
+        return TargetWorkload.from_counts(self.counts, self.coverage, self.mean_memory())
+
+    def mean_memory(self) -> dict[TaskShape, float]:
+        return {s: self.memory[s] / n for s, n in self.counts.items()}
 
 
 def distance(a: TargetWorkload, b: TargetWorkload) -> float:
