@@ -54,8 +54,8 @@ takes every GPU of a node, and key 5 above and below it, for shares.
    strands their last free GPUs. Memory is as tight: a G2 node has 12 cores and 48 GiB
    per GPU, the default trace's GPU requests ask for 11 and 39. Adding memory gained
    0.017 points on average over the 61 traces whose decisions it changes, seeds 42-51
-   (39 better, 22 worse, at worst -0.048 on t-mix-all; decided on eight shipped
-   traces, +0.018 on the 53 others; issue 16, session 46). The part for CPU-only
+   (39 better, 22 worse, at worst -0.048 on t-mix-all; decided on eight traces, six
+   shipped, +0.018 on the 53 others; issue 16, session 46). The part for CPU-only
    pods is key "cpu", the part for whole-GPU pods key "cpu_gpu" (they gain and lose
    on different mixes). Both are off when the mix is CPU-bound: when the CPU it asks
    for at full GPU allocation exceeds ``CPU_BOUND`` (1.1) times the cluster's CPU,
