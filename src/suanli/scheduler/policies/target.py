@@ -97,7 +97,7 @@ class TargetWorkload:
             shape = TaskShape.of(r)
             counts[shape] += 1
             memory[shape] += r.memory_mib
-        return cls.from_counts(counts, coverage, {s: memory[s] / n for s, n in counts.items()})
+        return cls.from_counts(counts, coverage, _means(memory, counts))
 
     def __len__(self) -> int:
         return len(self.shapes)
@@ -153,10 +153,11 @@ class OnlineTarget:
     def derive(self) -> TargetWorkload:
         """The mix the counts so far say (experiments derive it other ways: issue 16's
         ``bench/fill_quality.py`` mix variants)."""
-        return TargetWorkload.from_counts(self.counts, self.coverage, self.mean_memory())
+        return TargetWorkload.from_counts(self.counts, self.coverage, _means(self.memory, self.counts))
 
-    def mean_memory(self) -> dict[TaskShape, float]:
-        return {s: self.memory[s] / n for s, n in self.counts.items()}
+
+def _means(sums: Counter[TaskShape], counts: Counter[TaskShape]) -> dict[TaskShape, float]:
+    return {s: sums[s] / n for s, n in counts.items()}
 
 
 def distance(a: TargetWorkload, b: TargetWorkload) -> float:
