@@ -506,11 +506,10 @@ class SuanliPolicy(FGD):
         ratio, pressure_level = self.model_keys(state)
         model = state.model_id[idx]
         idle = state.gpu_free[idx].sum(axis=1).astype(np.int64)
-        cpu_after = state.cpu_free[idx] - req.cpu_milli
-        memory_after = state.mem_free[idx] - req.memory_mib
 
-        def surplus(idle: np.ndarray) -> np.ndarray:  # key 2: CPU and memory for ``idle`` GPU milli
-            return (cpu_after >= ratio[0, model] * idle) & (memory_after >= ratio[1, model] * idle)
+        def surplus(idle: np.ndarray) -> np.ndarray:  # key 2: CPU and memory left for ``idle`` GPU milli
+            cpu_ok = state.cpu_free[idx] - req.cpu_milli >= ratio[0, model] * idle
+            return cpu_ok & (state.mem_free[idx] - req.memory_mib >= ratio[1, model] * idle)
 
         if not req.milli_per_gpu:
             if "cpu" not in self._active:
