@@ -1,6 +1,7 @@
-"""What the default policy's rehearsal decides for key 1 on each trace, and how long it
-takes (``scheduler/policies/rehearsal.py``): "keep" or "drop", or "-" where the mix has no
-scarce model and nothing is rehearsed. ``--every`` and ``--seeds`` try other rehearsal
+"""What the default policy's rehearsals decide for keys 1 and 6 on each trace, and how long
+they take (``scheduler/policies/rehearsal.py``): "keep" or "drop", or "-" where nothing is
+rehearsed (key 1: the mix has no scarce model; key 6: shares ask for under
+``SHARE_MEMORY_GATE`` of the GPU milli, or key 1 is rehearsed). ``--every`` and ``--seeds`` try other rehearsal
 sizes than the shipped ones; BENCHMARKS.md (issue 16, session 27) compares each with the
 key's effect measured by full fills.
 
@@ -38,10 +39,13 @@ def main() -> None:
         start = time.perf_counter()
         keys = policy.active_keys(state)
         took = time.perf_counter() - start
-        # a model a pressure level up (key 1 in use) is what makes the policy rehearse
-        scarce = SuanliPolicy(policy.target, rehearse=False).model_keys(state)[1].max() > 0
-        decision = ("keep" if "pressure" in keys else "drop") if scarce else "-"
-        print(f"{name:24} {decision:5} {took:5.1f} s")
+        # what the policy would use unrehearsed is what it rehearses: key 1 where a model is
+        # a pressure level up, key 6 where the mix has shares enough and no such model
+        unrehearsed = SuanliPolicy(policy.target, rehearse=False)
+        scarce = unrehearsed.model_keys(state)[1].max() > 0
+        key_1 = ("keep" if "pressure" in keys else "drop") if scarce else "-"
+        key_6 = ("keep" if "share_memory" in keys else "drop") if "share_memory" in unrehearsed.active_keys(state) else "-"
+        print(f"{name:24} key 1 {key_1:5} key 6 {key_6:5} {took:5.1f} s")
 
 
 if __name__ == "__main__":

@@ -133,6 +133,19 @@ def test_suanli_keeps_memory_next_to_idle_gpus_too():
     assert {Scheduler(policy, state.copy(), seed=s).place(pod).allocation.node for s in range(6)} == {"tight", "roomy"}
 
 
+def test_suanli_keeps_memory_for_idle_gpus_on_a_mix_of_shares():
+    # Key 6. Mix: shares of 500 milli with 32 GiB each, 65.5 MiB per GPU milli. A share
+    # leaves 1500 idle milli on either 2-GPU node, which need 96 GiB free: "tight" keeps
+    # 64 GiB, "roomy" 224 GiB. FGD's score and keys 3-5 see GPUs and CPU alone and tie.
+    state = cluster(node("tight", gpus=2, cpu=32_000, mem=96 * 1024), node("roomy", gpus=2, cpu=32_000, mem=256 * 1024))
+    target, pod = [share(500, mem=32 * 1024)] * 10, share(500, mem=32 * 1024)
+    assert _choices("suanli", state, pod, target) == {"roomy"}
+    assert _choices("fgd", state, pod, target) == {"tight", "roomy"}
+    # Shares under SHARE_MEMORY_GATE of the mix's GPU milli: the key is off.
+    target = [share(500, mem=32 * 1024)] * 10 + [whole(1, mem=64 * 1024)] * 6
+    assert _choices("suanli", state, pod, target) == {"tight", "roomy"}
+
+
 def test_a_learned_mix_learns_the_memory_of_its_shapes():
     learned = OnlineTarget(check_every=1)
     learned.observe(whole(1, cpu=8000, mem=10_000))
@@ -393,6 +406,11 @@ def test_suanli_keys_can_be_switched_off_one_by_one():
             share(500),
             [whole(1)] * 94 + [whole(2)] + [share(500)] * 5,
         ),
+        "share_memory": (
+            cluster(node("tight", gpus=2, cpu=32_000, mem=96 * 1024), node("roomy", gpus=2, cpu=32_000, mem=256 * 1024)),
+            share(500, mem=32 * 1024),
+            [share(500, mem=32 * 1024)],
+        ),
     }
     for key, (state, pod, mix) in cases.items():
         target = TargetWorkload.from_requests(mix, coverage=1.0)
@@ -425,11 +443,26 @@ def test_suanli_leaves_a_mix_of_mostly_node_sized_requests_to_fgd():
     assert _choices("suanli", cluster(*nodes), pod, many) == _choices("fgd", cluster(*nodes), pod, many) == {"poor", "rich"}
     state = ClusterState(nodes)
     for mix, expected, active in (
-        ([whole(1, cpu=8000)], 0.0, KEYS - {"whole"}),  # key 4 needs node-sized requests
-        (few, 4 / 43, KEYS),
-        (many, 16 / 22, KEYS - {"pressure", "cpu", "cpu_gpu", "usable"}),
+        ([whole(1, cpu=8000)], 0.0, KEYS - {"whole", "share_memory"}),  # key 4 needs node-sized requests, key 6 shares
+        (few, 4 / 43, KEYS - {"share_memory"}),
+        (many, 16 / 22, KEYS - {"pressure", "cpu", "cpu_gpu", "usable", "share_memory"}),
     ):
         policy = SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0), rehearse=False)
         assert abs(policy.node_sized_share(state) - expected) < 1e-9
         assert (expected > NODE_SIZED_FGD) is ("usable" not in active)
         assert policy.active_keys(state) == active, (expected, policy.active_keys(state))
+
+
+def test_suanli_places_one_request_object_again_and_again():
+    # A rehearsal draws the same Request object many times. Key 5's slot for it, found
+    # when it was last scored, must not be taken once the node has changed: placed
+    # while a single node was feasible (no scoring), it pointed at a full GPU and the
+    # state refused the binding (OverAllocation).
+    req = share(500)
+    target = TargetWorkload.from_requests([req, share(200), share(300)], coverage=1.0)
+    for gpus, nodes in ((2, 2), (2, 5), (3, 2)):
+        state = cluster(*[node(f"n{i}", gpus=gpus) for i in range(nodes)])
+        s = Scheduler(SuanliPolicy(target, rehearse=False), state, seed=0)
+        placed = [s.schedule(req).allocation for _ in range(2 * gpus * nodes + 1)]
+        assert None not in placed[:-1] and placed[-1] is None
+        assert (state.gpu_free == 0).all()

@@ -98,3 +98,55 @@ def test_a_shape_makes_a_request_of_itself() -> None:
     for req in (whole(2, cpu=3000), share(300, cpu=500), Request(cpu_milli=700), _V100_ONLY):
         shape = TaskShape.of(req)
         assert TaskShape.of(shape.request()) == shape
+
+
+#: Key 6's mix: every request a share of 500 milli with 12 GiB.
+_SHARES = [share(500, mem=12 * 1024)] * 8
+
+
+def test_draws_with_memory_ask_for_the_mean_memory_of_their_shape() -> None:
+    # 16 GiB nodes hold one 12-GiB share each when the draws carry memory, and two GPUs'
+    # worth of shares (2,000 milli) when they do not.
+    nodes = [node(f"n{i}", gpus=2, mem=16 * 1024) for i in range(4)]
+    target = TargetWorkload.from_requests(_SHARES)
+    without = rehearsal.allocated(nodes, target, SuanliPolicy(target, rehearse=False), seed=1)
+    with_memory = rehearsal.allocated(nodes, target, SuanliPolicy(target, rehearse=False), seed=1, with_memory=True)
+    assert (without, with_memory) == (8_000, 2_000)
+
+
+def test_key_6_is_kept_on_a_mix_of_shares_only_where_its_rehearsal_with_memory_says(monkeypatch) -> None:
+    asked: list[bool] = []
+
+    def verdict(answer: bool):
+        def better(nodes: object, target: TargetWorkload, make: object, with_memory: bool = False) -> bool:
+            asked.append(with_memory)
+            return answer
+
+        return better
+
+    for answer in (True, False):
+        monkeypatch.setattr(rehearsal, "better", verdict(answer))
+        assert ("share_memory" in _policy(_SHARES).active_keys(ClusterState(_NODES))) is answer
+    assert asked == [True, True]
+    # A mix with restricted requests rehearses key 1 and goes without key 6 (a second
+    # rehearsal would not fit a fill's time); shares under the gate never rehearse it.
+    asked.clear()
+    assert "share_memory" not in _policy(_SHARES + [_V100_ONLY]).active_keys(ClusterState(_NODES))
+    assert "share_memory" not in _policy(_SHARES + [whole(1)] * 8).active_keys(ClusterState(_NODES))
+    assert True not in asked
+
+
+def test_the_online_policy_goes_without_key_6_until_it_has_learned_the_mix(monkeypatch) -> None:
+    calls: list[bool] = []
+
+    def keep(nodes: object, target: TargetWorkload, make: object, with_memory: bool = False) -> bool:
+        calls.append(with_memory)
+        return True
+
+    monkeypatch.setattr(rehearsal, "better", keep)
+    online, state = SuanliPolicy(None), ClusterState(_NODES)
+    for _ in range(suanli.LEARNED_MIX_REQUESTS - 1):
+        online.observe(_SHARES[0])
+    assert "share_memory" not in online.active_keys(state) and calls == []
+    online.observe(_SHARES[0])
+    assert "share_memory" in online.active_keys(state) and calls == [True]

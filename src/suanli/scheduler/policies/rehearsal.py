@@ -8,7 +8,8 @@ u-gpuspec12 and u-mix-spec15-multi30, with T4 alone one pressure step up on both
 gpuspec10 and u-gpuspec12 (issue 16, BENCHMARKS.md). But on a given mix its sign hardly
 depends on the arrival order: all ten seeds lost on u-gpuspec12, all ten gained on
 gpuspec10. So fills of the mix itself, with the key and without, tell whether it
-helps, where no threshold on the pressure could.
+helps, where no threshold on the pressure could. Key 6 (memory kept for idle GPUs on
+mixes of shares) is decided the same way, with draws that ask for memory.
 
 A rehearsal only reads the cluster's nodes and the mix (the target the policy already
 plans for); it draws requests from the mix's shapes by their weights with its own
@@ -18,6 +19,7 @@ seeds, never from the arrivals it will be asked to place.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -39,16 +41,19 @@ SEEDS = (1,)
 EVERY = 2
 
 
-def allocated(nodes: Sequence[Node], mix: TargetWorkload, policy: Policy, seed: int) -> int:
+def allocated(nodes: Sequence[Node], mix: TargetWorkload, policy: Policy, seed: int, with_memory: bool = False) -> int:
     """GPU milli ``policy`` has allocated on an empty cluster of ``nodes`` once requests
     drawn from ``mix`` have asked for the cluster's whole GPU capacity (the fill
-    experiment's "allocated at 100 % arrived")."""
+    experiment's "allocated at 100 % arrived"). ``with_memory``: each request asks for
+    its shape's mean memory (``TargetWorkload.memory_mib``), for a key about memory."""
     state = ClusterState(nodes)
     scheduler = Scheduler(policy, state, seed=seed)
-    # Without memory: drawn with each shape's mean memory, the rehearsals turned key 1's
-    # verdict on 5 of the 23 traces it decides and lost 0.025 points on average (seeds
-    # 42-45; g-gpuspec15 -0.30, u-gpuspec40 +0.24; issue 16, session 46).
+    # Key 1's draws ask for no memory: drawn with each shape's mean memory, its rehearsals
+    # turned the verdict on 5 of the 23 traces it decides and lost 0.025 points on average
+    # (seeds 42-45; g-gpuspec15 -0.30, u-gpuspec40 +0.24; issue 16, session 46).
     requests = [shape.request() for shape in mix.shapes]
+    if with_memory and mix.memory_mib is not None:
+        requests = [replace(r, memory_mib=int(m)) for r, m in zip(requests, mix.memory_mib, strict=True)]
     asked = np.array([r.total_gpu_milli for r in requests], dtype=np.float64)
     mean = float(mix.weights @ asked)
     if mean <= 0:
@@ -67,10 +72,10 @@ def allocated(nodes: Sequence[Node], mix: TargetWorkload, policy: Policy, seed: 
     return used
 
 
-def better(nodes: Sequence[Node], target: TargetWorkload, make: Callable[[bool], Policy]) -> bool:
+def better(nodes: Sequence[Node], target: TargetWorkload, make: Callable[[bool], Policy], with_memory: bool = False) -> bool:
     """Whether ``make(True)`` allocates strictly more than ``make(False)`` over the
     rehearsals of ``target``'s whole mix (a tie keeps the simpler ``make(False)``)."""
     mix, small = target.whole or target, list(nodes)[::EVERY]
-    with_it = sum(allocated(small, mix, make(True), seed) for seed in SEEDS)
-    without = sum(allocated(small, mix, make(False), seed) for seed in SEEDS)
+    with_it = sum(allocated(small, mix, make(True), seed, with_memory) for seed in SEEDS)
+    without = sum(allocated(small, mix, make(False), seed, with_memory) for seed in SEEDS)
     return with_it > without
