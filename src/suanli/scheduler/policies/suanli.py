@@ -117,9 +117,10 @@ the tie-breaks, after key 1 and before key 4.
    g-mix-share60-spec20 -0.33), so, as with key 1, a rehearsal decides it, drawn with
    each shape's mean memory (``rehearsal.py``). A mix with key 1 to rehearse (some
    model under pressure) goes without key 6: the second rehearsal would take the
-   slowest such fill (g-mix-share60-spec20, 8.4 s) past its 10 s. ``suanli_online``
-   goes without it until it has learned the mix from ``LEARNED_MIX_REQUESTS``
-   requests and rehearses then, once (issue 16, session 47, BENCHMARKS.md).
+   slowest such fill (g-mix-share60-spec20, 9.2-9.7 s on a slow machine) past its
+   10 s. ``suanli_online`` goes without it until it has learned the mix from
+   ``LEARNED_MIX_REQUESTS`` requests and rehearses then, once (issue 16, session 47,
+   BENCHMARKS.md).
 
 **Packing while the cluster is nearly empty, for mixes with restricted requests**
 (FGD's ``pack_below`` and ``pack_if``; ``packs_while_nearly_empty``). With under
