@@ -60,7 +60,7 @@ def test_the_online_policy_rehearses_once_when_it_has_learned_the_mix(monkeypatc
     follows the verdict, and does not rehearse again as the mix moves on."""
     verdicts: list[TargetWorkload] = []
 
-    def drop(nodes: object, target: TargetWorkload, make: object) -> bool:
+    def drop(nodes: object, target: TargetWorkload, make: object, with_memory: bool = False) -> bool:
         verdicts.append(target)
         return False
 

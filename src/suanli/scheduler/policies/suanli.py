@@ -340,8 +340,7 @@ class SuanliPolicy(FGD):
         #: (``rehearsal.py``; a learned mix from ``LEARNED_MIX_REQUESTS`` requests on).
         #: The rehearsals' own policies do not rehearse.
         self.rehearse = rehearse
-        self._key_1_kept: bool | None = None  #: the rehearsal's verdict, once given
-        self._key_6_kept: bool | None = None  #: likewise for key 6
+        self._kept: dict[str, bool] = {}  #: the rehearsals' verdicts, by key, once given
         self._model_keys_of: TargetArrays | None = None
         self._ratio = np.zeros((2, 0))
         self._pressure_level = np.zeros(0, np.int64)
@@ -358,7 +357,7 @@ class SuanliPolicy(FGD):
     def observe(self, req: Request) -> None:
         super().observe(req)
         if self.rehearse and self.online is not None and self.online.seen == LEARNED_MIX_REQUESTS:
-            self._model_keys_of = None  # the mix is learned: decide key 1 by a rehearsal now
+            self._model_keys_of = None  # the mix is learned: decide keys 1 and 6 by rehearsals now
             self.cache.clear()
 
     def scores(self, state: ClusterState, req: Request, feasible: np.ndarray) -> np.ndarray:
@@ -471,53 +470,38 @@ class SuanliPolicy(FGD):
                 active -= {"cpu", "cpu_gpu", "usable"}
             if node_sized > NODE_SIZED_FGD:
                 active -= {"pressure", "cpu", "cpu_gpu", "usable"}
-            if "pressure" in active and steps.max() > 0 and self.rehearse and not self._key_1_helps(state):
+            if "pressure" in active and steps.max() > 0 and self.rehearse and not self._helps(state, "pressure"):
                 active.discard("pressure")
-            if self.share_milli_share(state) < SHARE_MEMORY_GATE or steps.max() > 0:
+            shares = self.share_milli_share(state)
+            if shares < SHARE_MEMORY_GATE or steps.max() > 0:
                 active.discard("share_memory")  # a mix with key 1 to rehearse has no time for key 6's
-            elif "share_memory" in active and self.rehearse and not self._key_6_helps(state):
+            elif "share_memory" in active and self.rehearse and not self._helps(state, "share_memory"):
                 active.discard("share_memory")
             level = steps.max() - steps if "pressure" in active else np.zeros_like(steps)
             self._model_keys_of, self._ratio, self._pressure_level = t, ratio, level
-            self._keeps_planned = self.share_milli_share(state) <= KEEP_PLANNED_SHARES
+            self._keeps_planned = shares <= KEEP_PLANNED_SHARES
             self._sized = np.flatnonzero((t.gpus >= max(2, state.gpu_total.shape[1])) & (t.milli > 0))
             if self._sized.size == 0:
                 active.discard("whole")
             self._active = frozenset(active)
         return self._ratio, self._pressure_level
 
-    def _key_1_helps(self, state: ClusterState) -> bool:
-        """Whether key 1 allocates more than the same policy without it in rehearsals
-        of the mix on an empty copy of the cluster (``rehearsal.py``). Rehearsed once; a
-        learned mix keeps the key until it counts ``LEARNED_MIX_REQUESTS`` requests."""
+    def _helps(self, state: ClusterState, key: str) -> bool:
+        """Whether ``key`` (1: "pressure", 6: "share_memory") allocates more than the same
+        policy without it in a rehearsal of the mix on an empty copy of the cluster
+        (``rehearsal.py``; key 6's draws ask for memory, the key keeps it). Rehearsed once.
+        A learned mix keeps key 1 and goes without key 6 until it counts
+        ``LEARNED_MIX_REQUESTS`` requests."""
         if self.online is not None and self.online.seen < LEARNED_MIX_REQUESTS:
-            return True
-        if self._key_1_kept is None:
+            return key == "pressure"
+        if key not in self._kept:
             keys = self.keys
 
             def make(with_key: bool) -> SuanliPolicy:
-                pressure = keys if with_key else keys - {"pressure"}
-                return SuanliPolicy(self.target, pressure, False, self.pack_below, self.pack_if)
+                return SuanliPolicy(self.target, keys if with_key else keys - {key}, False, self.pack_below, self.pack_if)
 
-            self._key_1_kept = rehearsal.better(state.nodes, self.target, make)
-        return self._key_1_kept
-
-    def _key_6_helps(self, state: ClusterState) -> bool:
-        """Whether key 6 allocates more than the same policy without it in a rehearsal
-        drawn with each shape's mean memory (the key keeps memory). A learned mix goes
-        without the key until it counts ``LEARNED_MIX_REQUESTS`` requests."""
-        if self.online is not None and self.online.seen < LEARNED_MIX_REQUESTS:
-            return False
-        if self._key_6_kept is None:
-            keys = self.keys
-
-            def make(with_key: bool) -> SuanliPolicy:
-                return SuanliPolicy(
-                    self.target, keys if with_key else keys - {"share_memory"}, False, self.pack_below, self.pack_if
-                )
-
-            self._key_6_kept = rehearsal.better(state.nodes, self.target, make, with_memory=True)
-        return self._key_6_kept
+            self._kept[key] = rehearsal.better(state.nodes, self.target, make, with_memory=key == "share_memory")
+        return self._kept[key]
 
     def _score(self, state: ClusterState, req: Request, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self.model_keys(state)
@@ -556,9 +540,11 @@ class SuanliPolicy(FGD):
         model = state.model_id[idx]
         idle = state.gpu_free[idx].sum(axis=1).astype(np.int64)
 
+        def memory_kept(idle: np.ndarray) -> np.ndarray:  # keys 2 and 6: memory left for ``idle`` GPU milli
+            return state.mem_free[idx] - req.memory_mib >= ratio[1, model] * idle
+
         def surplus(idle: np.ndarray) -> np.ndarray:  # key 2: CPU and memory left for ``idle`` GPU milli
-            cpu_ok = state.cpu_free[idx] - req.cpu_milli >= ratio[0, model] * idle
-            return cpu_ok & (state.mem_free[idx] - req.memory_mib >= ratio[1, model] * idle)
+            return (state.cpu_free[idx] - req.cpu_milli >= ratio[0, model] * idle) & memory_kept(idle)
 
         if not req.milli_per_gpu:
             if "cpu" not in self._active:
@@ -571,8 +557,7 @@ class SuanliPolicy(FGD):
         if not req.is_sharing and "cpu_gpu" in self._active:
             secondary = secondary + surplus(idle - req.total_gpu_milli).astype(np.int64)
         if req.is_sharing and "share_memory" in self._active:  # key 6, above key 4
-            keeps = state.mem_free[idx] - req.memory_mib >= ratio[1, model] * (idle - req.milli_per_gpu)
-            secondary = secondary + 2 * keeps.astype(np.int64)
+            secondary = secondary + 2 * memory_kept(idle - req.milli_per_gpu).astype(np.int64)
         score = primary * _SPAN + secondary
         if not req.is_sharing:  # key 1 above FGD's score where the request takes every GPU of the node
             whole = state.gpu_count[idx] == req.gpu_count
