@@ -3,6 +3,13 @@ more (``scheduler/policies/rehearsal.py``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
 from suanli.scheduler import ClusterState, Request, TargetWorkload
 from suanli.scheduler.policies import rehearsal, suanli
 from suanli.scheduler.policies.suanli import SuanliPolicy
@@ -150,3 +157,45 @@ def test_the_online_policy_goes_without_key_6_until_it_has_learned_the_mix(monke
     assert "share_memory" not in online.active_keys(state) and calls == []
     online.observe(_SHARES[0])
     assert "share_memory" in online.active_keys(state) and calls == [True]
+
+
+#: ``rehearsal.both`` in a fresh interpreter (one thread): each fill's process id, and the
+#: interpreter's own; with ``fail``, the fill with the key dies in any process but that one.
+_BOTH = """
+import os, sys
+from suanli.scheduler.policies import rehearsal
+me, fail = os.getpid(), sys.argv[1] == "fail"
+
+def fill(key):
+    if key and fail and os.getpid() != me:
+        os._exit(3)
+    return os.getpid()
+
+print(*rehearsal.both(fill), me)
+"""
+
+
+def _both_in_a_fresh_process(mode: str) -> list[int]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", _BOTH, mode], capture_output=True, text=True, env=env, timeout=60, check=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: the fills run in turn")
+def test_a_process_of_one_thread_runs_the_two_fills_at_once() -> None:
+    with_key, without, me = _both_in_a_fresh_process("ok")
+    assert without == me and with_key != me  # the fill with the key ran in a forked child
+    # a child that dies: the parent runs its fill again and answers it
+    with_key, without, me = _both_in_a_fresh_process("fail")
+    assert with_key == without == me
+
+
+def test_a_process_with_threads_runs_the_two_fills_in_turn() -> None:
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert rehearsal.both(lambda key: os.getpid() + key) == (os.getpid() + 1, os.getpid())
+    finally:
+        stop.set()
+        other.join()

@@ -76,6 +76,8 @@ def _seeds(spec: str) -> list[int]:
 
 
 def _progress() -> Progress:
+    """A bar redrawn by its updates, without Rich's refresh thread: a fill forks its
+    rehearsals only from a process of one thread (``scheduler/policies/rehearsal.py``)."""
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -83,6 +85,7 @@ def _progress() -> Progress:
         TimeElapsedColumn(),
         console=err,
         transient=True,
+        auto_refresh=False,
     )
 
 
@@ -117,7 +120,7 @@ def fill(
             policy,
             seed,
             tune,
-            lambda d, t: progress.update(task, completed=d, total=t),
+            lambda d, t: progress.update(task, completed=d, total=t, refresh=True),
             defrag_max_moves=defrag_moves,
             planner=planner,
         )
@@ -164,7 +167,7 @@ def compare(
         task = progress.add_task("fill experiments", total=len(names) * len(seed_list))
         for name in names:
             for seed in seed_list:
-                progress.update(task, description=f"{name} seed {seed}")
+                progress.update(task, description=f"{name} seed {seed}", refresh=True)
                 results[name].append(summary(run_fill(node_list, requests, name, seed, tune)))
                 progress.advance(task)
     from suanli.sim.plot import plot_alloc
@@ -259,7 +262,7 @@ def replay(
         raise _fail(str(exc)) from None
     with _progress() as progress:
         task = progress.add_task(f"replay {policy}", total=len(pod_rows))
-        result = replay_summary(sim.run(lambda d, t: progress.update(task, completed=d, total=t)))
+        result = replay_summary(sim.run(lambda d, t: progress.update(task, completed=d, total=t, refresh=True)))
     if plot:
         from suanli.sim.plot import plot_replay
 

@@ -18,6 +18,8 @@ seeds, never from the arrivals it will be asked to place.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -76,6 +78,37 @@ def better(nodes: Sequence[Node], target: TargetWorkload, make: Callable[[bool],
     """Whether ``make(True)`` allocates strictly more than ``make(False)`` over the
     rehearsals of ``target``'s whole mix (a tie keeps the simpler ``make(False)``)."""
     mix, small = target.whole or target, list(nodes)[::EVERY]
-    with_it = sum(allocated(small, mix, make(True), seed, with_memory) for seed in SEEDS)
-    without = sum(allocated(small, mix, make(False), seed, with_memory) for seed in SEEDS)
+    with_it, without = both(lambda key: sum(allocated(small, mix, make(key), seed, with_memory) for seed in SEEDS))
     return with_it > without
+
+
+def both(fill: Callable[[bool], int]) -> tuple[int, int]:
+    """``(fill(True), fill(False))``, the first in a forked child while the parent runs
+    the second, where that is safe: a process with one thread (``suanli sim fill``; a
+    fork copies no other thread, so a lock another thread held would stay held in the
+    child) on a machine with a core to spare. Elsewhere (the live worker's process,
+    test workers) in turn. The two fills are independent and take about as long, so a
+    fill experiment that rehearses gains about one fill's time (1.3-2.5 s on the
+    Alibaba cluster, issue 16, BENCHMARKS.md)."""
+    if not hasattr(os, "fork") or threading.active_count() > 1 or (os.cpu_count() or 1) < 2:
+        return fill(True), fill(False)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one figure down the pipe, then out without the parent's exit handlers
+        code = 1
+        try:
+            os.close(read)
+            os.write(write, str(fill(True)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    try:
+        without = fill(False)
+        with os.fdopen(read, "rb") as pipe:
+            answer = pipe.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if status != 0 or not answer:  # the child failed: its fill again, here (an error shows itself)
+        return fill(True), without
+    return int(answer), without
