@@ -88,7 +88,7 @@ def both(fill: Callable[[bool], int]) -> tuple[int, int]:
     fork copies no other thread, so a lock another thread held would stay held in the
     child) on a machine with a core to spare. Elsewhere (the live worker's process,
     test workers) in turn. The two fills are independent and take about as long, so a
-    fill experiment that rehearses gains about one fill's time (1.3-2.5 s on the
+    fill experiment that rehearses gains about one fill's time (0.5-2.7 s on the
     Alibaba cluster, issue 16, BENCHMARKS.md)."""
     if not hasattr(os, "fork") or threading.active_count() > 1 or (os.cpu_count() or 1) < 2:
         return fill(True), fill(False)
@@ -103,12 +103,12 @@ def both(fill: Callable[[bool], int]) -> tuple[int, int]:
         finally:
             os._exit(code)
     os.close(write)
-    try:
-        without = fill(False)
-        with os.fdopen(read, "rb") as pipe:
+    with os.fdopen(read, "rb") as pipe:
+        try:
+            without = fill(False)
             answer = pipe.read()
-    finally:
-        _, status = os.waitpid(pid, 0)
+        finally:
+            _, status = os.waitpid(pid, 0)
     if status != 0 or not answer:  # the child failed: its fill again, here (an error shows itself)
         return fill(True), without
     return int(answer), without
