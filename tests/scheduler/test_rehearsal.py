@@ -26,6 +26,18 @@ def _policy(mix: list[Request]) -> SuanliPolicy:
     return SuanliPolicy(TargetWorkload.from_requests(mix, coverage=1.0))
 
 
+def _verdict(monkeypatch, answer: bool) -> list[tuple[TargetWorkload, bool]]:
+    """Every rehearsal gives ``answer``; the list fills with each one's mix and ``with_memory``."""
+    calls: list[tuple[TargetWorkload, bool]] = []
+
+    def better(nodes: object, target: TargetWorkload, make: object, with_memory: bool = False) -> bool:
+        calls.append((target, with_memory))
+        return answer
+
+    monkeypatch.setattr(rehearsal, "better", better)
+    return calls
+
+
 def test_key_1_is_kept_where_the_rehearsal_allocates_more_with_it() -> None:
     # 1 request in 31 may only run on V100 (4 of 52 GPUs): V100's pressure is 0.42, a
     # step above T4's 0. It is too rare to move FGD's integer score, so without key 1 the
@@ -65,13 +77,7 @@ def test_the_online_policy_rehearses_once_when_it_has_learned_the_mix(monkeypatc
     """``suanli_online`` keeps key 1 unrehearsed while its mix is young (a rehearsal of a
     small sample follows the sample), rehearses once at ``LEARNED_MIX_REQUESTS`` requests,
     follows the verdict, and does not rehearse again as the mix moves on."""
-    verdicts: list[TargetWorkload] = []
-
-    def drop(nodes: object, target: TargetWorkload, make: object, with_memory: bool = False) -> bool:
-        verdicts.append(target)
-        return False
-
-    monkeypatch.setattr(rehearsal, "better", drop)
+    verdicts = _verdict(monkeypatch, False)
     online, state = SuanliPolicy(None), ClusterState(_NODES)
     mix = [_V100_ONLY] * 2 + [whole(1)] * 18  # V100-only requests over the 5 % the learned mix cuts
     while online.online is not None and online.online.seen < suanli.LEARNED_MIX_REQUESTS - len(mix):
@@ -81,7 +87,7 @@ def test_the_online_policy_rehearses_once_when_it_has_learned_the_mix(monkeypatc
     for req in mix:  # the mix is learned: the next pass rehearses
         online.observe(req)
     assert "pressure" not in online.active_keys(state)
-    assert len(verdicts) == 1 and TaskShape.of(_V100_ONLY) in verdicts[0].shapes
+    assert len(verdicts) == 1 and TaskShape.of(_V100_ONLY) in verdicts[0][0].shapes
     for req in [whole(2)] * 2000:  # the mix moves (a new target): the verdict stands
         online.observe(req)
     assert "pressure" not in online.active_keys(state) and len(verdicts) == 1
@@ -123,40 +129,27 @@ def test_draws_with_memory_ask_for_the_mean_memory_of_their_shape() -> None:
 
 def test_key_6_is_kept_on_a_mix_of_shares_only_where_its_rehearsal_with_memory_says(monkeypatch) -> None:
     asked: list[bool] = []
-
-    def verdict(answer: bool):
-        def better(nodes: object, target: TargetWorkload, make: object, with_memory: bool = False) -> bool:
-            asked.append(with_memory)
-            return answer
-
-        return better
-
     for answer in (True, False):
-        monkeypatch.setattr(rehearsal, "better", verdict(answer))
+        calls = _verdict(monkeypatch, answer)
         assert ("share_memory" in _policy(_SHARES).active_keys(ClusterState(_NODES))) is answer
+        asked += [memory for _, memory in calls]
     assert asked == [True, True]
     # A mix with restricted requests rehearses key 1 and goes without key 6 (a second
     # rehearsal would not fit a fill's time); shares under the gate never rehearse it.
-    asked.clear()
+    calls.clear()
     assert "share_memory" not in _policy(_SHARES + [_V100_ONLY]).active_keys(ClusterState(_NODES))
     assert "share_memory" not in _policy(_SHARES + [whole(1)] * 8).active_keys(ClusterState(_NODES))
-    assert True not in asked
+    assert True not in [memory for _, memory in calls]
 
 
 def test_the_online_policy_goes_without_key_6_until_it_has_learned_the_mix(monkeypatch) -> None:
-    calls: list[bool] = []
-
-    def keep(nodes: object, target: TargetWorkload, make: object, with_memory: bool = False) -> bool:
-        calls.append(with_memory)
-        return True
-
-    monkeypatch.setattr(rehearsal, "better", keep)
+    calls = _verdict(monkeypatch, True)
     online, state = SuanliPolicy(None), ClusterState(_NODES)
     for _ in range(suanli.LEARNED_MIX_REQUESTS - 1):
         online.observe(_SHARES[0])
     assert "share_memory" not in online.active_keys(state) and calls == []
     online.observe(_SHARES[0])
-    assert "share_memory" in online.active_keys(state) and calls == [True]
+    assert "share_memory" in online.active_keys(state) and [memory for _, memory in calls] == [True]
 
 
 #: ``rehearsal.both`` in a fresh interpreter (one thread): each fill's process id, and the
