@@ -116,9 +116,9 @@ the tie-breaks, after key 1 and before key 4.
    key always on: gpushare60 +0.16, g-gpushare90 +0.27, but g-gpushare50 -0.34 and
    g-mix-share60-spec20 -0.33), so, as with key 1, a rehearsal decides it, drawn with
    each shape's mean memory (``rehearsal.py``). A mix with key 1 to rehearse (some
-   model under pressure) goes without key 6: the second rehearsal would take the
-   slowest such fill (g-mix-share60-spec20, 9.2-9.7 s on a slow machine) past its
-   10 s. ``suanli_online`` goes without it until it has learned the mix from
+   model under pressure) goes without key 6: the second rehearsal would add about 2 s
+   to the slowest such fill (g-mix-share60-spec20, 6.9-7.9 s with a rehearsal's two
+   fills at once, 9.2-9.7 s before, on a slow machine), close to its 10 s. ``suanli_online`` goes without it until it has learned the mix from
    ``LEARNED_MIX_REQUESTS`` requests and rehearses then, once (issue 16, session 47,
    BENCHMARKS.md).
 
